@@ -1,0 +1,1 @@
+//! Parsers for the seed systems' annotation formats (placement strategies, GPU pinning maps, scoring inputs); no I/O.

@@ -1,0 +1,1 @@
+//! The admission webhook: `mutate()` (pure decision and JSON patch) and the HTTPS server that feeds it.

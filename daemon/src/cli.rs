@@ -1,0 +1,218 @@
+//! The command line: every subcommand and flag, each also readable from `TIERGATE_<FLAG>`; no I/O.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// tiergate: Kueue tiers, GPU classes and priorities from one TierPolicy.
+#[derive(Debug, Parser)]
+#[command(name = "tiergate", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, global = true, env = "TIERGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Output format of `render`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Multi-document YAML.
+    Yaml,
+    /// A JSON `List`.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the Kueue objects a policy implies (a stream `kubectl apply -f -` accepts).
+    Render(RenderArgs),
+    /// Check that every tier matches exactly one nodepool (Karpenter NodePools or node-group templates).
+    Check(CheckArgs),
+    /// Print the TierPolicy CustomResourceDefinition.
+    Crd,
+    /// Run the webhook's decision offline on a workload and print the result, the patch and each reason.
+    Explain(ExplainArgs),
+    /// Run the daemon: reconcile the policy into Kueue objects and serve the webhook.
+    Run(RunArgs),
+    /// Serve only the admission webhook.
+    Webhook(WebhookArgs),
+    /// Serve the built-in scorer as a scheduler agent (`POST /v1/score`).
+    Agent(AgentArgs),
+}
+
+/// `tiergate render`.
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// TierPolicy YAML file (default: the embedded sample policy and sample cluster view).
+    #[arg(long, env = "TIERGATE_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Cluster view: a YAML list of namespaces and nodes, or a `kubectl get ns,nodes -o yaml` dump.
+    #[arg(long, env = "TIERGATE_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
+    pub output: OutputFormat,
+}
+
+/// `tiergate check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// TierPolicy YAML file.
+    #[arg(long, env = "TIERGATE_POLICY")]
+    pub policy: PathBuf,
+    /// Karpenter NodePools (karpenter.sh/v1) and/or cluster-autoscaler node-group templates.
+    #[arg(long, env = "TIERGATE_NODEPOOLS")]
+    pub nodepools: PathBuf,
+}
+
+/// `tiergate explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// TierPolicy YAML file.
+    #[arg(long, env = "TIERGATE_POLICY")]
+    pub policy: PathBuf,
+    /// Cluster view (namespaces and their labels, nodes).
+    #[arg(long, env = "TIERGATE_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// The workload (YAML or JSON) to decide on, or an AdmissionReview.
+    #[arg(env = "TIERGATE_WORKLOAD")]
+    pub workload: PathBuf,
+}
+
+/// TLS serving flags shared by `run` and `webhook`.
+#[derive(Debug, Args, Clone)]
+pub struct TlsArgs {
+    /// PEM certificate chain; reloaded when the file changes.
+    #[arg(long, env = "TIERGATE_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key; reloaded when the file changes.
+    #[arg(long, env = "TIERGATE_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// `tiergate run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file (default: in-cluster config, then `KUBECONFIG`).
+    #[arg(long, env = "TIERGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// HTTPS address of the admission webhook.
+    #[arg(long, env = "TIERGATE_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    pub webhook_listen: SocketAddr,
+    /// Plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, env = "TIERGATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// TLS files.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Scheduler agent base URL; overrides the policy's `spec.scoring.url`.
+    #[arg(long, env = "TIERGATE_AGENT_URL")]
+    pub agent_url: Option<String>,
+    /// The daemon's own namespace (always excluded from mutation).
+    #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
+    pub namespace: String,
+    /// Name of the TierPolicy to reconcile.
+    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
+    pub policy_name: String,
+    /// Name of the leader-election Lease in `--namespace`.
+    #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
+    pub lease_name: String,
+    /// Manage the webhook certificate: a CA and serving certificate in this Secret, the CA bundle in the
+    /// MutatingWebhookConfiguration `--webhook-config-name`. Off when cert-manager provides the certificate.
+    #[arg(long, env = "TIERGATE_SELF_MANAGED_CERTS", default_value_t = false)]
+    pub self_managed_certs: bool,
+    /// Secret holding the self-managed CA and serving certificate.
+    #[arg(long, env = "TIERGATE_CERT_SECRET", default_value = "tiergate-webhook-tls")]
+    pub cert_secret: String,
+    /// Service name the serving certificate is issued for.
+    #[arg(long, env = "TIERGATE_SERVICE_NAME", default_value = "tiergate-webhook")]
+    pub service_name: String,
+    /// MutatingWebhookConfiguration whose CA bundle tiergate keeps current.
+    #[arg(long, env = "TIERGATE_WEBHOOK_CONFIG_NAME", default_value = "tiergate")]
+    pub webhook_config_name: String,
+}
+
+/// `tiergate webhook`.
+#[derive(Debug, Args)]
+pub struct WebhookArgs {
+    /// Decide from a policy file (and an optional cluster view) instead of a cluster's caches.
+    #[arg(long, env = "TIERGATE_OFFLINE", requires = "policy")]
+    pub offline: bool,
+    /// TierPolicy YAML file (with `--offline`).
+    #[arg(long, env = "TIERGATE_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Cluster view (with `--offline`).
+    #[arg(long, env = "TIERGATE_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// Kubeconfig file when not offline.
+    #[arg(long, env = "TIERGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// HTTPS address.
+    #[arg(long, env = "TIERGATE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: SocketAddr,
+    /// Plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
+    #[arg(long, env = "TIERGATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// TLS files.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// Scheduler agent base URL; overrides the policy's `spec.scoring.url`.
+    #[arg(long, env = "TIERGATE_AGENT_URL")]
+    pub agent_url: Option<String>,
+}
+
+/// `tiergate agent`.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// HTTP address of `POST /v1/score`.
+    #[arg(long, env = "TIERGATE_LISTEN", default_value = "0.0.0.0:8090")]
+    pub listen: SocketAddr,
+    /// TierPolicy whose GPU classes (and memory sizes) the built-in scorer knows.
+    #[arg(long, env = "TIERGATE_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// Cluster view whose nodes give the GPU inventory.
+    #[arg(long, env = "TIERGATE_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_flag_can_come_from_the_environment() {
+        fn check(command: &clap::Command, path: &str) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if matches!(id, "help" | "version") {
+                    continue;
+                }
+                assert!(arg.get_env().is_some(), "{path} --{id} has no TIERGATE_ environment variable");
+            }
+            for sub in command.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&Cli::command(), "tiergate");
+    }
+}

@@ -1,0 +1,34 @@
+//! Subcommand entry points: each reads its inputs, calls the core and prints or serves; the only place that
+//! turns errors into exit codes.
+
+mod agent;
+mod check;
+mod crd;
+mod explain;
+mod render;
+mod run;
+mod webhook;
+
+use std::process::ExitCode;
+
+use crate::cli::Command;
+
+/// Error type at the command edge: any error, printed with its causes by `main`.
+pub type CmdError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Runs one subcommand to completion.
+pub fn run(command: Command) -> Result<ExitCode, CmdError> {
+    match command {
+        Command::Render(args) => render::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Crd => crd::run(),
+        Command::Explain(args) => explain::run(args),
+        Command::Run(args) => block_on(run::run(args)),
+        Command::Webhook(args) => block_on(webhook::run(args)),
+        Command::Agent(args) => block_on(agent::run(args)),
+    }
+}
+
+fn block_on<F: std::future::Future<Output = Result<ExitCode, CmdError>>>(future: F) -> Result<ExitCode, CmdError> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(future)
+}

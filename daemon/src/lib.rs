@@ -1,0 +1,20 @@
+//! tiergate: turns one TierPolicy into Kueue objects (the daemon) and mutates GPU workloads to match (the webhook).
+//!
+//! Pure core: [`plan`] (policy + cluster view -> desired Kueue objects) and [`admission`] (request + snapshot ->
+//! decision). Everything else feeds or applies them.
+
+pub mod admission;
+pub mod certs;
+pub mod check;
+pub mod cli;
+pub mod cluster;
+pub mod cmd;
+pub mod metrics;
+pub mod placement;
+pub mod plan;
+pub mod policy;
+pub mod reconcile;
+pub mod scoring;
+pub mod telemetry;
+pub mod validation;
+pub mod view;

@@ -1,0 +1,1 @@
+//! The translation: policy + cluster view -> the desired Kueue objects, deterministic and pure.

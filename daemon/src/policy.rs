@@ -1,0 +1,397 @@
+//! The `TierPolicy` custom resource (`tiergate.io/v1alpha1`, cluster-scoped): its types, defaults and the
+//! selectors/tolerations every other module derives from a GPU class; no I/O.
+//!
+//! The checks a policy must pass live in [`crate::validation`].
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Namespace label that names a namespace's tier when the policy does not say otherwise.
+pub const DEFAULT_TIER_LABEL: &str = "tiergate.io/tier";
+/// Extended resource a GPU class is requested by when the policy does not say otherwise.
+pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// Namespaces tiergate never acts in, whatever the policy says.
+pub const ALWAYS_EXCLUDED_NAMESPACES: &[&str] = &["kube-system"];
+
+/// Declares tenant tiers, GPU classes, placement strategies and priority buckets; tiergate turns it into Kueue
+/// ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses and mutates workloads to match.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "tiergate.io",
+    version = "v1alpha1",
+    kind = "TierPolicy",
+    plural = "tierpolicies",
+    shortname = "tp",
+    status = "TierPolicyStatus",
+    printcolumn = r#"{"name":"Tiers","type":"integer","jsonPath":".status.tierCount"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TierPolicySpec {
+    /// Namespace label whose value names the namespace's tier (KubeNexus users: `tenant.kubenexus.io/tier`).
+    #[serde(default = "default_tier_label")]
+    pub tier_label: String,
+    /// GPU classes: how nodes of each class are labelled and tainted, and which resource requests them.
+    pub gpu_classes: Vec<GpuClass>,
+    /// Tenant tiers, each bound to one GPU class (or an ordered fallback list when asked for).
+    pub tiers: Vec<Tier>,
+    /// Named base/weight placement strategies (seed 003/004 semantics), referenced by tiers or workloads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub placement_strategies: Vec<PlacementStrategy>,
+    /// Score buckets: a score >= `minScore` maps to the bucket's WorkloadPriorityClass.
+    #[serde(default = "default_priority_buckets")]
+    pub priority_buckets: Vec<PriorityBucket>,
+    /// Namespaces tiergate never mutates or queues (kube-system and the daemon's own are always excluded).
+    /// Seed 004's `BLOCKLISTED_NAMESPACE_LIST` maps here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excluded_namespaces: Vec<String>,
+    /// How the webhook treats user choices and its own failures.
+    #[serde(default)]
+    pub admission: AdmissionSettings,
+    /// The optional external scheduler agent (`POST /v1/score`).
+    #[serde(default)]
+    pub scoring: ScoringSettings,
+}
+
+/// A class of GPU nodes, e.g. `h100`: the node labels that identify it and the taints its nodes carry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuClass {
+    /// DNS label, e.g. `h100`; also the ResourceFlavor name.
+    pub name: String,
+    /// Labels every node of this class carries, e.g. `gpu.nvidia.com/class: h100`.
+    pub node_labels: BTreeMap<String, String>,
+    /// Taints the nodes of this class carry (copied to the ResourceFlavor's `nodeTaints`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_taints: Vec<Taint>,
+    /// Tolerations pods need for this class; when empty, one toleration per node taint is derived.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// The extended resource that requests a GPU of this class.
+    #[serde(default = "default_gpu_resource")]
+    pub resource_name: String,
+    /// GPU memory per device in GiB, used by the built-in scorer to judge fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_gib: Option<u32>,
+}
+
+/// A tenant tier: which namespaces belong to it (by the tier label's value), its GPU class and its quota.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tier {
+    /// DNS label and the tier label's value, e.g. `gold`; also the ClusterQueue name suffix.
+    pub name: String,
+    /// The tier's GPU class (one nodepool per tier).
+    pub gpu_class: String,
+    /// Further GPU classes, in order, tried by Kueue after `gpuClass`. Empty unless a tier really needs it:
+    /// a fallback means the autoscaler may grow more than one nodepool for the tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallback_gpu_classes: Vec<String>,
+    /// Quota per resource name (the GPU resource is required; `cpu` and `memory` are usual).
+    pub quotas: BTreeMap<String, ResourceQuota>,
+    /// Kueue cohort the tier's ClusterQueue joins (required for borrowing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Kueue preemption settings of the tier's ClusterQueue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<Preemption>,
+    /// Name of the LocalQueue created in each of the tier's namespaces (default `tiergate-<tier>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue_name: Option<String>,
+    /// Placement strategy (by name) whose rules become extra flavors of this tier's ClusterQueue.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<String>,
+    /// WorkloadPriorityClass (a bucket name) used when no score is available (default: the lowest bucket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_priority_class: Option<String>,
+    /// Gate admission on a cluster-autoscaler ProvisioningRequest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<ProvisioningSpec>,
+}
+
+/// Quota of one resource in a tier's ClusterQueue.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceQuota {
+    /// Kueue `nominalQuota`.
+    pub nominal: Quantity,
+    /// Kueue `borrowingLimit` (needs a cohort).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<Quantity>,
+    /// Kueue `lendingLimit` (needs a cohort).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<Quantity>,
+}
+
+/// Kueue ClusterQueue preemption, with Kueue's own enum values.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Preemption {
+    /// `Never` | `LowerPriority` | `LowerOrNewerEqualPriority` | `Any`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_within_cohort: Option<String>,
+    /// `Never` | `LowerPriority` | `LowerOrNewerEqualPriority`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_cluster_queue: Option<String>,
+    /// `Never` | `LowerPriority`, with an optional maximum priority threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrow_within_cohort: Option<BorrowWithinCohort>,
+}
+
+/// Kueue `preemption.borrowWithinCohort`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BorrowWithinCohort {
+    /// `Never` | `LowerPriority`.
+    pub policy: String,
+    /// Only workloads at or below this priority may be preempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+/// A cluster-autoscaler ProvisioningRequest admission check for a tier.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningSpec {
+    /// e.g. `check-capacity.autoscaling.x-k8s.io` or `queued-provisioning.gke.io`.
+    pub provisioning_class_name: String,
+    /// Passed to the ProvisioningRequest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parameters: BTreeMap<String, String>,
+    /// Resources the check covers (default: all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub managed_resources: Vec<String>,
+}
+
+/// A named base/weight placement strategy: the first `base` pods go to the first rule, the rest are split by
+/// weight across all rules.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementStrategy {
+    /// DNS label, referenced by `tiergate.io/placement: NAME` or a tier's `placement`.
+    pub name: String,
+    /// Ordered rules; only the first may carry `base`.
+    pub rules: Vec<PlacementRule>,
+}
+
+/// One node type of a placement strategy.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementRule {
+    /// DNS label naming the rule (and its ResourceFlavor suffix), e.g. `ondemand`.
+    pub name: String,
+    /// Pods placed here before the weights apply (first rule only).
+    #[serde(default)]
+    pub base: u32,
+    /// Relative share of the pods beyond `base`.
+    pub weight: u32,
+    /// Node labels of this node type.
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations pods need on this node type (e.g. a spot taint).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+/// A score bucket: scores >= `minScore` (and below the next bucket) map to WorkloadPriorityClass `name`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PriorityBucket {
+    /// Lowest score (0..=100) in this bucket.
+    pub min_score: i32,
+    /// WorkloadPriorityClass name.
+    pub name: String,
+    /// WorkloadPriorityClass value (higher is admitted and kept first).
+    pub value: i32,
+    /// Shown in the WorkloadPriorityClass description.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// What the webhook does with a user's own GPU-class choice outside the tier.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ForeignClassAction {
+    /// Deny, naming the tier, the allowed classes and the fix.
+    #[default]
+    Deny,
+    /// Allow and record the override.
+    Allow,
+}
+
+/// What the webhook answers when tiergate itself fails while deciding.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum FailureMode {
+    /// Admit unchanged with a warning.
+    #[default]
+    Open,
+    /// Deny with the error.
+    Closed,
+}
+
+/// Webhook behaviour.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionSettings {
+    /// A GPU-class nodeSelector the user set outside the tier's classes: `Deny` (default) or `Allow`.
+    #[serde(default)]
+    pub foreign_gpu_class: ForeignClassAction,
+    /// Namespaces whose workloads may pick any GPU class (KubeNexus "admin override").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_namespaces: Vec<String>,
+    /// Users who may pick any GPU class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_users: Vec<String>,
+    /// Groups whose members may pick any GPU class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub admin_groups: Vec<String>,
+    /// `Open` (default): an internal error admits unchanged with a warning. `Closed`: it denies.
+    #[serde(default)]
+    pub failure_mode: FailureMode,
+}
+
+/// The external scheduler agent.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScoringSettings {
+    /// Score GPU jobs at all (with the agent at `url`, or the built-in scorer without one).
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Base URL of the agent, e.g. `http://scheduler-agent.ml:8080`; `POST {url}/v1/score`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Per-call timeout in milliseconds (keep well under the webhook's 5 s timeout).
+    #[serde(default = "default_scoring_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+impl Default for ScoringSettings {
+    fn default() -> Self {
+        Self { enabled: true, url: None, timeout_ms: default_scoring_timeout_ms() }
+    }
+}
+
+/// Observed state, written by the daemon.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TierPolicyStatus {
+    /// `Ready` and `Degraded`, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the conditions describe.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Number of tiers in the applied policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier_count: Option<i32>,
+    /// Owned objects per kind, as last applied.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub object_counts: BTreeMap<String, i32>,
+    /// The last error, if the last reconcile failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// LocalQueues being replaced after their namespace changed tier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_migrations: Vec<QueueMigration>,
+}
+
+/// A namespace moving tier: the old LocalQueue is stopped and deleted once it holds no workloads.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueMigration {
+    /// The namespace.
+    pub namespace: String,
+    /// The LocalQueue being drained.
+    pub from_queue: String,
+    /// Its replacement.
+    pub to_queue: String,
+    /// Workloads still pending or admitted in the old queue.
+    pub remaining_workloads: i32,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_tier_label() -> String {
+    DEFAULT_TIER_LABEL.to_owned()
+}
+fn default_gpu_resource() -> String {
+    DEFAULT_GPU_RESOURCE.to_owned()
+}
+fn default_scoring_timeout_ms() -> u64 {
+    250
+}
+
+/// Seed 000's buckets: gpu-ultra >= 90, gpu-high >= 70, gpu-medium >= 50, gpu-default >= 0.
+pub fn default_priority_buckets() -> Vec<PriorityBucket> {
+    [("gpu-ultra", 90, 900), ("gpu-high", 70, 700), ("gpu-medium", 50, 500), ("gpu-default", 0, 100)]
+        .into_iter()
+        .map(|(name, min_score, value)| PriorityBucket { min_score, name: name.to_owned(), value, description: None })
+        .collect()
+}
+
+impl GpuClass {
+    /// Tolerations pods of this class need: the declared ones, or one per node taint.
+    pub fn pod_tolerations(&self) -> Vec<Toleration> {
+        if !self.tolerations.is_empty() {
+            return self.tolerations.clone();
+        }
+        self.node_taints
+            .iter()
+            .map(|taint| Toleration {
+                key: Some(taint.key.clone()),
+                operator: Some(if taint.value.is_some() { "Equal" } else { "Exists" }.to_owned()),
+                value: taint.value.clone(),
+                effect: Some(taint.effect.clone()),
+                toleration_seconds: None,
+            })
+            .collect()
+    }
+}
+
+impl Tier {
+    /// The LocalQueue name in this tier's namespaces.
+    pub fn local_queue(&self) -> String {
+        self.local_queue_name.clone().unwrap_or_else(|| format!("tiergate-{}", self.name))
+    }
+
+    /// The tier's GPU classes in Kueue's flavor order: the primary, then the fallbacks.
+    pub fn gpu_class_names(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.gpu_class.as_str()).chain(self.fallback_gpu_classes.iter().map(String::as_str))
+    }
+}
+
+impl TierPolicySpec {
+    /// The GPU class called `name`.
+    pub fn gpu_class(&self, name: &str) -> Option<&GpuClass> {
+        self.gpu_classes.iter().find(|class| class.name == name)
+    }
+
+    /// The tier called `name`.
+    pub fn tier(&self, name: &str) -> Option<&Tier> {
+        self.tiers.iter().find(|tier| tier.name == name)
+    }
+
+    /// The placement strategy called `name`.
+    pub fn placement_strategy(&self, name: &str) -> Option<&PlacementStrategy> {
+        self.placement_strategies.iter().find(|strategy| strategy.name == name)
+    }
+
+    /// Whether tiergate must leave `namespace` alone (`own_namespace` is the daemon's).
+    pub fn is_excluded(&self, namespace: &str, own_namespace: Option<&str>) -> bool {
+        ALWAYS_EXCLUDED_NAMESPACES.contains(&namespace)
+            || own_namespace == Some(namespace)
+            || self.excluded_namespaces.iter().any(|excluded| excluded == namespace)
+    }
+
+    /// The tier of a namespace with these labels, if its tier label names a known tier.
+    pub fn tier_of(&self, namespace_labels: &BTreeMap<String, String>) -> Option<&Tier> {
+        namespace_labels.get(&self.tier_label).and_then(|name| self.tier(name))
+    }
+}
