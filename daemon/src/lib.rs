@@ -3,12 +3,14 @@
 //! Pure core: [`plan`] (policy + cluster view -> desired Kueue objects) and [`admission`] (request + snapshot ->
 //! decision). Everything else feeds or applies them.
 
+pub mod admin;
 pub mod admission;
 pub mod certs;
 pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
+pub mod inputs;
 pub mod metrics;
 pub mod placement;
 pub mod plan;

@@ -31,18 +31,24 @@ pub struct GpuPinning {
     pub cuda_visible_devices: String,
 }
 
-/// Everything placement decided for one request.
+/// Everything placement decided for one request; the admission mutation applies it as given.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PlacementOutcome {
     /// The base/weight rule for a pod.
     pub assignment: Option<PlacementAssignment>,
     /// The GPU pinning for a StatefulSet pod.
     pub pinning: Option<GpuPinning>,
+    /// Labels to set on the admitted object's metadata (e.g. the rule, so ledgers can be rebuilt).
+    pub metadata_labels: BTreeMap<String, String>,
+    /// Annotations to set on the admitted object's metadata.
+    pub metadata_annotations: BTreeMap<String, String>,
+    /// Annotations to set on every pod template of an owner (e.g. a normalized strategy its pods will carry).
+    pub template_annotations: BTreeMap<String, String>,
     /// Warnings for the AdmissionResponse.
     pub warnings: Vec<String>,
 }
 
-/// A strategy or map on an owner that cannot be parsed; the owner's admission is denied with this message.
+/// A strategy or map that cannot be parsed; the owner's admission is denied with this message.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to parse placement annotation {annotation}: {message}")]
 pub struct PlacementError {
@@ -52,18 +58,18 @@ pub struct PlacementError {
     pub message: String,
 }
 
-/// Validates placement annotations on an owner (Deployment, StatefulSet, Job, ...) at its admission.
-pub fn check_owner_annotations(_object: &serde_json::Value) -> Result<(), PlacementError> {
-    Ok(())
-}
-
 /// Per-owner ledgers of which rule each live pod holds; shared by all webhook requests.
 #[derive(Debug, Default)]
 pub struct PlacementLedger {}
 
 impl PlacementLedger {
-    /// Decides placement for a pod CREATE (dry-run: decided, not recorded). Other requests get a default outcome.
-    pub fn assign_for(&self, _request: &AdmissionRequest<DynamicObject>, _snapshot: &Snapshot) -> PlacementOutcome {
-        PlacementOutcome::default()
+    /// Decides placement for one request: validates strategies and maps on owners (Err denies the owner),
+    /// assigns a rule to a pod CREATE (dry-run: decided, not recorded). Requests without placement get a default.
+    pub fn assign_for(
+        &self,
+        _request: &AdmissionRequest<DynamicObject>,
+        _snapshot: &Snapshot,
+    ) -> Result<PlacementOutcome, PlacementError> {
+        Ok(PlacementOutcome::default())
     }
 }

@@ -1,0 +1,204 @@
+//! Reading the CLI's input files: a TierPolicy, a cluster view (our list form or a `kubectl get ns,nodes -o yaml`
+//! dump), and the embedded sample used when no policy is given. File I/O only at the `load_*` edge.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use serde::Deserialize;
+
+use crate::policy::TierPolicy;
+use crate::view::{ClusterView, NamespaceView, NodeView};
+
+/// The embedded sample policy (`samples/kubenexus/policy.yaml`).
+pub const SAMPLE_POLICY: &str = include_str!("../../samples/kubenexus/policy.yaml");
+/// The embedded sample cluster view (`samples/kubenexus/cluster.yaml`).
+pub const SAMPLE_CLUSTER: &str = include_str!("../../samples/kubenexus/cluster.yaml");
+
+/// An input file could not be read or understood.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    /// The file could not be read.
+    #[error("failed to read {path}: {source}")]
+    Read {
+        /// File path.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The file is not a TierPolicy.
+    #[error("failed to parse {origin} as a TierPolicy (apiVersion tiergate.io/v1alpha1, kind TierPolicy): {message}")]
+    ParsePolicy {
+        /// File path or `embedded sample`.
+        origin: String,
+        /// Parser message with the location.
+        message: String,
+    },
+    /// The file is not a cluster view.
+    #[error(
+        "failed to parse {origin} as a cluster view (expected `namespaces:`/`nodes:` lists or a `kubectl get ns,nodes -o yaml` List): {message}"
+    )]
+    ParseCluster {
+        /// File path or `embedded sample`.
+        origin: String,
+        /// Parser message with the location.
+        message: String,
+    },
+}
+
+impl InputError {
+    /// Fixed reason for metrics and exit messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "read_input",
+            Self::ParsePolicy { .. } => "parse_policy",
+            Self::ParseCluster { .. } => "parse_cluster",
+        }
+    }
+}
+
+/// Reads a file to a string.
+pub fn read_file(path: &Path) -> Result<String, InputError> {
+    std::fs::read_to_string(path).map_err(|source| InputError::Read { path: path.to_owned(), source })
+}
+
+/// Loads a TierPolicy from `path`, or the embedded sample when `None`.
+pub fn load_policy(path: Option<&Path>) -> Result<TierPolicy, InputError> {
+    match path {
+        Some(path) => parse_policy(&read_file(path)?, &path.display().to_string()),
+        None => parse_policy(SAMPLE_POLICY, "embedded sample policy"),
+    }
+}
+
+/// Loads a cluster view from `path`.
+pub fn load_cluster_view(path: &Path) -> Result<ClusterView, InputError> {
+    parse_cluster_view(&read_file(path)?, &path.display().to_string())
+}
+
+/// Parses a TierPolicy document.
+pub fn parse_policy(text: &str, origin: &str) -> Result<TierPolicy, InputError> {
+    let parse_error = |message: String| InputError::ParsePolicy { origin: origin.to_owned(), message };
+    let header: DocumentHeader = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    if header.api_version.as_deref() != Some("tiergate.io/v1alpha1") || header.kind.as_deref() != Some("TierPolicy") {
+        return Err(parse_error(format!(
+            "found apiVersion {:?} kind {:?}; set apiVersion: tiergate.io/v1alpha1 and kind: TierPolicy",
+            header.api_version.unwrap_or_default(),
+            header.kind.unwrap_or_default()
+        )));
+    }
+    let policy: TierPolicy = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    Ok(policy)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DocumentHeader {
+    api_version: Option<String>,
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ClusterDocument {
+    Kubectl(KubectlList),
+    Own(ClusterView),
+}
+
+#[derive(Deserialize)]
+struct KubectlList {
+    #[allow(dead_code)]
+    kind: String,
+    items: Vec<serde_json::Value>,
+}
+
+/// Parses a cluster view: our `namespaces:`/`nodes:` form or a kubectl `List` of Namespaces and Nodes.
+pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, InputError> {
+    let parse_error = |message: String| InputError::ParseCluster { origin: origin.to_owned(), message };
+    let document: ClusterDocument = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    let list = match document {
+        ClusterDocument::Own(view) => return Ok(view),
+        ClusterDocument::Kubectl(list) => list,
+    };
+    let mut view = ClusterView::default();
+    for (index, item) in list.items.into_iter().enumerate() {
+        match item.get("kind").and_then(serde_json::Value::as_str) {
+            Some("Namespace") => {
+                let namespace: Namespace =
+                    serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
+                view.namespaces.push(NamespaceView {
+                    name: namespace.metadata.name.unwrap_or_default(),
+                    labels: namespace.metadata.labels.unwrap_or_default(),
+                });
+            }
+            Some("Node") => {
+                let node: Node =
+                    serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
+                view.nodes.push(node_view(node));
+            }
+            other => {
+                return Err(parse_error(format!(
+                    "items[{index}] has kind {other:?}; only Namespace and Node are understood"
+                )));
+            }
+        }
+    }
+    Ok(view)
+}
+
+/// The parts of a Node the translation and scorer use; allocatable quantities that are not whole numbers are
+/// left out (GPUs and other extended resources always are whole).
+pub fn node_view(node: Node) -> NodeView {
+    let allocatable: BTreeMap<String, i64> = node
+        .status
+        .and_then(|status| status.allocatable)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(name, quantity)| quantity.0.parse::<i64>().ok().map(|value| (name, value)))
+        .collect();
+    NodeView {
+        name: node.metadata.name.unwrap_or_default(),
+        labels: node.metadata.labels.unwrap_or_default(),
+        taints: node.spec.and_then(|spec| spec.taints).unwrap_or_default(),
+        allocatable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_sample_policy_and_cluster_parse() {
+        let policy = load_policy(None).unwrap();
+        assert_eq!(policy.spec.tier_label, "tenant.kubenexus.io/tier");
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        assert!(view.namespaces.iter().any(|ns| ns.name == "ml-team-dev"));
+    }
+
+    #[test]
+    fn kubectl_list_dump_is_understood() {
+        let dump = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Namespace
+  metadata: {name: ml-team-dev, labels: {tenant.kubenexus.io/tier: bronze}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: n1, labels: {gpu.nvidia.com/class: l4}}
+  status: {allocatable: {nvidia.com/gpu: "4", memory: 16Gi}}
+"#;
+        let view = parse_cluster_view(dump, "dump").unwrap();
+        assert_eq!(view.namespaces[0].labels["tenant.kubenexus.io/tier"], "bronze");
+        assert_eq!(view.nodes[0].allocatable.get("nvidia.com/gpu"), Some(&4));
+        assert!(!view.nodes[0].allocatable.contains_key("memory"));
+    }
+
+    #[test]
+    fn a_pod_list_is_refused_with_the_item_named() {
+        let dump = "kind: List\nitems:\n- {kind: Pod, metadata: {name: p}}\n";
+        let error = parse_cluster_view(dump, "dump").unwrap_err().to_string();
+        assert!(error.contains("items[0]") && error.contains("Pod"), "{error}");
+    }
+}
