@@ -21,165 +21,175 @@ use tiergate::scoring::{ScoreOutcome, ScoreSource, Scorer};
 use tiergate::view::Snapshot;
 use tokio::sync::Semaphore;
 
-/// How the fake agent answers.
-#[derive(Clone, Copy, Debug)]
-enum Mode {
-    /// Score 85 on l4, avoid `train-llama`.
-    Normal,
-    /// Answers normally after 5 s.
-    Slow,
-    /// HTTP 500.
-    ServerError,
-    /// 200 with a body that is not JSON.
-    Garbage,
-    /// A score outside 0..=100.
-    OutOfRange(f64),
-    /// Score 95 on h100, which bronze may not use.
-    UnknownGpu,
-    /// Answers normally once the test releases the gate.
-    Gated,
-}
+/// The fake agent and the snapshot builders (a `cfg(test)` module so clippy treats them as test code).
+#[cfg(test)]
+mod support {
+    use super::*;
 
-#[derive(Clone)]
-struct FakeState {
-    mode: Mode,
-    calls: Arc<AtomicUsize>,
-    bodies: Arc<Mutex<Vec<Value>>>,
-    gate: Arc<Semaphore>,
-}
+    /// How the fake agent answers.
+    #[derive(Clone, Copy, Debug)]
+    pub(super) enum Mode {
+        /// Score 85 on l4, avoid `train-llama`.
+        Normal,
+        /// Answers normally after 5 s.
+        Slow,
+        /// HTTP 500.
+        ServerError,
+        /// 200 with a body that is not JSON.
+        Garbage,
+        /// A score outside 0..=100.
+        OutOfRange(f64),
+        /// Score 95 on h100, which bronze may not use.
+        UnknownGpu,
+        /// Answers normally once the test releases the gate.
+        Gated,
+    }
 
-struct FakeAgent {
-    url: String,
-    calls: Arc<AtomicUsize>,
-    bodies: Arc<Mutex<Vec<Value>>>,
-    gate: Arc<Semaphore>,
-}
+    #[derive(Clone)]
+    struct FakeState {
+        mode: Mode,
+        calls: Arc<AtomicUsize>,
+        bodies: Arc<Mutex<Vec<Value>>>,
+        gate: Arc<Semaphore>,
+    }
 
-impl FakeAgent {
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
+    pub(super) struct FakeAgent {
+        pub(super) url: String,
+        pub(super) calls: Arc<AtomicUsize>,
+        pub(super) bodies: Arc<Mutex<Vec<Value>>>,
+        pub(super) gate: Arc<Semaphore>,
+    }
+
+    impl FakeAgent {
+        pub(super) fn calls(&self) -> usize {
+            self.calls.load(Ordering::SeqCst)
+        }
+    }
+
+    fn normal_answer() -> Value {
+        json!({
+            "priority_score": 85,
+            "gpu_selector": {"nodeSelector": {"gpu.nvidia.com/class": "l4"}},
+            "avoid_co_locate_with": ["train-llama"],
+            "terms": {"chosen_gpu": "l4"}
+        })
+    }
+
+    async fn handle_fake_score(State(state): State<FakeState>, Json(body): Json<Value>) -> Response {
+        state.calls.fetch_add(1, Ordering::SeqCst);
+        state.bodies.lock().unwrap().push(body);
+        match state.mode {
+            Mode::Normal => Json(normal_answer()).into_response(),
+            Mode::Slow => {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Json(normal_answer()).into_response()
+            }
+            Mode::ServerError => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+            Mode::Garbage => {
+                (StatusCode::OK, [("content-type", "application/json")], "{\"priority_score\": oops").into_response()
+            }
+            Mode::OutOfRange(score) => {
+                Json(json!({"priority_score": score, "terms": {"chosen_gpu": "l4"}})).into_response()
+            }
+            Mode::UnknownGpu => Json(json!({
+                "priority_score": 95,
+                "gpu_selector": {"nodeSelector": {"gpu.nvidia.com/class": "h100"}},
+                "avoid_co_locate_with": [],
+                "terms": {"chosen_gpu": "h100"}
+            }))
+            .into_response(),
+            Mode::Gated => {
+                let _permit = state.gate.acquire().await.unwrap();
+                Json(normal_answer()).into_response()
+            }
+        }
+    }
+
+    pub(super) async fn start_fake_agent(mode: Mode) -> FakeAgent {
+        let state =
+            FakeState { mode, calls: Arc::default(), bodies: Arc::default(), gate: Arc::new(Semaphore::new(0)) };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let agent = FakeAgent {
+            url,
+            calls: Arc::clone(&state.calls),
+            bodies: Arc::clone(&state.bodies),
+            gate: Arc::clone(&state.gate),
+        };
+        let router = Router::new().route("/v1/score", post(handle_fake_score)).with_state(state);
+        tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+        agent
+    }
+
+    /// A loopback URL nobody listens on.
+    pub(super) fn refused_url() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        url
+    }
+
+    pub(super) fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
+        let path = format!("{}/tests/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
+        let review: AdmissionReview<DynamicObject> =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        review.try_into().unwrap()
+    }
+
+    pub(super) fn bronze_job() -> AdmissionRequest<DynamicObject> {
+        fixture_request("job-create-bronze-gpu-scored.json")
+    }
+
+    pub(super) fn bronze_job_needing(gib: &str) -> AdmissionRequest<DynamicObject> {
+        let mut request = bronze_job();
+        let annotations = request.object.as_mut().unwrap().metadata.annotations.as_mut().unwrap();
+        annotations.insert("gpu.mem.gi".to_owned(), gib.to_owned());
+        request
+    }
+
+    /// The sample policy and cluster, with these scoring settings.
+    pub(super) fn snapshot_with(scoring: ScoringSettings) -> Snapshot {
+        let mut policy = load_policy(None).unwrap();
+        policy.spec.scoring = scoring;
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        Snapshot {
+            policy: Some(Arc::new(policy)),
+            namespaces: view.namespaces.into_iter().map(|ns| (ns.name.clone(), ns)).collect(),
+            nodes: view.nodes.into_iter().map(|node| (node.name.clone(), node)).collect(),
+            own_namespace: Some("tiergate-system".to_owned()),
+            synced: true,
+            ..Snapshot::default()
+        }
+    }
+
+    pub(super) fn agent_settings(url: &str) -> ScoringSettings {
+        ScoringSettings { url: Some(url.to_owned()), timeout_ms: 200, ..ScoringSettings::default() }
+    }
+
+    pub(super) fn scorer() -> (Scorer, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::default());
+        (Scorer::new(None, Arc::clone(&metrics)), metrics)
+    }
+
+    pub(super) fn calls_with_outcome(metrics: &Metrics, outcome: &'static str) -> u64 {
+        metrics.agent_calls.get_or_create(&AgentLabels { outcome }).get()
+    }
+
+    pub(super) fn assert_fallback(outcome: &ScoreOutcome, reason: &'static str) {
+        assert_eq!(outcome.source, ScoreSource::Fallback { reason }, "{outcome:?}");
+        assert_eq!(outcome.priority_class, "gpu-default", "bronze has no default class: the lowest bucket");
+        assert_eq!((outcome.score, outcome.chosen_gpu_class.as_deref()), (None, None));
+        assert!(outcome.warnings.iter().any(|warning| warning.contains("admitted with priority class gpu-default")));
+    }
+
+    /// A correctness bound (the call gave up rather than waited for the agent), not a performance claim.
+    pub(super) fn assert_within_budget(started: Instant, timeout_ms: u64) {
+        let budget = Duration::from_millis(timeout_ms) + Duration::from_secs(1);
+        assert!(started.elapsed() < budget, "took {:?}, budget {budget:?}", started.elapsed());
     }
 }
 
-fn normal_answer() -> Value {
-    json!({
-        "priority_score": 85,
-        "gpu_selector": {"nodeSelector": {"gpu.nvidia.com/class": "l4"}},
-        "avoid_co_locate_with": ["train-llama"],
-        "terms": {"chosen_gpu": "l4"}
-    })
-}
-
-async fn handle_fake_score(State(state): State<FakeState>, Json(body): Json<Value>) -> Response {
-    state.calls.fetch_add(1, Ordering::SeqCst);
-    state.bodies.lock().unwrap().push(body);
-    match state.mode {
-        Mode::Normal => Json(normal_answer()).into_response(),
-        Mode::Slow => {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            Json(normal_answer()).into_response()
-        }
-        Mode::ServerError => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
-        Mode::Garbage => {
-            (StatusCode::OK, [("content-type", "application/json")], "{\"priority_score\": oops").into_response()
-        }
-        Mode::OutOfRange(score) => {
-            Json(json!({"priority_score": score, "terms": {"chosen_gpu": "l4"}})).into_response()
-        }
-        Mode::UnknownGpu => Json(json!({
-            "priority_score": 95,
-            "gpu_selector": {"nodeSelector": {"gpu.nvidia.com/class": "h100"}},
-            "avoid_co_locate_with": [],
-            "terms": {"chosen_gpu": "h100"}
-        }))
-        .into_response(),
-        Mode::Gated => {
-            let _permit = state.gate.acquire().await.unwrap();
-            Json(normal_answer()).into_response()
-        }
-    }
-}
-
-async fn start_fake_agent(mode: Mode) -> FakeAgent {
-    let state = FakeState { mode, calls: Arc::default(), bodies: Arc::default(), gate: Arc::new(Semaphore::new(0)) };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let agent = FakeAgent {
-        url,
-        calls: Arc::clone(&state.calls),
-        bodies: Arc::clone(&state.bodies),
-        gate: Arc::clone(&state.gate),
-    };
-    let router = Router::new().route("/v1/score", post(handle_fake_score)).with_state(state);
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    agent
-}
-
-/// A loopback URL nobody listens on.
-fn refused_url() -> String {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    drop(listener);
-    url
-}
-
-fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
-    let path = format!("{}/tests/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
-    let review: AdmissionReview<DynamicObject> = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    review.try_into().unwrap()
-}
-
-fn bronze_job() -> AdmissionRequest<DynamicObject> {
-    fixture_request("job-create-bronze-gpu-scored.json")
-}
-
-fn bronze_job_needing(gib: &str) -> AdmissionRequest<DynamicObject> {
-    let mut request = bronze_job();
-    let annotations = request.object.as_mut().unwrap().metadata.annotations.as_mut().unwrap();
-    annotations.insert("gpu.mem.gi".to_owned(), gib.to_owned());
-    request
-}
-
-/// The sample policy and cluster, with these scoring settings.
-fn snapshot_with(scoring: ScoringSettings) -> Snapshot {
-    let mut policy = load_policy(None).unwrap();
-    policy.spec.scoring = scoring;
-    let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-    Snapshot {
-        policy: Some(Arc::new(policy)),
-        namespaces: view.namespaces.into_iter().map(|ns| (ns.name.clone(), ns)).collect(),
-        nodes: view.nodes.into_iter().map(|node| (node.name.clone(), node)).collect(),
-        own_namespace: Some("tiergate-system".to_owned()),
-        synced: true,
-        ..Snapshot::default()
-    }
-}
-
-fn agent_settings(url: &str) -> ScoringSettings {
-    ScoringSettings { url: Some(url.to_owned()), timeout_ms: 200, ..ScoringSettings::default() }
-}
-
-fn scorer() -> (Scorer, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::default());
-    (Scorer::new(None, Arc::clone(&metrics)), metrics)
-}
-
-fn calls_with_outcome(metrics: &Metrics, outcome: &'static str) -> u64 {
-    metrics.agent_calls.get_or_create(&AgentLabels { outcome }).get()
-}
-
-fn assert_fallback(outcome: &ScoreOutcome, reason: &'static str) {
-    assert_eq!(outcome.source, ScoreSource::Fallback { reason }, "{outcome:?}");
-    assert_eq!(outcome.priority_class, "gpu-default", "bronze has no default class: the lowest bucket");
-    assert_eq!((outcome.score, outcome.chosen_gpu_class.as_deref()), (None, None));
-    assert!(outcome.warnings.iter().any(|warning| warning.contains("admitted with priority class gpu-default")));
-}
-
-/// A correctness bound (the call gave up rather than waited for the agent), not a performance claim.
-fn assert_within_budget(started: Instant, timeout_ms: u64) {
-    let budget = Duration::from_millis(timeout_ms) + Duration::from_secs(1);
-    assert!(started.elapsed() < budget, "took {:?}, budget {budget:?}", started.elapsed());
-}
+use support::*;
 
 #[tokio::test]
 async fn normal_agent_score_becomes_its_bucket_with_seed_000s_exact_request() {
