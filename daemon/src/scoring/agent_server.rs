@@ -24,7 +24,7 @@ pub struct BuiltinAgent {
 impl BuiltinAgent {
     /// The agent for `policy`'s GPU classes on `view`'s nodes.
     pub fn new(policy: &TierPolicySpec, view: &ClusterView) -> Self {
-        let inventory = build_inventory(&policy.gpu_classes, &view.nodes, &[]);
+        let inventory = build_inventory(&policy.gpu_classes.iter().collect::<Vec<_>>(), &view.nodes, &[]);
         Self { classes: policy.gpu_classes.clone(), inventory }
     }
 

@@ -13,7 +13,7 @@
 //! class), and the score is `round(100 * value)`. No eligible class: score 0 and no choice (the job keeps its
 //! tier's flavors). Batch size, tenant and co-located job types are not used; `avoid_co_locate_with` is empty.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::policy::GpuClass;
 use crate::scoring::features::node_is_of_class;
@@ -40,27 +40,28 @@ pub struct ClassCapacity {
 /// Capacity per GPU class name.
 pub type Inventory = BTreeMap<String, ClassCapacity>;
 
-/// The inventory of every class from the node and pod caches.
+/// The inventory of `classes` from the node and pod caches (one pass over the nodes, one over the pods).
 pub fn build_inventory<'a>(
-    classes: &[GpuClass],
-    nodes: impl IntoIterator<Item = &'a NodeView> + Clone,
+    classes: &[&GpuClass],
+    nodes: impl IntoIterator<Item = &'a NodeView>,
     pods: &[PodView],
 ) -> Inventory {
-    classes
-        .iter()
-        .map(|class| {
-            let class_nodes: Vec<&NodeView> =
-                nodes.clone().into_iter().filter(|node| node_is_of_class(node, class)).collect();
-            let allocatable = class_nodes.iter().filter_map(|node| node.allocatable.get(&class.resource_name)).sum();
-            let in_use = pods
-                .iter()
-                .filter(|pod| {
-                    pod.node_name.as_deref().is_some_and(|name| class_nodes.iter().any(|node| node.name == name))
-                })
-                .count();
-            (class.name.clone(), ClassCapacity { allocatable, in_use: i64::try_from(in_use).unwrap_or(i64::MAX) })
-        })
-        .collect()
+    let mut inventory: Inventory = classes.iter().map(|class| (class.name.clone(), ClassCapacity::default())).collect();
+    let mut classes_of_node: HashMap<&str, Vec<&str>> = HashMap::new();
+    for node in nodes {
+        for class in classes.iter().filter(|class| node_is_of_class(node, class)) {
+            let capacity = inventory.entry(class.name.clone()).or_default();
+            capacity.allocatable += node.allocatable.get(&class.resource_name).copied().unwrap_or(0);
+            classes_of_node.entry(node.name.as_str()).or_default().push(class.name.as_str());
+        }
+    }
+    for pod in pods {
+        let node_classes = pod.node_name.as_deref().and_then(|node| classes_of_node.get(node));
+        for class in node_classes.into_iter().flatten() {
+            inventory.entry((*class).to_owned()).or_default().in_use += 1;
+        }
+    }
+    inventory
 }
 
 /// How well `class` fits a job needing `gpu_mem_gib` per GPU: `None` when it does not fit at all.
@@ -129,7 +130,7 @@ mod tests {
 
     fn sample_inventory() -> Inventory {
         let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-        build_inventory(&classes(), &view.nodes, &[])
+        build_inventory(&classes().iter().collect::<Vec<_>>(), &view.nodes, &[])
     }
 
     fn request(gpu_mem_gb: Option<u32>, candidates: &[&str]) -> ScoreRequest {
@@ -156,7 +157,7 @@ mod tests {
     fn cached_pods_on_a_class_node_count_as_used_gpus() {
         let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
         let pod = PodView { node_name: Some("gpu-l4-node-1".to_owned()), ..PodView::default() };
-        let inventory = build_inventory(&classes(), &view.nodes, &[pod.clone(), pod]);
+        let inventory = build_inventory(&classes().iter().collect::<Vec<_>>(), &view.nodes, &[pod.clone(), pod]);
         assert_eq!(inventory["l4"], ClassCapacity { allocatable: 4, in_use: 2 });
         assert_eq!(free_share(inventory["l4"]), 0.5);
     }
