@@ -1,7 +1,7 @@
 //! `Scorer::score_for` against real HTTP agents on loopback: a fake agent per failure mode, and the standalone
 //! built-in agent. Each mode gives the outcome documented in docs/scoring.md.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +43,8 @@ mod support {
         UnknownGpu,
         /// Answers normally once the test releases the gate.
         Gated,
+        /// HTTP 500 while `failing` is set, else normal.
+        Flaky,
     }
 
     #[derive(Clone)]
@@ -51,6 +53,7 @@ mod support {
         calls: Arc<AtomicUsize>,
         bodies: Arc<Mutex<Vec<Value>>>,
         gate: Arc<Semaphore>,
+        failing: Arc<AtomicBool>,
     }
 
     pub(super) struct FakeAgent {
@@ -58,6 +61,7 @@ mod support {
         pub(super) calls: Arc<AtomicUsize>,
         pub(super) bodies: Arc<Mutex<Vec<Value>>>,
         pub(super) gate: Arc<Semaphore>,
+        pub(super) failing: Arc<AtomicBool>,
     }
 
     impl FakeAgent {
@@ -98,6 +102,10 @@ mod support {
                 "terms": {"chosen_gpu": "h100"}
             }))
             .into_response(),
+            Mode::Flaky if state.failing.load(Ordering::SeqCst) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response()
+            }
+            Mode::Flaky => Json(normal_answer()).into_response(),
             Mode::Gated => {
                 let _permit = state.gate.acquire().await.unwrap();
                 Json(normal_answer()).into_response()
@@ -106,8 +114,13 @@ mod support {
     }
 
     pub(super) async fn start_fake_agent(mode: Mode) -> FakeAgent {
-        let state =
-            FakeState { mode, calls: Arc::default(), bodies: Arc::default(), gate: Arc::new(Semaphore::new(0)) };
+        let state = FakeState {
+            mode,
+            calls: Arc::default(),
+            bodies: Arc::default(),
+            gate: Arc::new(Semaphore::new(0)),
+            failing: Arc::new(AtomicBool::new(true)),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let agent = FakeAgent {
@@ -115,6 +128,7 @@ mod support {
             calls: Arc::clone(&state.calls),
             bodies: Arc::clone(&state.bodies),
             gate: Arc::clone(&state.gate),
+            failing: Arc::clone(&state.failing),
         };
         let router = Router::new().route("/v1/score", post(handle_fake_score)).with_state(state);
         tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
@@ -310,6 +324,31 @@ async fn breaker_opens_after_consecutive_failures_and_skips_the_agent() {
     assert_eq!(agent.calls(), 3);
     assert_eq!(metrics.agent_breaker_open.get(), 1);
     assert_eq!(calls_with_outcome(&metrics, "breaker_open"), 2);
+}
+
+#[tokio::test]
+async fn after_the_cooldown_one_probe_reaches_the_recovered_agent_and_closes_the_breaker() {
+    let agent = start_fake_agent(Mode::Flaky).await;
+    let (scorer, metrics) = scorer();
+    let snapshot = snapshot_with(ScoringSettings {
+        breaker_failure_threshold: 1,
+        breaker_cooldown_ms: 50,
+        cache_ttl_ms: 0,
+        ..agent_settings(&agent.url)
+    });
+    let failed = scorer.score_for(&bronze_job(), &snapshot).await.unwrap();
+    let skipped = scorer.score_for(&bronze_job(), &snapshot).await.unwrap();
+    assert_eq!(failed.source, ScoreSource::Fallback { reason: "http_error" });
+    assert_eq!(skipped.source, ScoreSource::Fallback { reason: "breaker_open" });
+    assert_eq!(metrics.agent_breaker_open.get(), 1);
+    agent.failing.store(false, Ordering::SeqCst);
+    // Waiting past the cool-down (a precondition, not a timing assertion).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let probe = scorer.score_for(&bronze_job(), &snapshot).await.unwrap();
+    let after = scorer.score_for(&bronze_job(), &snapshot).await.unwrap();
+    assert_eq!((probe.source, after.source), (ScoreSource::Agent, ScoreSource::Agent));
+    assert_eq!(metrics.agent_breaker_open.get(), 0);
+    assert_eq!(agent.calls(), 3, "the failure, the probe and the next call; the skipped call never reached the agent");
 }
 
 #[tokio::test]

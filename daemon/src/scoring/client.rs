@@ -246,12 +246,23 @@ impl AgentClient {
         self.metrics.agent_latency_seconds.observe(started.elapsed().as_secs_f64());
         {
             let mut breaker = self.lock_breaker();
+            let was_open = breaker.is_open();
             match &result {
                 Ok(_) => breaker.record_success(),
                 Err(error) if error.is_agent_failure() => breaker.record_failure(Instant::now()),
                 Err(_) => {}
             }
-            self.metrics.agent_breaker_open.set(i64::from(breaker.is_open()));
+            let is_open = breaker.is_open();
+            self.metrics.agent_breaker_open.set(i64::from(is_open));
+            match (was_open, is_open) {
+                (false, true) => tracing::warn!(
+                    url = %self.config.url,
+                    cooldown_ms = self.config.breaker_cooldown.as_millis(),
+                    "scheduler agent circuit breaker opened: calls are skipped for the cool-down"
+                ),
+                (true, false) => tracing::info!(url = %self.config.url, "scheduler agent circuit breaker closed"),
+                _ => {}
+            }
         }
         let answer = result?;
         if let Some(cache) = &self.cache {

@@ -173,9 +173,16 @@ impl Scorer {
                 }
             },
         };
-        if let Err(error) = &result {
-            let cause = std::error::Error::source(error).map(ToString::to_string).unwrap_or_default();
-            tracing::warn!(reason = error.reason(), %error, cause, tier = %job.tier.name, "scoring fell back to the tier's default priority");
+        match &result {
+            // Expected while the breaker is open or the slots are full; the breaker logs its own transitions.
+            Err(error @ (AgentCallError::PassBreaker { .. } | AgentCallError::AcquireCallSlot { .. })) => {
+                tracing::debug!(reason = error.reason(), %error, "scoring fell back to the tier's default priority");
+            }
+            Err(error) => {
+                let cause = std::error::Error::source(error).map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(reason = error.reason(), %error, cause, tier = %job.tier.name, "scoring fell back to the tier's default priority");
+            }
+            Ok(_) => {}
         }
         let result = result.map_err(|error| (error.reason(), error.to_string()));
         let outcome = build_outcome(&job, result, &policy.spec.priority_buckets, unix_now());
