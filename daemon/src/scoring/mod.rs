@@ -184,8 +184,7 @@ impl Scorer {
             }
             Ok(_) => {}
         }
-        let result = result.map_err(|error| (error.reason(), error.to_string()));
-        let outcome = build_outcome(&job, result, &policy.spec.priority_buckets, unix_now());
+        let outcome = build_outcome(&job, result.as_ref(), &policy.spec.priority_buckets, unix_now());
         if outcome.is_none() {
             tracing::warn!(tier = %job.tier.name, "no priority class for a scored job: the policy has no priority buckets");
         }
@@ -208,7 +207,7 @@ impl Scorer {
 /// and message. `None` only when the policy has no bucket to fall back to.
 pub fn build_outcome(
     job: &ScoringJob<'_>,
-    result: Result<(AgentAnswer, ScoreSource), (&'static str, String)>,
+    result: Result<&(AgentAnswer, ScoreSource), &AgentCallError>,
     buckets: &[PriorityBucket],
     decided_at_unix: i64,
 ) -> Option<ScoreOutcome> {
@@ -221,7 +220,7 @@ pub fn build_outcome(
     ));
     match result {
         Ok((answer, source)) => {
-            warnings.extend(answer.warnings);
+            warnings.extend(answer.warnings.iter().cloned());
             let priority_class = match buckets::bucket_for(answer.score, buckets) {
                 Ok(bucket) => bucket.name.clone(),
                 Err(error) => {
@@ -233,25 +232,23 @@ pub fn build_outcome(
             Some(ScoreOutcome {
                 priority_class,
                 score: Some(answer.score),
-                chosen_gpu_class: answer.chosen_gpu_class,
-                avoid_job_types: answer.avoid_job_types,
-                source,
+                chosen_gpu_class: answer.chosen_gpu_class.clone(),
+                avoid_job_types: answer.avoid_job_types.clone(),
+                source: source.clone(),
                 warnings,
                 decided_at_unix,
             })
         }
-        Err((reason, message)) => {
+        Err(error) => {
             let class = default_class?;
-            warnings.push(format!(
-                "{message}; admitted with priority class {class}, the default of tier {}",
-                job.tier.name
-            ));
+            warnings
+                .push(format!("{error}; admitted with priority class {class}, the default of tier {}", job.tier.name));
             Some(ScoreOutcome {
                 priority_class: class,
                 score: None,
                 chosen_gpu_class: None,
                 avoid_job_types: vec![],
-                source: ScoreSource::Fallback { reason },
+                source: ScoreSource::Fallback { reason: error.reason() },
                 warnings,
                 decided_at_unix,
             })

@@ -137,7 +137,7 @@ fn a_score_below_every_bucket_gets_the_tiers_default_with_a_warning() {
         warnings: vec![],
         gpu_ignored: false,
     };
-    let outcome = build_outcome(&job, Ok((answer, ScoreSource::Agent)), &buckets, 0).unwrap();
+    let outcome = build_outcome(&job, Ok(&(answer, ScoreSource::Agent)), &buckets, 0).unwrap();
     assert_eq!(outcome.priority_class, "gpu-medium");
     assert_eq!(outcome.score, Some(10));
     assert!(outcome.warnings.iter().any(|warning| warning.contains("starts at 50")), "{:?}", outcome.warnings);
@@ -149,5 +149,6 @@ fn without_buckets_or_a_tier_default_there_is_no_outcome() {
     let policy = snapshot.policy.clone().unwrap();
     let request = fixture_request("job-create-bronze-gpu-scored.json");
     let job = features::scoring_job(&request, &snapshot, &policy.spec).unwrap();
-    assert_eq!(build_outcome(&job, Err(("timeout", "failed".to_owned())), &[], 0), None);
+    let error = AgentCallError::AcquireCallSlot { limit: 1 };
+    assert_eq!(build_outcome(&job, Err(&error), &[], 0), None);
 }
