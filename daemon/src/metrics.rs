@@ -50,7 +50,8 @@ pub struct AdmissionLabels {
 /// Outcome of a scheduler-agent call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AgentLabels {
-    /// `ok`, `timeout`, `refused`, `http_error`, `garbage`, `out_of_range`, `breaker_open`, `cached`, `builtin`.
+    /// `ok`, `ignored_gpu`, `cached`, `builtin`, `timeout`, `refused`, `transport_error`, `http_error`, `garbage`,
+    /// `out_of_range`, `breaker_open`, `busy`, `bad_url`, `client_error` (see docs/scoring.md).
     pub outcome: &'static str,
 }
 

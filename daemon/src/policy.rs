@@ -269,11 +269,31 @@ pub struct ScoringSettings {
     /// Per-call timeout in milliseconds (keep well under the webhook's 5 s timeout).
     #[serde(default = "default_scoring_timeout_ms")]
     pub timeout_ms: u64,
+    /// Consecutive failed agent calls that open the circuit breaker (then calls are skipped for the cool-down).
+    #[serde(default = "default_breaker_failure_threshold")]
+    pub breaker_failure_threshold: u32,
+    /// Milliseconds the open breaker skips the agent before one probe call is let through.
+    #[serde(default = "default_breaker_cooldown_ms")]
+    pub breaker_cooldown_ms: u64,
+    /// Milliseconds an agent answer is reused for an identical request (0 turns the cache off).
+    #[serde(default = "default_scoring_cache_ttl_ms")]
+    pub cache_ttl_ms: u64,
+    /// Agent calls in flight at once; a request beyond this is admitted at once with the tier's default priority.
+    #[serde(default = "default_scoring_max_concurrent_calls")]
+    pub max_concurrent_calls: u32,
 }
 
 impl Default for ScoringSettings {
     fn default() -> Self {
-        Self { enabled: true, url: None, timeout_ms: default_scoring_timeout_ms() }
+        Self {
+            enabled: true,
+            url: None,
+            timeout_ms: default_scoring_timeout_ms(),
+            breaker_failure_threshold: default_breaker_failure_threshold(),
+            breaker_cooldown_ms: default_breaker_cooldown_ms(),
+            cache_ttl_ms: default_scoring_cache_ttl_ms(),
+            max_concurrent_calls: default_scoring_max_concurrent_calls(),
+        }
     }
 }
 
@@ -326,6 +346,18 @@ fn default_gpu_resource() -> String {
 }
 fn default_scoring_timeout_ms() -> u64 {
     250
+}
+fn default_breaker_failure_threshold() -> u32 {
+    5
+}
+fn default_breaker_cooldown_ms() -> u64 {
+    30_000
+}
+fn default_scoring_cache_ttl_ms() -> u64 {
+    5_000
+}
+fn default_scoring_max_concurrent_calls() -> u32 {
+    32
 }
 
 /// Seed 000's buckets: gpu-ultra >= 90, gpu-high >= 70, gpu-medium >= 50, gpu-default >= 0.

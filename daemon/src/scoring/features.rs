@@ -1,0 +1,302 @@
+//! Which admission requests are scored, and the `/v1/score` request built for them from the workload's
+//! annotations, its tier's GPU classes and the pod cache; pure, no I/O.
+//!
+//! A workload is scored when all of these hold:
+//! - the operation is CREATE (an UPDATE is never rescored, so a priority never changes under a running job);
+//! - its kind is in [`SCORABLE_KINDS`] (Job, JobSet, and Pods without a controlling owner: a Job's own pods are
+//!   not queued by Kueue, their Job is);
+//! - its namespace is not excluded and has a tier;
+//! - some container (or init container) requests or limits the GPU resource of one of the tier's classes;
+//! - its metadata annotations name a job type (`tiergate.io/job-type` or `app.kubernetes.io/job-type`).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use serde_json::Value;
+use tiergate_compat::scoring_annotations::scoring_inputs;
+
+use crate::policy::{GpuClass, Tier, TierPolicySpec};
+use crate::scoring::wire::{ScoreFeatures, ScoreRequest};
+use crate::view::{NodeView, Snapshot};
+
+/// Pod label whose value names a running pod's job type (read for `colocated_job_types`).
+pub const JOB_TYPE_LABEL: &str = "app.kubernetes.io/job-type";
+
+/// A workload kind that carries a Kueue priority label, and where its pod specs are.
+#[derive(Debug)]
+pub struct ScorableKind {
+    /// API group (`""` for core).
+    pub group: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Whether an object with a controlling owner is scored (false for Pods: their owner is).
+    pub score_owned: bool,
+    /// The object's pod specs.
+    pub pod_specs: fn(&Value) -> Vec<&Value>,
+}
+
+/// Every kind scoring understands.
+pub const SCORABLE_KINDS: &[ScorableKind] = &[
+    ScorableKind { group: "batch", kind: "Job", score_owned: true, pod_specs: job_pod_specs },
+    ScorableKind { group: "jobset.x-k8s.io", kind: "JobSet", score_owned: true, pod_specs: jobset_pod_specs },
+    ScorableKind { group: "", kind: "Pod", score_owned: false, pod_specs: pod_pod_specs },
+];
+
+fn job_pod_specs(data: &Value) -> Vec<&Value> {
+    data.pointer("/spec/template/spec").into_iter().collect()
+}
+
+fn jobset_pod_specs(data: &Value) -> Vec<&Value> {
+    data.pointer("/spec/replicatedJobs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|replicated| replicated.pointer("/template/spec/template/spec"))
+        .collect()
+}
+
+fn pod_pod_specs(data: &Value) -> Vec<&Value> {
+    data.get("spec").into_iter().collect()
+}
+
+/// A workload that will be scored: its tier, the classes it may be offered and the request to send.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoringJob<'a> {
+    /// The namespace's tier.
+    pub tier: &'a Tier,
+    /// The tier's GPU classes, primary first (only those the policy defines).
+    pub candidates: Vec<&'a GpuClass>,
+    /// The `/v1/score` body.
+    pub request: ScoreRequest,
+    /// Annotation problems, for the AdmissionResponse.
+    pub warnings: Vec<String>,
+}
+
+/// The scoring job for an admission request, or `None` when the workload is not scored (see the module docs).
+pub fn scoring_job<'a>(
+    request: &AdmissionRequest<DynamicObject>,
+    snapshot: &Snapshot,
+    policy: &'a TierPolicySpec,
+) -> Option<ScoringJob<'a>> {
+    if request.operation != Operation::Create {
+        return None;
+    }
+    let object = request.object.as_ref()?;
+    let kind = SCORABLE_KINDS
+        .iter()
+        .find(|scorable| scorable.group == request.kind.group && scorable.kind == request.kind.kind)?;
+    if !kind.score_owned && has_controller(object) {
+        return None;
+    }
+    let namespace = request.namespace.as_deref().or(object.metadata.namespace.as_deref())?;
+    if policy.is_excluded(namespace, snapshot.own_namespace.as_deref()) {
+        return None;
+    }
+    let tier = policy.tier_of(&snapshot.namespaces.get(namespace)?.labels)?;
+    let candidates: Vec<&GpuClass> = tier.gpu_class_names().filter_map(|name| policy.gpu_class(name)).collect();
+    let gpu_resources: BTreeSet<&str> = candidates.iter().map(|class| class.resource_name.as_str()).collect();
+    if !(kind.pod_specs)(&object.data).into_iter().any(|spec| requests_any(spec, &gpu_resources)) {
+        return None;
+    }
+    let empty = BTreeMap::new();
+    let inputs = scoring_inputs(object.metadata.annotations.as_ref().unwrap_or(&empty));
+    let job_type = inputs.job_type?;
+    let request = ScoreRequest {
+        job_type,
+        features: ScoreFeatures {
+            gpu_mem_gb: inputs.gpu_mem_gib,
+            batch_size: inputs.batch_size,
+            tenant: inputs.tenant,
+        },
+        candidate_gpu_types: candidates.iter().map(|class| class.name.clone()).collect(),
+        colocated_job_types: colocated_job_types(snapshot, &candidates),
+    };
+    let warnings = inputs.problems.iter().map(ToString::to_string).collect();
+    Some(ScoringJob { tier, candidates, request, warnings })
+}
+
+/// Whether `node` carries every label of `class`.
+pub fn node_is_of_class(node: &NodeView, class: &GpuClass) -> bool {
+    class.node_labels.iter().all(|(key, value)| node.labels.get(key) == Some(value))
+}
+
+/// Job types (the `app.kubernetes.io/job-type` label) of cached pods running on nodes of the candidate classes,
+/// sorted and deduplicated so identical situations give identical requests (and cache hits).
+pub fn colocated_job_types(snapshot: &Snapshot, candidates: &[&GpuClass]) -> Vec<String> {
+    let candidate_nodes: BTreeSet<&str> = snapshot
+        .nodes
+        .values()
+        .filter(|node| candidates.iter().any(|class| node_is_of_class(node, class)))
+        .map(|node| node.name.as_str())
+        .collect();
+    snapshot
+        .pods
+        .iter()
+        .filter(|pod| pod.node_name.as_deref().is_some_and(|node| candidate_nodes.contains(node)))
+        .filter_map(|pod| pod.labels.get(JOB_TYPE_LABEL).map(String::as_str))
+        .filter(|job_type| !job_type.is_empty())
+        .collect::<BTreeSet<&str>>()
+        .into_iter()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn has_controller(object: &DynamicObject) -> bool {
+    object.metadata.owner_references.iter().flatten().any(|owner| owner.controller == Some(true))
+}
+
+/// Whether a pod spec's containers or init containers request or limit more than zero of any of `resources`.
+fn requests_any(pod_spec: &Value, resources: &BTreeSet<&str>) -> bool {
+    ["containers", "initContainers"]
+        .iter()
+        .filter_map(|field| pod_spec.get(field).and_then(Value::as_array))
+        .flatten()
+        .filter_map(|container| container.get("resources"))
+        .flat_map(|container_resources| {
+            ["requests", "limits"].into_iter().filter_map(|field| container_resources.get(field))
+        })
+        .any(|amounts| resources.iter().any(|resource| amounts.get(*resource).is_some_and(is_positive_quantity)))
+}
+
+fn is_positive_quantity(value: &Value) -> bool {
+    match value {
+        Value::String(text) => text.trim().parse::<f64>().is_ok_and(|number| number > 0.0),
+        Value::Number(number) => number.as_f64().is_some_and(|number| number > 0.0),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scoring::test_support::{
+        fixture_request, sample_snapshot, with_annotations, with_operation, without_annotation,
+    };
+    use crate::view::PodView;
+
+    fn job_for(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot) -> Option<ScoreRequest> {
+        let policy = snapshot.policy.clone().unwrap();
+        scoring_job(request, snapshot, &policy.spec).map(|job| job.request)
+    }
+
+    #[test]
+    fn recorded_bronze_job_is_offered_only_l4() {
+        let snapshot = sample_snapshot();
+        let policy = snapshot.policy.clone().unwrap();
+        let request = fixture_request("job-create-bronze-gpu-scored.json");
+        let job = scoring_job(&request, &snapshot, &policy.spec).unwrap();
+        assert_eq!(job.tier.name, "bronze");
+        assert_eq!(
+            job.request,
+            ScoreRequest {
+                job_type: "train-bert".to_owned(),
+                features: ScoreFeatures {
+                    gpu_mem_gb: Some(40),
+                    batch_size: Some(16),
+                    tenant: Some("team-a".to_owned())
+                },
+                candidate_gpu_types: vec!["l4".to_owned()],
+                colocated_job_types: vec![],
+            }
+        );
+        assert!(job.warnings.is_empty());
+    }
+
+    #[test]
+    fn an_update_is_never_scored() {
+        let request = with_operation(fixture_request("job-create-bronze-gpu-scored.json"), Operation::Update);
+        assert_eq!(job_for(&request, &sample_snapshot()), None);
+    }
+
+    #[test]
+    fn a_job_without_a_job_type_is_not_scored() {
+        let request =
+            without_annotation(fixture_request("job-create-bronze-gpu-scored.json"), "app.kubernetes.io/job-type");
+        assert_eq!(job_for(&request, &sample_snapshot()), None);
+    }
+
+    #[test]
+    fn a_cpu_only_pod_is_not_scored() {
+        let request = with_annotations(
+            fixture_request("pod-create-bronze-cpu-only.json"),
+            &[("app.kubernetes.io/job-type", "train-bert")],
+        );
+        assert_eq!(job_for(&request, &sample_snapshot()), None);
+    }
+
+    #[test]
+    fn pods_created_by_a_job_are_left_to_their_job() {
+        let request = with_annotations(
+            fixture_request("pod-create-from-job-1.json"),
+            &[("app.kubernetes.io/job-type", "train-bert")],
+        );
+        assert_eq!(job_for(&request, &sample_snapshot()), None);
+    }
+
+    #[test]
+    fn kube_system_and_the_daemons_own_namespace_are_not_scored() {
+        let request = with_annotations(
+            fixture_request("pod-create-kube-system.json"),
+            &[("app.kubernetes.io/job-type", "train-bert")],
+        );
+        assert_eq!(job_for(&request, &sample_snapshot()), None);
+        let mut snapshot = sample_snapshot();
+        snapshot.own_namespace = Some("ml-team-dev".to_owned());
+        assert_eq!(job_for(&fixture_request("job-create-bronze-gpu-scored.json"), &snapshot), None);
+    }
+
+    #[test]
+    fn a_gold_job_is_offered_its_primary_then_its_fallbacks() {
+        let mut snapshot = sample_snapshot();
+        let mut policy = (*snapshot.policy.clone().unwrap()).clone();
+        policy.spec.tiers.iter_mut().filter(|tier| tier.name == "gold").for_each(|tier| {
+            tier.fallback_gpu_classes = vec!["a100".to_owned()];
+        });
+        snapshot.policy = Some(std::sync::Arc::new(policy));
+        let request = with_annotations(
+            fixture_request("job-create-gold-8gpu-suspended.json"),
+            &[("tiergate.io/job-type", "train-llama")],
+        );
+        let job = job_for(&request, &snapshot).unwrap();
+        assert_eq!(job.candidate_gpu_types, ["h100", "a100"]);
+        assert_eq!(job.job_type, "train-llama");
+    }
+
+    #[test]
+    fn colocated_job_types_come_from_pods_on_the_candidate_classes_nodes() {
+        let mut snapshot = sample_snapshot();
+        let pod = |name: &str, node: Option<&str>, job_type: &str| PodView {
+            namespace: "other".to_owned(),
+            name: name.to_owned(),
+            node_name: node.map(str::to_owned),
+            labels: [(JOB_TYPE_LABEL.to_owned(), job_type.to_owned())].into(),
+            ..PodView::default()
+        };
+        snapshot.pods = vec![
+            pod("a", Some("gpu-l4-node-1"), "infer-llama"),
+            pod("b", Some("gpu-l4-node-1"), "infer-llama"),
+            pod("c", Some("gpu-l4-node-1"), "etl"),
+            pod("d", Some("gpu-h100-node-1"), "train-gpt"),
+            pod("e", None, "pending-job"),
+        ];
+        let job = job_for(&fixture_request("job-create-bronze-gpu-scored.json"), &snapshot).unwrap();
+        assert_eq!(job.colocated_job_types, ["etl", "infer-llama"]);
+    }
+
+    #[test]
+    fn a_bad_annotation_becomes_a_warning_and_the_job_is_still_scored() {
+        let snapshot = sample_snapshot();
+        let policy = snapshot.policy.clone().unwrap();
+        let request =
+            with_annotations(fixture_request("job-create-bronze-gpu-scored.json"), &[("gpu.mem.gi", "forty")]);
+        let job = scoring_job(&request, &snapshot, &policy.spec).unwrap();
+        assert_eq!(job.request.features.gpu_mem_gb, None);
+        assert_eq!(job.warnings.len(), 1);
+        assert!(
+            job.warnings[0].contains("gpu.mem.gi") && job.warnings[0].contains("whole number"),
+            "{:?}",
+            job.warnings
+        );
+    }
+}

@@ -1,0 +1,269 @@
+//! Scheduler-agent scores: which workloads are scored, the `/v1/score` client (timeout, breaker, cache, bounded
+//! concurrency), priority buckets and the built-in scorer. Network I/O only in [`client`]; the rest is pure.
+//!
+//! See docs/scoring.md for the wire format, the outcome of every failure mode and the built-in formula.
+
+pub mod agent_server;
+pub mod answer;
+pub mod breaker;
+pub mod buckets;
+pub mod builtin;
+pub mod client;
+pub mod features;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+
+use crate::metrics::{AgentLabels, Metrics};
+use crate::policy::PriorityBucket;
+use crate::view::Snapshot;
+use answer::{AgentAnswer, build_answer};
+use client::{AgentCallError, AgentClient, AgentConfig};
+use features::ScoringJob;
+
+/// Annotation recording the score (`tiergate.io/`).
+pub const SCORE_ANNOTATION: &str = "tiergate.io/priority-score";
+/// Annotation recording the chosen GPU class.
+pub const CHOSEN_GPU_ANNOTATION: &str = "tiergate.io/chosen-gpu";
+/// Annotation recording the decision time (Unix seconds).
+pub const DECIDED_AT_ANNOTATION: &str = "tiergate.io/decision-timestamp";
+/// Annotation recording where the priority came from: `agent`, `builtin` or `fallback`.
+pub const SCORE_SOURCE_ANNOTATION: &str = "tiergate.io/score-source";
+/// Annotation recording why the default priority was used (a `Fallback` reason).
+pub const FALLBACK_REASON_ANNOTATION: &str = "tiergate.io/score-fallback-reason";
+/// Seed 000's score annotation, kept for dashboards built on it.
+pub const SEED_SCORE_ANNOTATION: &str = "scheduler.radix.ai/priority-score";
+/// Seed 000's chosen-GPU annotation.
+pub const SEED_CHOSEN_GPU_ANNOTATION: &str = "scheduler.radix.ai/chosen-gpu";
+/// Seed 000's decision-time annotation.
+pub const SEED_DECIDED_AT_ANNOTATION: &str = "scheduler.radix.ai/decision-timestamp";
+
+/// Where a score came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScoreSource {
+    /// The external agent answered.
+    Agent,
+    /// The built-in scorer (no agent configured).
+    BuiltIn,
+    /// The agent failed; the tier's default priority was used. `reason` is a fixed string.
+    Fallback {
+        /// Fixed reason: `timeout`, `refused`, `http_error`, `garbage`, `out_of_range`, `breaker_open`, `busy`,
+        /// `transport_error`, `bad_url` or `client_error` (see docs/scoring.md).
+        reason: &'static str,
+    },
+}
+
+impl ScoreSource {
+    /// `agent`, `builtin` or `fallback`: the value of [`SCORE_SOURCE_ANNOTATION`].
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Agent => "agent",
+            Self::BuiltIn => "builtin",
+            Self::Fallback { .. } => "fallback",
+        }
+    }
+}
+
+/// What scoring decided for one workload; applied to the object by the admission mutation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoreOutcome {
+    /// WorkloadPriorityClass for `kueue.x-k8s.io/priority-class`.
+    pub priority_class: String,
+    /// The score, when there is one.
+    pub score: Option<i64>,
+    /// GPU class chosen inside the tier (its flavor's labels become the selector).
+    pub chosen_gpu_class: Option<String>,
+    /// Job types to avoid sharing a node with (preferred pod anti-affinity).
+    pub avoid_job_types: Vec<String>,
+    /// Where the score came from.
+    pub source: ScoreSource,
+    /// Warnings for the AdmissionResponse.
+    pub warnings: Vec<String>,
+    /// Unix seconds of the decision.
+    pub decided_at_unix: i64,
+}
+
+impl ScoreOutcome {
+    /// The annotations recording this decision: tiergate's keys and seed 000's (score, chosen GPU, time), plus
+    /// the source and, for a fallback, its reason. Absent values are left out.
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        let mut annotations = BTreeMap::new();
+        let decided_at = self.decided_at_unix.to_string();
+        for key in [DECIDED_AT_ANNOTATION, SEED_DECIDED_AT_ANNOTATION] {
+            annotations.insert(key.to_owned(), decided_at.clone());
+        }
+        if let Some(score) = self.score {
+            for key in [SCORE_ANNOTATION, SEED_SCORE_ANNOTATION] {
+                annotations.insert(key.to_owned(), score.to_string());
+            }
+        }
+        if let Some(class) = &self.chosen_gpu_class {
+            for key in [CHOSEN_GPU_ANNOTATION, SEED_CHOSEN_GPU_ANNOTATION] {
+                annotations.insert(key.to_owned(), class.clone());
+            }
+        }
+        annotations.insert(SCORE_SOURCE_ANNOTATION.to_owned(), self.source.name().to_owned());
+        if let ScoreSource::Fallback { reason } = self.source {
+            annotations.insert(FALLBACK_REASON_ANNOTATION.to_owned(), reason.to_owned());
+        }
+        annotations
+    }
+}
+
+/// Scores workloads with the agent or the built-in scorer; shared by all webhook requests.
+///
+/// Settings are read from `snapshot.policy.spec.scoring` on every call, so a policy change takes effect on the
+/// next request (a changed agent configuration rebuilds the client, resetting its breaker and cache).
+#[derive(Debug)]
+pub struct Scorer {
+    agent_url: Option<String>,
+    metrics: Arc<Metrics>,
+    client: Mutex<Option<Arc<AgentClient>>>,
+}
+
+impl Default for Scorer {
+    /// No `--agent-url` override and private metrics: the policy's `spec.scoring.url`, else the built-in scorer.
+    fn default() -> Self {
+        Self::new(None, Arc::new(Metrics::default()))
+    }
+}
+
+impl Scorer {
+    /// A scorer reporting to `metrics`; `agent_url` (`--agent-url`) beats the policy's `spec.scoring.url`.
+    pub fn new(agent_url: Option<String>, metrics: Arc<Metrics>) -> Self {
+        let agent_url = agent_url.filter(|url| !url.trim().is_empty());
+        Self { agent_url, metrics, client: Mutex::new(None) }
+    }
+
+    /// The score for a scorable workload (a GPU job with a job type in a tiered namespace), `None` otherwise.
+    /// Never fails: agent problems become a `Fallback` outcome.
+    pub async fn score_for(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        snapshot: &Snapshot,
+    ) -> Option<ScoreOutcome> {
+        let policy = snapshot.policy.as_deref()?;
+        let settings = &policy.spec.scoring;
+        if !settings.enabled {
+            return None;
+        }
+        let job = features::scoring_job(request, snapshot, &policy.spec)?;
+        let url = self.agent_url.clone().or_else(|| settings.url.clone().filter(|url| !url.trim().is_empty()));
+        let result = match url {
+            None => {
+                let inventory = builtin::build_inventory(&job.candidates, snapshot.nodes.values(), &snapshot.pods);
+                let response = builtin::builtin_response(&job.request, &policy.spec.gpu_classes, &inventory);
+                let answer = build_answer(&response, &job.tier.name, &job.candidates).map_err(AgentCallError::from);
+                self.metrics.agent_calls.get_or_create(&AgentLabels { outcome: "builtin" }).inc();
+                answer.map(|answer| (answer, ScoreSource::BuiltIn))
+            }
+            Some(url) => match self.client_for(AgentConfig::new(url, settings)) {
+                Ok(client) => client
+                    .answer(&job.tier.name, &job.candidates, &job.request)
+                    .await
+                    .map(|answered| (answered.answer, ScoreSource::Agent)),
+                Err(error) => {
+                    self.metrics.agent_calls.get_or_create(&AgentLabels { outcome: error.reason() }).inc();
+                    Err(error)
+                }
+            },
+        };
+        match &result {
+            // Expected while the breaker is open or the slots are full; the breaker logs its own transitions.
+            Err(error @ (AgentCallError::PassBreaker { .. } | AgentCallError::AcquireCallSlot { .. })) => {
+                tracing::debug!(reason = error.reason(), %error, "scoring fell back to the tier's default priority");
+            }
+            Err(error) => {
+                let cause = std::error::Error::source(error).map(ToString::to_string).unwrap_or_default();
+                tracing::warn!(reason = error.reason(), %error, cause, tier = %job.tier.name, "scoring fell back to the tier's default priority");
+            }
+            Ok(_) => {}
+        }
+        let outcome = build_outcome(&job, result.as_ref(), &policy.spec.priority_buckets, unix_now());
+        if outcome.is_none() {
+            tracing::warn!(tier = %job.tier.name, "no priority class for a scored job: the policy has no priority buckets");
+        }
+        outcome
+    }
+
+    /// The client for `config`, reusing the current one while the configuration is unchanged.
+    fn client_for(&self, config: AgentConfig) -> Result<Arc<AgentClient>, AgentCallError> {
+        let mut slot = self.client.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(client) = slot.as_ref().filter(|client| client.config() == &config) {
+            return Ok(Arc::clone(client));
+        }
+        let client = Arc::new(AgentClient::new(config, Arc::clone(&self.metrics))?);
+        *slot = Some(Arc::clone(&client));
+        Ok(client)
+    }
+}
+
+/// The outcome for a scored job: the answer's bucket, or the tier's default priority with the failure's reason
+/// and message. `None` only when the policy has no bucket to fall back to.
+pub fn build_outcome(
+    job: &ScoringJob<'_>,
+    result: Result<&(AgentAnswer, ScoreSource), &AgentCallError>,
+    buckets: &[PriorityBucket],
+    decided_at_unix: i64,
+) -> Option<ScoreOutcome> {
+    let default_class = buckets::default_priority_class(job.tier, buckets);
+    let mut warnings = job.warnings.clone();
+    warnings.extend(builtin::memory_shortfall_warning(
+        job.request.features.gpu_mem_gb,
+        &job.tier.name,
+        &job.candidates,
+    ));
+    match result {
+        Ok((answer, source)) => {
+            warnings.extend(answer.warnings.iter().cloned());
+            let priority_class = match buckets::bucket_for(answer.score, buckets) {
+                Ok(bucket) => bucket.name.clone(),
+                Err(error) => {
+                    let class = default_class?;
+                    warnings.push(format!("{error}; using {class}, the default of tier {}", job.tier.name));
+                    class
+                }
+            };
+            Some(ScoreOutcome {
+                priority_class,
+                score: Some(answer.score),
+                chosen_gpu_class: answer.chosen_gpu_class.clone(),
+                avoid_job_types: answer.avoid_job_types.clone(),
+                source: source.clone(),
+                warnings,
+                decided_at_unix,
+            })
+        }
+        Err(error) => {
+            let class = default_class?;
+            warnings
+                .push(format!("{error}; admitted with priority class {class}, the default of tier {}", job.tier.name));
+            Some(ScoreOutcome {
+                priority_class: class,
+                score: None,
+                chosen_gpu_class: None,
+                avoid_job_types: vec![],
+                source: ScoreSource::Fallback { reason: error.reason() },
+                warnings,
+                decided_at_unix,
+            })
+        }
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| i64::try_from(elapsed.as_secs()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+pub(crate) mod test_support;
+
+#[cfg(test)]
+mod tests;
