@@ -144,7 +144,7 @@ mod support {
     }
 
     pub(super) fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
-        let path = format!("{}/tests/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
+        let path = format!("{}/../../shared/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
         let review: AdmissionReview<DynamicObject> =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         review.try_into().unwrap()

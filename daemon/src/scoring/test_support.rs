@@ -9,9 +9,9 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use crate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use crate::view::Snapshot;
 
-/// The request of a recorded AdmissionReview in `daemon/tests/fixtures/admission/`.
+/// The request of a recorded AdmissionReview in `../shared/fixtures/admission/` (beside the repository).
 pub fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
-    let path = format!("{}/tests/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../shared/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap();
     let review: AdmissionReview<DynamicObject> = serde_json::from_str(&text).unwrap();
     review.try_into().unwrap()
