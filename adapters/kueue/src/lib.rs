@@ -316,10 +316,8 @@ mod tests {
 
     #[test]
     fn workload_priority_class_has_value_at_top_level() {
-        let class = WorkloadPriorityClass::new(
-            "gpu-high",
-            WorkloadPriorityClassFields { value: 700, description: None },
-        );
+        let class =
+            WorkloadPriorityClass::new("gpu-high", WorkloadPriorityClassFields { value: 700, description: None });
         let value = serde_json::to_value(&class).unwrap();
         assert_eq!(value["value"], 700);
         assert!(value.get("spec").is_none(), "{value}");
