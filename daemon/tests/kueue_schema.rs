@@ -14,6 +14,8 @@
 //!
 //! Metadata is checked too: names and namespaces are DNS-1123 labels, label keys and values are valid.
 
+#![cfg(test)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,8 @@
 //! `samples/<name>/expected.yaml`. After an intended change, regenerate with
 //! `TIERGATE_BLESS=1 cargo test -p tiergate --test plan_golden` and review the diff.
 
+#![cfg(test)]
+
 use std::path::{Path, PathBuf};
 
 use tiergate::inputs::{load_cluster_view, load_policy};

@@ -1,6 +1,8 @@
 //! Bad policies are refused with an error naming the field (and the fix); no input makes parsing, validation
 //! or the translation panic.
 
+#![cfg(test)]
+
 use proptest::prelude::*;
 use serde_json::{Value, json};
 use tiergate::inputs::{SAMPLE_POLICY, load_policy, parse_policy};
