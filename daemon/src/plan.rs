@@ -30,6 +30,21 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 /// Label naming the TierPolicy an object was generated from.
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
+/// Kinds tiergate generates, in apply order (prune in reverse).
+pub const OWNED_KINDS: [&str; 6] = [
+    "ResourceFlavor",
+    "WorkloadPriorityClass",
+    "ProvisioningRequestConfig",
+    "AdmissionCheck",
+    "ClusterQueue",
+    "LocalQueue",
+];
+
+/// The label selector matching every object generated from the policy called `policy_name`.
+pub fn owned_label_selector(policy_name: &str) -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}={}", bounded_name(policy_name))
+}
+
 /// The Kueue objects a policy implies, one typed list per kind, each in a deterministic order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Desired {
@@ -495,6 +510,22 @@ mod tests {
             assert_eq!(labels.get(MANAGED_BY_LABEL).map(String::as_str), Some("tiergate"), "{}", object.name());
             assert_eq!(labels.get(POLICY_LABEL).map(String::as_str), Some("default"), "{}", object.name());
         }
+    }
+
+    #[test]
+    fn objects_come_in_the_owned_kinds_apply_order() {
+        let policy = crate::inputs::parse_policy(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml")).unwrap(),
+            "spot-mix",
+        )
+        .unwrap();
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        let desired = desired(&policy, &view);
+        let mut kinds: Vec<&str> = desired.objects().iter().map(DesiredObject::kind).collect();
+        kinds.dedup();
+        assert_eq!(kinds, OWNED_KINDS);
+        let selector = owned_label_selector("spot-mix");
+        assert_eq!(selector, "app.kubernetes.io/managed-by=tiergate,tiergate.io/policy=spot-mix");
     }
 
     #[test]

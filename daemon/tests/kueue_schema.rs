@@ -364,6 +364,16 @@ fn structural_mistakes_are_caught() {
 }
 
 #[test]
+fn defaults_descend_into_defaults_like_the_api_server() {
+    let schema = &schemas()["ClusterQueue"];
+    let queue = json!({"kind": "ClusterQueue", "spec": {"preemption": {}}});
+    let defaulted = apply_defaults(schema, &queue);
+    assert_eq!(defaulted["spec"]["preemption"]["borrowWithinCohort"]["policy"], "Never");
+    assert_eq!(defaulted["spec"]["preemption"]["reclaimWithinCohort"], "Never");
+    assert_eq!(defaulted["spec"]["queueingStrategy"], "BestEffortFIFO");
+}
+
+#[test]
 fn the_vendored_crds_equal_the_shared_kueue_release_when_present() {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
