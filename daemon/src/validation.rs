@@ -487,14 +487,8 @@ fn check_tiers(spec: &TierPolicySpec, problems: &mut Problems) {
 }
 
 fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Problems) {
+    // A DNS label is also a valid value of the tier label, which the ClusterQueue's namespaceSelector matches.
     problems.dns_label(&format!("{path}.name"), &tier.name, "tier");
-    if !is_label_value(&tier.name) {
-        problems.push(
-            format!("{path}.name"),
-            "the tier name must be a label value of the tier label",
-            "rename the tier",
-        );
-    }
     let known_classes: Vec<&str> = spec.gpu_classes.iter().map(|class| class.name.as_str()).collect();
     let class_fields = std::iter::once((format!("{path}.gpuClass"), tier.gpu_class.as_str())).chain(
         tier.fallback_gpu_classes
