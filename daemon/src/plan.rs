@@ -1,1 +1,577 @@
 //! The translation: policy + cluster view -> the desired Kueue objects, deterministic and pure.
+//!
+//! [`desired`] expects a policy that passed [`crate::validation::validate_policy`]; it never fails, and copies
+//! what it is given (an invalid policy yields objects the API server refuses, never silently altered ones).
+//! Object names are explained in [`names`]; every object carries [`MANAGED_BY_LABEL`] and [`POLICY_LABEL`] so
+//! the daemon prunes exactly what it owns.
+
+pub mod names;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde_json::Value;
+use tiergate_kueue::{
+    AdmissionCheck, AdmissionCheckParametersReference, AdmissionCheckSpec, AdmissionCheckStrategyRule,
+    AdmissionChecksStrategy, BorrowWithinCohort, ClusterQueue, ClusterQueuePreemption, ClusterQueueSpec, FlavorQuotas,
+    LocalQueue, LocalQueueSpec, ProvisioningRequestConfig, ProvisioningRequestConfigSpec, ResourceFlavor,
+    ResourceFlavorSpec, ResourceGroup, ResourceQuota, WorkloadPriorityClass, WorkloadPriorityClassFields,
+};
+
+use self::names::{bounded_name, cluster_queue_name, gpu_class_flavor_name, provisioning_name, rule_flavor_name};
+use crate::policy::{PlacementRule, PlacementStrategy, Preemption, Tier, TierPolicy, TierPolicySpec};
+use crate::view::ClusterView;
+
+/// Label every generated object carries.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "tiergate";
+/// Label naming the TierPolicy an object was generated from.
+pub const POLICY_LABEL: &str = "tiergate.io/policy";
+
+/// Kinds tiergate generates, in apply order (prune in reverse).
+pub const OWNED_KINDS: [&str; 6] = [
+    "ResourceFlavor",
+    "WorkloadPriorityClass",
+    "ProvisioningRequestConfig",
+    "AdmissionCheck",
+    "ClusterQueue",
+    "LocalQueue",
+];
+
+/// The label selector matching every object generated from the policy called `policy_name`.
+pub fn owned_label_selector(policy_name: &str) -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}={}", bounded_name(policy_name))
+}
+
+/// The Kueue objects a policy implies, one typed list per kind, each in a deterministic order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Desired {
+    /// One per GPU class (declaration order), then one per placement-strategy rule.
+    pub resource_flavors: Vec<ResourceFlavor>,
+    /// One per priority bucket (declaration order).
+    pub workload_priority_classes: Vec<WorkloadPriorityClass>,
+    /// One per tier with `provisioning` (tier order).
+    pub provisioning_request_configs: Vec<ProvisioningRequestConfig>,
+    /// One per tier with `provisioning` (tier order).
+    pub admission_checks: Vec<AdmissionCheck>,
+    /// One per tier (tier order).
+    pub cluster_queues: Vec<ClusterQueue>,
+    /// One per namespace of each tier, sorted by namespace.
+    pub local_queues: Vec<LocalQueue>,
+    /// Things in the cluster view the translation could not use (e.g. a tier label naming no tier).
+    pub notes: Vec<String>,
+}
+
+/// One generated object, borrowed from [`Desired`].
+#[derive(Clone, Copy, Debug)]
+pub enum DesiredObject<'a> {
+    /// A ResourceFlavor.
+    ResourceFlavor(&'a ResourceFlavor),
+    /// A WorkloadPriorityClass.
+    WorkloadPriorityClass(&'a WorkloadPriorityClass),
+    /// A ProvisioningRequestConfig.
+    ProvisioningRequestConfig(&'a ProvisioningRequestConfig),
+    /// An AdmissionCheck.
+    AdmissionCheck(&'a AdmissionCheck),
+    /// A ClusterQueue.
+    ClusterQueue(&'a ClusterQueue),
+    /// A LocalQueue.
+    LocalQueue(&'a LocalQueue),
+}
+
+/// A generated object could not be serialized (never expected: the types are plain data).
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// JSON serialization failed.
+    #[error("failed to serialize {kind} {name}: {source}")]
+    SerializeObject {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// Cause.
+        source: serde_json::Error,
+    },
+    /// YAML serialization failed.
+    #[error("failed to write {kind} {name} as YAML: {message}")]
+    WriteYaml {
+        /// Object kind.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// Serializer message.
+        message: String,
+    },
+}
+
+impl PlanError {
+    /// Fixed reason for metrics and exit messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::SerializeObject { .. } => "serialize_object",
+            Self::WriteYaml { .. } => "write_yaml",
+        }
+    }
+}
+
+impl DesiredObject<'_> {
+    /// The object's kind.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::ResourceFlavor(_) => "ResourceFlavor",
+            Self::WorkloadPriorityClass(_) => "WorkloadPriorityClass",
+            Self::ProvisioningRequestConfig(_) => "ProvisioningRequestConfig",
+            Self::AdmissionCheck(_) => "AdmissionCheck",
+            Self::ClusterQueue(_) => "ClusterQueue",
+            Self::LocalQueue(_) => "LocalQueue",
+        }
+    }
+
+    /// The object's metadata.
+    pub fn metadata(&self) -> &ObjectMeta {
+        match self {
+            Self::ResourceFlavor(object) => &object.metadata,
+            Self::WorkloadPriorityClass(object) => &object.metadata,
+            Self::ProvisioningRequestConfig(object) => &object.metadata,
+            Self::AdmissionCheck(object) => &object.metadata,
+            Self::ClusterQueue(object) => &object.metadata,
+            Self::LocalQueue(object) => &object.metadata,
+        }
+    }
+
+    /// The object's name.
+    pub fn name(&self) -> &str {
+        self.metadata().name.as_deref().unwrap_or_default()
+    }
+
+    /// The object's namespace (`None` for cluster-scoped kinds).
+    pub fn namespace(&self) -> Option<&str> {
+        self.metadata().namespace.as_deref()
+    }
+
+    /// The object as JSON, with `apiVersion` and `kind`.
+    pub fn to_value(&self) -> Result<Value, PlanError> {
+        let result = match self {
+            Self::ResourceFlavor(object) => serde_json::to_value(object),
+            Self::WorkloadPriorityClass(object) => serde_json::to_value(object),
+            Self::ProvisioningRequestConfig(object) => serde_json::to_value(object),
+            Self::AdmissionCheck(object) => serde_json::to_value(object),
+            Self::ClusterQueue(object) => serde_json::to_value(object),
+            Self::LocalQueue(object) => serde_json::to_value(object),
+        };
+        result.map_err(|source| PlanError::SerializeObject { kind: self.kind(), name: self.name().to_owned(), source })
+    }
+}
+
+impl Desired {
+    /// Every object in apply order: flavors, priority classes, provisioning configs, admission checks,
+    /// ClusterQueues, LocalQueues (each refers only to objects before it).
+    pub fn objects(&self) -> Vec<DesiredObject<'_>> {
+        let flavors = self.resource_flavors.iter().map(DesiredObject::ResourceFlavor);
+        let classes = self.workload_priority_classes.iter().map(DesiredObject::WorkloadPriorityClass);
+        let configs = self.provisioning_request_configs.iter().map(DesiredObject::ProvisioningRequestConfig);
+        let checks = self.admission_checks.iter().map(DesiredObject::AdmissionCheck);
+        let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
+        let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
+        flavors.chain(classes).chain(configs).chain(checks).chain(cluster_queues).chain(local_queues).collect()
+    }
+
+    /// Every object as JSON, in apply order.
+    pub fn to_values(&self) -> Result<Vec<Value>, PlanError> {
+        self.objects().iter().map(DesiredObject::to_value).collect()
+    }
+
+    /// Every object as a `DynamicObject`, in apply order (for server-side apply through a dynamic API).
+    pub fn to_dynamic_objects(&self) -> Result<Vec<kube::core::DynamicObject>, PlanError> {
+        self.objects()
+            .iter()
+            .map(|object| {
+                serde_json::from_value(object.to_value()?).map_err(|source| PlanError::SerializeObject {
+                    kind: object.kind(),
+                    name: object.name().to_owned(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// A multi-document YAML stream `kubectl apply -f -` accepts, in apply order.
+    pub fn to_yaml_stream(&self) -> Result<String, PlanError> {
+        let mut stream = String::new();
+        for object in self.objects() {
+            let value = object.to_value()?;
+            let document = serde_saphyr::to_string(&value).map_err(|error| PlanError::WriteYaml {
+                kind: object.kind(),
+                name: object.name().to_owned(),
+                message: error.to_string(),
+            })?;
+            stream.push_str("---\n");
+            stream.push_str(&document);
+            if !document.ends_with('\n') {
+                stream.push('\n');
+            }
+        }
+        Ok(stream)
+    }
+
+    /// A `v1` `List` of every object, in apply order.
+    pub fn to_json_list(&self) -> Result<Value, PlanError> {
+        Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": self.to_values()?}))
+    }
+}
+
+/// Node labels, taints and pod tolerations of one ResourceFlavor. The webhook sets exactly `node_labels` as the
+/// pod's nodeSelector and adds `tolerations`, so the pod matches the flavor Kueue admits it to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FlavorSelector {
+    /// ResourceFlavor name.
+    pub flavor: String,
+    /// The flavor's `nodeLabels` (the pod's nodeSelector).
+    pub node_labels: BTreeMap<String, String>,
+    /// The flavor's `nodeTaints`.
+    pub node_taints: Vec<Taint>,
+    /// The flavor's `tolerations` (what pods need).
+    pub tolerations: Vec<Toleration>,
+}
+
+/// The flavor of GPU class `class`, or `None` when the policy declares no such class.
+pub fn flavor_for_gpu_class(spec: &TierPolicySpec, class: &str) -> Option<FlavorSelector> {
+    spec.gpu_class(class).map(|class| FlavorSelector {
+        flavor: gpu_class_flavor_name(&class.name),
+        node_labels: class.node_labels.clone(),
+        node_taints: class.node_taints.clone(),
+        tolerations: class.pod_tolerations(),
+    })
+}
+
+/// The flavor of one placement-strategy rule.
+pub fn flavor_for_rule(strategy: &PlacementStrategy, rule: &PlacementRule) -> FlavorSelector {
+    FlavorSelector {
+        flavor: rule_flavor_name(&strategy.name, &rule.name),
+        node_labels: rule.node_selector.clone(),
+        node_taints: Vec::new(),
+        tolerations: rule.tolerations.clone(),
+    }
+}
+
+/// The flavors of a tier's ClusterQueue in Kueue's try order: its GPU classes (primary, then fallbacks), then
+/// the rules of its placement strategy. Unknown names (an invalid policy) are skipped.
+pub fn tier_flavors(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSelector> {
+    let classes = tier.gpu_class_names().filter_map(|class| flavor_for_gpu_class(spec, class));
+    let rules = tier
+        .placement
+        .as_deref()
+        .and_then(|name| spec.placement_strategy(name))
+        .into_iter()
+        .flat_map(|strategy| strategy.rules.iter().map(move |rule| flavor_for_rule(strategy, rule)));
+    classes.chain(rules).collect()
+}
+
+/// The desired Kueue objects for `policy` in the cluster `view`.
+pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
+    let spec = &policy.spec;
+    let labels = owned_labels(policy);
+    let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
+
+    let class_flavors = spec.gpu_classes.iter().filter_map(|class| flavor_for_gpu_class(spec, &class.name));
+    let rule_flavors = spec
+        .placement_strategies
+        .iter()
+        .flat_map(|strategy| strategy.rules.iter().map(move |rule| flavor_for_rule(strategy, rule)));
+    let resource_flavors = class_flavors
+        .chain(rule_flavors)
+        .map(|selector| ResourceFlavor { metadata: meta(selector.flavor.clone()), spec: build_flavor_spec(selector) })
+        .collect();
+
+    let workload_priority_classes = spec
+        .priority_buckets
+        .iter()
+        .map(|bucket| WorkloadPriorityClass {
+            metadata: meta(bounded_name(&bucket.name)),
+            spec: WorkloadPriorityClassFields { value: bucket.value, description: bucket.description.clone() },
+        })
+        .collect();
+
+    let provisioned: Vec<&Tier> = spec.tiers.iter().filter(|tier| tier.provisioning.is_some()).collect();
+    let provisioning_request_configs = provisioned
+        .iter()
+        .filter_map(|tier| tier.provisioning.as_ref().map(|provisioning| (tier, provisioning)))
+        .map(|(tier, provisioning)| ProvisioningRequestConfig {
+            metadata: meta(provisioning_name(&tier.name)),
+            spec: ProvisioningRequestConfigSpec {
+                provisioning_class_name: provisioning.provisioning_class_name.clone(),
+                parameters: non_empty_map(&provisioning.parameters),
+                managed_resources: non_empty_vec(&provisioning.managed_resources),
+            },
+        })
+        .collect();
+    let admission_checks = provisioned
+        .iter()
+        .map(|tier| AdmissionCheck {
+            metadata: meta(provisioning_name(&tier.name)),
+            spec: AdmissionCheckSpec {
+                controller_name: tiergate_kueue::PROVISIONING_REQUEST_CONTROLLER.to_owned(),
+                parameters: Some(AdmissionCheckParametersReference {
+                    api_group: tiergate_kueue::GROUP.to_owned(),
+                    kind: tiergate_kueue::PROVISIONING_REQUEST_CONFIG_KIND.to_owned(),
+                    name: provisioning_name(&tier.name),
+                }),
+            },
+        })
+        .collect();
+
+    let cluster_queues = spec
+        .tiers
+        .iter()
+        .map(|tier| ClusterQueue {
+            metadata: meta(cluster_queue_name(&tier.name)),
+            spec: build_cluster_queue_spec(spec, tier),
+        })
+        .collect();
+
+    let (local_queues, notes) = build_local_queues(policy, view, &labels);
+
+    Desired {
+        resource_flavors,
+        workload_priority_classes,
+        provisioning_request_configs,
+        admission_checks,
+        cluster_queues,
+        local_queues,
+        notes,
+    }
+}
+
+/// The labels that mark an object as generated from `policy`.
+pub fn owned_labels(policy: &TierPolicy) -> BTreeMap<String, String> {
+    let policy_name = policy.metadata.name.as_deref().unwrap_or_default();
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (POLICY_LABEL.to_owned(), bounded_name(policy_name)),
+    ])
+}
+
+fn build_flavor_spec(selector: FlavorSelector) -> ResourceFlavorSpec {
+    ResourceFlavorSpec {
+        node_labels: (!selector.node_labels.is_empty()).then_some(selector.node_labels),
+        node_taints: (!selector.node_taints.is_empty()).then_some(selector.node_taints),
+        tolerations: (!selector.tolerations.is_empty()).then_some(selector.tolerations),
+    }
+}
+
+fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueSpec {
+    let has_cohort = tier.cohort.is_some();
+    let covered_resources: Vec<String> = tier.quotas.keys().cloned().collect();
+    let quotas: Vec<ResourceQuota> = tier
+        .quotas
+        .iter()
+        .map(|(resource, quota)| ResourceQuota {
+            name: resource.clone(),
+            nominal_quota: quota.nominal.clone(),
+            borrowing_limit: quota.borrowing_limit.clone().filter(|_| has_cohort),
+            lending_limit: quota.lending_limit.clone().filter(|_| has_cohort),
+        })
+        .collect();
+    let flavors = tier_flavors(spec, tier)
+        .into_iter()
+        .map(|selector| FlavorQuotas { name: selector.flavor, resources: quotas.clone() })
+        .collect();
+    ClusterQueueSpec {
+        cohort_name: tier.cohort.clone(),
+        namespace_selector: Some(LabelSelector {
+            match_labels: Some(BTreeMap::from([(spec.tier_label.clone(), tier.name.clone())])),
+            match_expressions: None,
+        }),
+        resource_groups: vec![ResourceGroup { covered_resources, flavors }],
+        preemption: tier.preemption.as_ref().map(build_preemption),
+        admission_checks_strategy: tier.provisioning.as_ref().map(|_| AdmissionChecksStrategy {
+            admission_checks: vec![AdmissionCheckStrategyRule {
+                name: provisioning_name(&tier.name),
+                on_flavors: Vec::new(),
+            }],
+        }),
+        stop_policy: None,
+    }
+}
+
+fn build_preemption(preemption: &Preemption) -> ClusterQueuePreemption {
+    ClusterQueuePreemption {
+        reclaim_within_cohort: preemption.reclaim_within_cohort.clone(),
+        within_cluster_queue: preemption.within_cluster_queue.clone(),
+        borrow_within_cohort: preemption.borrow_within_cohort.as_ref().map(|borrow| BorrowWithinCohort {
+            policy: Some(borrow.policy.clone()),
+            max_priority_threshold: borrow.max_priority_threshold,
+        }),
+    }
+}
+
+fn build_local_queues(
+    policy: &TierPolicy,
+    view: &ClusterView,
+    labels: &BTreeMap<String, String>,
+) -> (Vec<LocalQueue>, Vec<String>) {
+    let spec = &policy.spec;
+    let mut namespaces: Vec<_> = view.namespaces.iter().collect();
+    namespaces.sort_by(|left, right| left.name.cmp(&right.name));
+    let mut queues = Vec::new();
+    let mut notes = Vec::new();
+    for namespace in namespaces {
+        let Some(tier_name) = namespace.labels.get(&spec.tier_label) else { continue };
+        if spec.is_excluded(&namespace.name, None) {
+            notes.push(format!(
+                "namespace {} has {}={tier_name} but is excluded; no LocalQueue is created there",
+                namespace.name, spec.tier_label
+            ));
+            continue;
+        }
+        let Some(tier) = spec.tier(tier_name) else {
+            notes.push(format!(
+                "namespace {} has {}={tier_name}, which names no tier of the policy; no LocalQueue is created there",
+                namespace.name, spec.tier_label
+            ));
+            continue;
+        };
+        queues.push(LocalQueue {
+            metadata: ObjectMeta {
+                name: Some(tier.local_queue()),
+                namespace: Some(namespace.name.clone()),
+                labels: Some(labels.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: LocalQueueSpec { cluster_queue: cluster_queue_name(&tier.name), stop_policy: None },
+        });
+    }
+    (queues, notes)
+}
+
+fn non_empty_map(map: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!map.is_empty()).then(|| map.clone())
+}
+
+fn non_empty_vec(items: &[String]) -> Option<Vec<String>> {
+    (!items.is_empty()).then(|| items.to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+
+    fn sample() -> Desired {
+        let policy = load_policy(None).unwrap();
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        desired(&policy, &view)
+    }
+
+    #[test]
+    fn bronze_cluster_queue_admits_only_bronze_namespaces_and_uses_the_l4_flavor() {
+        let desired = sample();
+        let bronze = desired
+            .cluster_queues
+            .iter()
+            .find(|queue| queue.metadata.name.as_deref() == Some("tiergate-bronze"))
+            .unwrap();
+        let selector = bronze.spec.namespace_selector.as_ref().unwrap();
+        assert_eq!(
+            selector.match_labels.as_ref().unwrap(),
+            &BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "bronze".to_owned())])
+        );
+        let group = &bronze.spec.resource_groups[0];
+        assert_eq!(group.flavors.iter().map(|flavor| flavor.name.as_str()).collect::<Vec<_>>(), ["l4"]);
+        let names: Vec<&str> = group.flavors[0].resources.iter().map(|quota| quota.name.as_str()).collect();
+        assert_eq!(names, group.covered_resources.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn every_tier_namespace_gets_its_local_queue_and_kube_system_none() {
+        let desired = sample();
+        let queues: Vec<(String, String, String)> = desired
+            .local_queues
+            .iter()
+            .map(|queue| {
+                (
+                    queue.metadata.namespace.clone().unwrap(),
+                    queue.metadata.name.clone().unwrap(),
+                    queue.spec.cluster_queue.clone(),
+                )
+            })
+            .collect();
+        assert!(queues.contains(&("ml-team-dev".into(), "tiergate-bronze".into(), "tiergate-bronze".into())));
+        assert!(queues.contains(&("ml-research".into(), "tiergate-gold".into(), "tiergate-gold".into())));
+        assert!(queues.iter().all(|(namespace, _, _)| namespace != "kube-system"));
+    }
+
+    #[test]
+    fn every_object_carries_the_ownership_labels() {
+        for object in sample().objects() {
+            let labels = object.metadata().labels.clone().unwrap_or_default();
+            assert_eq!(labels.get(MANAGED_BY_LABEL).map(String::as_str), Some("tiergate"), "{}", object.name());
+            assert_eq!(labels.get(POLICY_LABEL).map(String::as_str), Some("default"), "{}", object.name());
+        }
+    }
+
+    #[test]
+    fn objects_come_in_the_owned_kinds_apply_order() {
+        let policy = crate::inputs::parse_policy(
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml")).unwrap(),
+            "spot-mix",
+        )
+        .unwrap();
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        let desired = desired(&policy, &view);
+        let mut kinds: Vec<&str> = desired.objects().iter().map(DesiredObject::kind).collect();
+        kinds.dedup();
+        assert_eq!(kinds, OWNED_KINDS);
+        let selector = owned_label_selector("spot-mix");
+        assert_eq!(selector, "app.kubernetes.io/managed-by=tiergate,tiergate.io/policy=spot-mix");
+    }
+
+    #[test]
+    fn the_translation_is_deterministic() {
+        assert_eq!(sample(), sample());
+        assert_eq!(sample().to_yaml_stream().unwrap(), sample().to_yaml_stream().unwrap());
+    }
+
+    #[test]
+    fn a_namespace_naming_an_unknown_tier_is_reported_not_dropped() {
+        let policy = load_policy(None).unwrap();
+        let mut view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        view.namespaces[0].labels.insert("tenant.kubenexus.io/tier".into(), "platinum".into());
+        let desired = desired(&policy, &view);
+        assert!(desired.notes.iter().any(|note| note.contains("platinum")), "{:?}", desired.notes);
+    }
+
+    #[test]
+    fn borrowing_limits_are_written_only_with_a_cohort() {
+        let mut policy = load_policy(None).unwrap();
+        let quota = policy.spec.tiers[0].quotas.get_mut("nvidia.com/gpu").unwrap();
+        quota.borrowing_limit = Some(k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()));
+        let without = desired(&policy, &ClusterView::default());
+        let limits = |desired: &Desired| {
+            desired.cluster_queues[0].spec.resource_groups[0].flavors[0]
+                .resources
+                .iter()
+                .filter(|quota| quota.borrowing_limit.is_some())
+                .count()
+        };
+        assert_eq!(limits(&without), 0);
+        policy.spec.tiers[0].cohort = Some("gpu".into());
+        let with = desired(&policy, &ClusterView::default());
+        assert_eq!(limits(&with), 1);
+        assert_eq!(with.cluster_queues[0].spec.cohort_name.as_deref(), Some("gpu"));
+    }
+
+    #[test]
+    fn the_webhook_selector_is_the_flavor_labels_and_tolerations() {
+        let policy = load_policy(None).unwrap();
+        let selector = flavor_for_gpu_class(&policy.spec, "l4").unwrap();
+        let desired = sample();
+        let flavor =
+            desired.resource_flavors.iter().find(|flavor| flavor.metadata.name.as_deref() == Some("l4")).unwrap();
+        assert_eq!(flavor.spec.node_labels.as_ref(), Some(&selector.node_labels));
+        assert_eq!(flavor.spec.tolerations.as_ref(), Some(&selector.tolerations));
+        assert_eq!(selector.tolerations[0].key.as_deref(), Some("nvidia.com/gpu"));
+    }
+}

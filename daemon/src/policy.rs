@@ -40,8 +40,10 @@ pub struct TierPolicySpec {
     #[serde(default = "default_tier_label")]
     pub tier_label: String,
     /// GPU classes: how nodes of each class are labelled and tainted, and which resource requests them.
+    #[schemars(length(min = 1))]
     pub gpu_classes: Vec<GpuClass>,
     /// Tenant tiers, each bound to one GPU class (or an ordered fallback list when asked for).
+    #[schemars(length(min = 1))]
     pub tiers: Vec<Tier>,
     /// Named base/weight placement strategies (seed 003/004 semantics), referenced by tiers or workloads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -179,6 +181,7 @@ pub struct PlacementStrategy {
     /// DNS label, referenced by `tiergate.io/placement: NAME` or a tier's `placement`.
     pub name: String,
     /// Ordered rules; only the first may carry `base`.
+    #[schemars(length(min = 1))]
     pub rules: Vec<PlacementRule>,
 }
 
@@ -205,6 +208,7 @@ pub struct PlacementRule {
 #[serde(rename_all = "camelCase")]
 pub struct PriorityBucket {
     /// Lowest score (0..=100) in this bucket.
+    #[schemars(range(min = 0, max = 100))]
     pub min_score: i32,
     /// WorkloadPriorityClass name.
     pub name: String,
@@ -268,6 +272,7 @@ pub struct ScoringSettings {
     pub url: Option<String>,
     /// Per-call timeout in milliseconds (keep well under the webhook's 5 s timeout).
     #[serde(default = "default_scoring_timeout_ms")]
+    #[schemars(range(min = 1, max = 4999))]
     pub timeout_ms: u64,
     /// Consecutive failed agent calls that open the circuit breaker (then calls are skipped for the cool-down).
     #[serde(default = "default_breaker_failure_threshold")]

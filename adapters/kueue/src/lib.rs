@@ -1,1 +1,342 @@
 //! Typed Kueue `kueue.x-k8s.io/v1beta2` objects tiergate generates, built from Kueue v0.19.2's CRDs; no I/O.
+//!
+//! Only the fields tiergate sets are modelled; every optional field is skipped when `None`, so a server-side
+//! apply never claims (or nulls) a field tiergate does not own. Field names follow the v1beta2 schema, which
+//! differs from v1beta1: a ClusterQueue joins a cohort with `cohortName` (not `cohort`) and lists admission
+//! checks only through `admissionChecksStrategy` (there is no plain `admissionChecks` list any more).
+//!
+//! The allowed values of Kueue's string enums that tiergate passes through from a TierPolicy are listed here
+//! (`*_VALUES`), so policy validation and the generated objects agree on one list.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube_derive::CustomResource;
+use serde::{Deserialize, Serialize};
+
+/// Kueue's API group.
+pub const GROUP: &str = "kueue.x-k8s.io";
+/// The Kueue API version tiergate writes.
+pub const API_VERSION: &str = "kueue.x-k8s.io/v1beta2";
+/// Label naming the LocalQueue a workload is submitted to.
+pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// Label naming the WorkloadPriorityClass of a workload.
+pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
+/// Controller name of Kueue's built-in ProvisioningRequest admission check.
+pub const PROVISIONING_REQUEST_CONTROLLER: &str = "kueue.x-k8s.io/provisioning-request";
+/// Kind of the parameters object of a ProvisioningRequest admission check.
+pub const PROVISIONING_REQUEST_CONFIG_KIND: &str = "ProvisioningRequestConfig";
+
+/// `preemption.reclaimWithinCohort` values.
+pub const RECLAIM_WITHIN_COHORT_VALUES: &[&str] = &["Never", "LowerPriority", "Any"];
+/// `preemption.withinClusterQueue` values.
+pub const WITHIN_CLUSTER_QUEUE_VALUES: &[&str] = &["Never", "LowerPriority", "LowerOrNewerEqualPriority"];
+/// `preemption.borrowWithinCohort.policy` values.
+pub const BORROW_WITHIN_COHORT_POLICY_VALUES: &[&str] = &["Never", "LowerPriority"];
+/// Taint effects a ResourceFlavor accepts in `nodeTaints` and `tolerations`.
+pub const TAINT_EFFECT_VALUES: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+/// Toleration operators a ResourceFlavor accepts.
+pub const TOLERATION_OPERATOR_VALUES: &[&str] = &["Equal", "Exists"];
+/// Most `nodeLabels`, `nodeTaints` or `tolerations` one ResourceFlavor may carry.
+pub const MAX_FLAVOR_ENTRIES: usize = 8;
+/// Most covered resources in one resource group, and most flavors in one resource group.
+pub const MAX_RESOURCE_GROUP_ENTRIES: usize = 64;
+/// Most `parameters` of a ProvisioningRequestConfig, and the longest value.
+pub const MAX_PROVISIONING_PARAMETERS: usize = 100;
+/// Longest value of a ProvisioningRequestConfig parameter.
+pub const MAX_PROVISIONING_PARAMETER_LENGTH: usize = 255;
+
+/// `ResourceFlavor` spec: the nodes a flavor stands for (cluster-scoped).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ResourceFlavor",
+    plural = "resourceflavors",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceFlavorSpec {
+    /// Labels of the nodes of this flavor; Kueue injects them into admitted pods' nodeSelector (max 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_labels: Option<BTreeMap<String, String>>,
+    /// Taints of the nodes of this flavor; a workload must tolerate them to be admitted here (max 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_taints: Option<Vec<Taint>>,
+    /// Tolerations Kueue adds to admitted pods (max 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+}
+
+/// `ClusterQueue` spec (cluster-scoped).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ClusterQueue",
+    plural = "clusterqueues",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueueSpec {
+    /// Cohort this ClusterQueue borrows and lends within (v1beta2 name; v1beta1 called it `cohort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cohort_name: Option<String>,
+    /// Namespaces allowed to submit to this queue; `None` admits no namespace, `{}` admits all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Resource groups: covered resources and, per flavor, one quota per covered resource in the same order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_groups: Vec<ResourceGroup>,
+    /// Preemption settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<ClusterQueuePreemption>,
+    /// Admission checks (v1beta2 has no plain `admissionChecks` list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission_checks_strategy: Option<AdmissionChecksStrategy>,
+    /// `None` (default), `Hold` or `HoldAndDrain`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_policy: Option<StopPolicy>,
+}
+
+/// A ClusterQueue resource group.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceGroup {
+    /// Resources this group covers, e.g. `[cpu, memory, nvidia.com/gpu]` (1..=64).
+    pub covered_resources: Vec<String>,
+    /// Flavors in the order Kueue tries them (1..=64).
+    pub flavors: Vec<FlavorQuotas>,
+}
+
+/// The quotas of one flavor in a resource group.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorQuotas {
+    /// ResourceFlavor name.
+    pub name: String,
+    /// One entry per covered resource, in `coveredResources` order.
+    pub resources: Vec<ResourceQuota>,
+}
+
+/// The quota of one resource in one flavor.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceQuota {
+    /// Resource name, e.g. `nvidia.com/gpu`.
+    pub name: String,
+    /// Quota this ClusterQueue owns.
+    pub nominal_quota: Quantity,
+    /// How much more it may borrow from its cohort (needs `cohortName`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrowing_limit: Option<Quantity>,
+    /// How much of its nominal quota it may lend to its cohort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lending_limit: Option<Quantity>,
+}
+
+/// ClusterQueue `preemption`; the string values are Kueue's enums (see the `*_VALUES` constants).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterQueuePreemption {
+    /// One of [`RECLAIM_WITHIN_COHORT_VALUES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reclaim_within_cohort: Option<String>,
+    /// One of [`WITHIN_CLUSTER_QUEUE_VALUES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_cluster_queue: Option<String>,
+    /// Preemption while borrowing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub borrow_within_cohort: Option<BorrowWithinCohort>,
+}
+
+/// ClusterQueue `preemption.borrowWithinCohort`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BorrowWithinCohort {
+    /// One of [`BORROW_WITHIN_COHORT_POLICY_VALUES`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// Only workloads at or below this priority may be preempted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_threshold: Option<i32>,
+}
+
+/// ClusterQueue `admissionChecksStrategy`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionChecksStrategy {
+    /// Admission checks and the flavors they apply to.
+    pub admission_checks: Vec<AdmissionCheckStrategyRule>,
+}
+
+/// One admission check of a ClusterQueue.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckStrategyRule {
+    /// AdmissionCheck name.
+    pub name: String,
+    /// Flavors the check applies to; empty means all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub on_flavors: Vec<String>,
+}
+
+/// `stopPolicy` of a ClusterQueue or LocalQueue.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StopPolicy {
+    /// Admit workloads (Kueue's default).
+    #[default]
+    None,
+    /// Admit nothing new; admitted workloads run to completion.
+    Hold,
+    /// Admit nothing new and evict admitted workloads.
+    HoldAndDrain,
+}
+
+/// `LocalQueue` spec (namespaced): the queue tenants name in `kueue.x-k8s.io/queue-name`.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "LocalQueue",
+    plural = "localqueues",
+    namespaced,
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueSpec {
+    /// The ClusterQueue this queue submits to (immutable once created).
+    pub cluster_queue: String,
+    /// `Hold` or `HoldAndDrain` stops the queue (used while a namespace moves tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_policy: Option<StopPolicy>,
+}
+
+/// `WorkloadPriorityClass` (cluster-scoped); it has no `spec`, its fields sit at the top level.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "WorkloadPriorityClass",
+    plural = "workloadpriorityclasses",
+    no_spec,
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPriorityClassFields {
+    /// Priority of workloads labelled with this class.
+    pub value: i32,
+    /// Free text (max 2048 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// `AdmissionCheck` spec (cluster-scoped).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "AdmissionCheck",
+    plural = "admissionchecks",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckSpec {
+    /// Controller that processes the check, e.g. [`PROVISIONING_REQUEST_CONTROLLER`] (immutable).
+    pub controller_name: String,
+    /// The check's configuration object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<AdmissionCheckParametersReference>,
+}
+
+/// Reference to an AdmissionCheck's configuration object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionCheckParametersReference {
+    /// API group of the object, e.g. `kueue.x-k8s.io`.
+    pub api_group: String,
+    /// Kind of the object, e.g. `ProvisioningRequestConfig`.
+    pub kind: String,
+    /// Name of the object.
+    pub name: String,
+}
+
+/// `ProvisioningRequestConfig` spec (cluster-scoped): how Kueue asks cluster-autoscaler for capacity.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "ProvisioningRequestConfig",
+    plural = "provisioningrequestconfigs",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestConfigSpec {
+    /// e.g. `check-capacity.autoscaling.x-k8s.io`.
+    pub provisioning_class_name: String,
+    /// Passed to each ProvisioningRequest (max 100, values max 255 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<BTreeMap<String, String>>,
+    /// Resources the ProvisioningRequest covers; empty means all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_resources: Option<Vec<String>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube_core::Resource;
+    use serde_json::json;
+
+    #[test]
+    fn cluster_queue_serializes_v1beta2_field_names_and_skips_unset_fields() {
+        let queue = ClusterQueue::new(
+            "tiergate-gold",
+            ClusterQueueSpec { cohort_name: Some("gpu".into()), ..ClusterQueueSpec::default() },
+        );
+        let value = serde_json::to_value(&queue).unwrap();
+        assert_eq!(value["apiVersion"], API_VERSION);
+        assert_eq!(value["kind"], "ClusterQueue");
+        assert_eq!(value["spec"], json!({"cohortName": "gpu"}));
+    }
+
+    #[test]
+    fn workload_priority_class_has_value_at_top_level() {
+        let class =
+            WorkloadPriorityClass::new("gpu-high", WorkloadPriorityClassFields { value: 700, description: None });
+        let value = serde_json::to_value(&class).unwrap();
+        assert_eq!(value["value"], 700);
+        assert!(value.get("spec").is_none(), "{value}");
+    }
+
+    #[test]
+    fn local_queue_is_namespaced_and_others_are_not() {
+        use kube_core::{ClusterResourceScope, NamespaceResourceScope};
+        fn scope_of<K: Resource>() -> &'static str {
+            std::any::type_name::<K::Scope>()
+        }
+        assert_eq!(scope_of::<LocalQueue>(), std::any::type_name::<NamespaceResourceScope>());
+        assert_eq!(scope_of::<ClusterQueue>(), std::any::type_name::<ClusterResourceScope>());
+        assert_eq!(scope_of::<WorkloadPriorityClass>(), std::any::type_name::<ClusterResourceScope>());
+    }
+
+    #[test]
+    fn stop_policy_uses_kueue_spelling() {
+        let spec = LocalQueueSpec { cluster_queue: "q".into(), stop_policy: Some(StopPolicy::HoldAndDrain) };
+        assert_eq!(serde_json::to_value(&spec).unwrap(), json!({"clusterQueue": "q", "stopPolicy": "HoldAndDrain"}));
+    }
+}

@@ -1,0 +1,85 @@
+//! The names of generated Kueue objects: deterministic, valid DNS-1123 labels; pure.
+//!
+//! | object | name |
+//! |---|---|
+//! | ResourceFlavor of a GPU class | `<class>` |
+//! | ResourceFlavor of a placement rule | `<strategy>-<rule>` |
+//! | ClusterQueue of a tier | `tiergate-<tier>` |
+//! | LocalQueue of a tier (in each of its namespaces) | `Tier::local_queue()`: `localQueueName`, default `tiergate-<tier>` |
+//! | WorkloadPriorityClass | the bucket's `name` |
+//! | AdmissionCheck and ProvisioningRequestConfig of a tier | `tiergate-<tier>-provisioning` |
+//!
+//! A name longer than 63 characters is cut to 54, stripped of trailing `-`, and suffixed with `-` and the
+//! 8-hex-digit FNV-1a hash of the full name, so it stays unique and stable across runs and versions.
+
+use super::super::validation::names::MAX_LABEL_LENGTH;
+
+const HASH_SUFFIX_LENGTH: usize = 9;
+
+/// `name`, or its truncated-and-hashed form when longer than a DNS label allows.
+pub fn bounded_name(name: &str) -> String {
+    if name.len() <= MAX_LABEL_LENGTH {
+        return name.to_owned();
+    }
+    let mut cut = MAX_LABEL_LENGTH - HASH_SUFFIX_LENGTH;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let prefix = name[..cut].trim_end_matches(['-', '.', '_']);
+    format!("{prefix}-{:08x}", fnv1a(name))
+}
+
+/// ClusterQueue of a tier.
+pub fn cluster_queue_name(tier: &str) -> String {
+    bounded_name(&format!("tiergate-{tier}"))
+}
+
+/// ResourceFlavor of a GPU class.
+pub fn gpu_class_flavor_name(class: &str) -> String {
+    bounded_name(class)
+}
+
+/// ResourceFlavor of a placement strategy's rule.
+pub fn rule_flavor_name(strategy: &str, rule: &str) -> String {
+    bounded_name(&format!("{strategy}-{rule}"))
+}
+
+/// AdmissionCheck and ProvisioningRequestConfig of a tier.
+pub fn provisioning_name(tier: &str) -> String {
+    bounded_name(&format!("tiergate-{tier}-provisioning"))
+}
+
+/// 32-bit FNV-1a: tiny, stable across platforms and releases (unlike `std`'s hasher).
+fn fnv1a(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::validation::names::is_dns_label;
+
+    #[test]
+    fn short_names_are_kept() {
+        assert_eq!(cluster_queue_name("gold"), "tiergate-gold");
+        assert_eq!(rule_flavor_name("spot-mix", "ondemand"), "spot-mix-ondemand");
+    }
+
+    #[test]
+    fn long_names_are_cut_and_hashed_into_valid_distinct_labels() {
+        let long_a = format!("{}-a", "x".repeat(60));
+        let long_b = format!("{}-b", "x".repeat(60));
+        let (name_a, name_b) = (cluster_queue_name(&long_a), cluster_queue_name(&long_b));
+        assert!(is_dns_label(&name_a), "{name_a}");
+        assert!(is_dns_label(&name_b), "{name_b}");
+        assert_ne!(name_a, name_b);
+        assert_eq!(name_a, cluster_queue_name(&long_a));
+    }
+
+    #[test]
+    fn fnv1a_matches_the_reference_vectors() {
+        assert_eq!(fnv1a(""), 0x811c_9dc5);
+        assert_eq!(fnv1a("a"), 0xe40c_292c);
+        assert_eq!(fnv1a("foobar"), 0xbf9c_f968);
+    }
+}

@@ -1,0 +1,107 @@
+//! The name and label syntax Kubernetes accepts (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`,
+//! `IsQualifiedName`, `IsValidLabelValue`), as predicates; pure.
+
+/// What a DNS-1123 label looks like, for error messages.
+pub const DNS_LABEL_RULE: &str =
+    "a DNS-1123 label: at most 63 lowercase letters, digits or '-', starting and ending with a letter or digit";
+/// What a DNS-1123 subdomain looks like, for error messages.
+pub const DNS_SUBDOMAIN_RULE: &str =
+    "a DNS-1123 subdomain: at most 253 characters, dot-separated DNS-1123 labels (lowercase letters, digits, '-')";
+/// What a qualified name (label key, resource name) looks like, for error messages.
+pub const QUALIFIED_NAME_RULE: &str = "a qualified name: an optional DNS subdomain prefix and '/', then at most 63 \
+     letters, digits, '-', '_' or '.', starting and ending with a letter or digit (e.g. `gpu.nvidia.com/class`)";
+/// What a label value looks like, for error messages.
+pub const LABEL_VALUE_RULE: &str =
+    "a label value: empty, or at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit";
+
+/// Longest DNS-1123 label (and label value, and name part of a qualified name).
+pub const MAX_LABEL_LENGTH: usize = 63;
+/// Longest DNS-1123 subdomain.
+pub const MAX_SUBDOMAIN_LENGTH: usize = 253;
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns_label(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let alnum = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= MAX_LABEL_LENGTH
+                && alnum(first)
+                && alnum(last)
+                && bytes.iter().all(|byte| alnum(byte) || *byte == b'-')
+        }
+        _ => false,
+    }
+}
+
+/// Dot-separated DNS labels, at most 253 characters.
+pub fn is_dns_subdomain(value: &str) -> bool {
+    value.len() <= MAX_SUBDOMAIN_LENGTH && value.split('.').all(is_dns_label)
+}
+
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters, non-empty.
+fn is_name_part(value: &str) -> bool {
+    !value.is_empty() && is_label_value(value)
+}
+
+/// A label value: empty, or a name part.
+pub fn is_label_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= MAX_LABEL_LENGTH
+                && first.is_ascii_alphanumeric()
+                && last.is_ascii_alphanumeric()
+                && bytes.iter().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.'))
+        }
+        _ => true,
+    }
+}
+
+/// `[prefix/]name`: label keys, annotation keys and resource names.
+pub fn is_qualified_name(value: &str) -> bool {
+    match value.split_once('/') {
+        Some((prefix, name)) => !prefix.is_empty() && is_dns_subdomain(prefix) && is_name_part(name),
+        None => is_name_part(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels_follow_kubernetes() {
+        for good in ["gold", "a100", "tiergate-gold", "0", &"a".repeat(63)] {
+            assert!(is_dns_label(good), "{good}");
+        }
+        for bad in ["", "Gold", "-gold", "gold-", "go_ld", "go.ld", &"a".repeat(64)] {
+            assert!(!is_dns_label(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn qualified_names_follow_kubernetes() {
+        for good in ["cpu", "nvidia.com/gpu", "tenant.kubenexus.io/tier", "node-type", "A_b.c"] {
+            assert!(is_qualified_name(good), "{good}");
+        }
+        for bad in ["", "/gpu", "nvidia.com/", "Nvidia.com/gpu", "a/b/c", "-x", "x-", "has space"] {
+            assert!(!is_qualified_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn label_values_may_be_empty_but_not_odd() {
+        assert!(is_label_value(""));
+        assert!(is_label_value("H100_80GB.v2"));
+        assert!(!is_label_value("a/b"));
+        assert!(!is_label_value(&"a".repeat(64)));
+    }
+
+    #[test]
+    fn subdomains_allow_dots() {
+        assert!(is_dns_subdomain("check-capacity.autoscaling.x-k8s.io"));
+        assert!(!is_dns_subdomain("a..b"));
+        assert!(!is_dns_subdomain("A.b"));
+    }
+}

@@ -1,0 +1,110 @@
+//! The `render`, `check` and `crd` subcommands as a user runs them: output streams and exit codes.
+
+#![cfg(test)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn tiergate(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tiergate")).args(args).env_clear().output().unwrap()
+}
+
+fn sample(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples").join(path).display().to_string()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn render_without_flags_shows_the_sample_with_its_local_queues() {
+    let output = tiergate(&["render"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert!(text.contains("kind: LocalQueue") && text.contains("namespace: ml-team-dev"), "{text}");
+    assert_eq!(text, std::fs::read_to_string(sample("kubenexus/expected.yaml")).unwrap());
+}
+
+#[test]
+fn render_without_a_cluster_view_prints_cluster_scoped_objects_and_a_note() {
+    let output = tiergate(&["render", "--policy", &sample("kubenexus/policy.yaml")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(!stdout(&output).contains("kind: LocalQueue"));
+    assert!(stdout(&output).contains("kind: ClusterQueue"));
+    assert!(stderr(&output).contains("LocalQueues need a cluster view"), "{}", stderr(&output));
+}
+
+#[test]
+fn render_as_json_is_a_v1_list() {
+    let output = tiergate(&[
+        "render",
+        "-o",
+        "json",
+        "--policy",
+        &sample("spot-mix/policy.yaml"),
+        "--cluster",
+        &sample("spot-mix/cluster.yaml"),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let list: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(list["kind"], "List");
+    assert!(list["items"].as_array().unwrap().iter().any(|item| item["kind"] == "AdmissionCheck"));
+}
+
+#[test]
+fn render_refuses_a_bad_policy_listing_every_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = std::fs::read_to_string(sample("kubenexus/policy.yaml"))
+        .unwrap()
+        .replace("gpuClass: l4", "gpuClass: t4")
+        .replace("nominal: \"16\"", "nominal: \"-16\"");
+    let path: PathBuf = dir.path().join("policy.yaml");
+    std::fs::write(&path, policy).unwrap();
+    let output = tiergate(&["render", "--policy", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    assert!(stdout(&output).is_empty());
+    let errors = stderr(&output);
+    assert!(
+        errors.contains("spec.tiers[2].gpuClass")
+            && errors.contains("spec.tiers[2].quotas[\"nvidia.com/gpu\"].nominal"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn check_passes_on_the_samples_and_fails_when_a_tier_has_no_pool() {
+    for name in ["kubenexus", "spot-mix"] {
+        let output = tiergate(&[
+            "check",
+            "--policy",
+            &sample(&format!("{name}/policy.yaml")),
+            "--nodepools",
+            &sample(&format!("{name}/nodepools.yaml")),
+        ]);
+        assert!(output.status.success(), "{name}: {}", stdout(&output));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pools =
+        std::fs::read_to_string(sample("kubenexus/nodepools.yaml")).unwrap().replace("values: [l4]", "values: [t4]");
+    let path = dir.path().join("pools.yaml");
+    std::fs::write(&path, pools).unwrap();
+    let output =
+        tiergate(&["check", "--policy", &sample("kubenexus/policy.yaml"), "--nodepools", path.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let report = stdout(&output);
+    assert!(report.contains("tier bronze: FAIL") && report.contains("no pool can host these pods"), "{report}");
+    assert!(report.contains("requirement gpu.nvidia.com/class In [\"t4\"] excludes l4"), "{report}");
+}
+
+#[test]
+fn crd_prints_the_chart_copy() {
+    let output = tiergate(&["crd"]);
+    assert!(output.status.success());
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/crds/tierpolicies.tiergate.io.yaml");
+    assert_eq!(stdout(&output), std::fs::read_to_string(chart).unwrap());
+}

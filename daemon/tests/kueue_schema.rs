@@ -1,0 +1,391 @@
+//! Every generated Kueue object is one the API server and Kueue would accept.
+//!
+//! Three layers, all against Kueue v0.19.2's CRDs (`adapters/kueue/crds/`, the `v1beta2` version):
+//! 1. the structural `openAPIV3Schema` (types, required fields, enums, patterns, max items) with the
+//!    `jsonschema` crate. Objects get `additionalProperties: false` wherever the CRD lists properties, as
+//!    `kubectl apply` (strict field validation) refuses unknown fields; this catches v1beta1 names like `cohort`.
+//!    `x-kubernetes-*` keywords are ignored by the validator; int-or-string is already written as `anyOf`.
+//! 2. the CEL `x-kubernetes-validations` rules, evaluated from the CRD's own rule text by `kube-cel` (which
+//!    applies the schema defaults first, like the API server). Transition rules (`oldSelf`) are evaluated on
+//!    update only; `every_cel_rule_compiles` proves no rule is skipped for want of a function.
+//! 3. Kueue's Go webhook checks that are not CEL, as Rust equivalents (see `kueue_webhook_errors`):
+//!    a flavor's resources are the covered resources in the same order; a resource or flavor appears in one
+//!    resource group only; lendingLimit needs a cohort and is at most nominalQuota.
+//!
+//! Metadata is checked too: names and namespaces are DNS-1123 labels, label keys and values are valid.
+
+#![cfg(test)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use tiergate::inputs::{load_cluster_view, load_policy};
+use tiergate::plan::desired;
+use tiergate::validation::names::{is_dns_label, is_label_value, is_qualified_name};
+use tiergate::validation::quantity::parse_quantity;
+use tiergate::view::ClusterView;
+
+const CRD_FILES: &[&str] = &[
+    "kueue.x-k8s.io_resourceflavors.yaml",
+    "kueue.x-k8s.io_clusterqueues.yaml",
+    "kueue.x-k8s.io_localqueues.yaml",
+    "kueue.x-k8s.io_workloadpriorityclasses.yaml",
+    "kueue.x-k8s.io_admissionchecks.yaml",
+    "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
+];
+
+fn crd_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/kueue/crds")
+}
+
+/// kind -> v1beta2 openAPIV3Schema.
+fn schemas() -> BTreeMap<String, Value> {
+    CRD_FILES
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(crd_dir().join(file)).unwrap();
+            let crd: Value = serde_saphyr::from_str(&text).unwrap();
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_owned();
+            let version = crd["spec"]["versions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|version| version["name"] == "v1beta2")
+                .unwrap_or_else(|| panic!("{file} has no v1beta2"));
+            assert_eq!(version["storage"], true, "{file}: v1beta2 should be the storage version");
+            (kind, version["schema"]["openAPIV3Schema"].clone())
+        })
+        .collect()
+}
+
+/// Adds `additionalProperties: false` to every object schema that lists properties (except `metadata`,
+/// which the API server validates itself).
+fn strict(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> =
+                map.iter().map(|(key, value)| (key.clone(), strict(value))).collect();
+            if let Some(Value::Object(properties)) = map.get("properties") {
+                let mut properties = properties.clone();
+                for (name, value) in properties.iter_mut() {
+                    *value = if name == "metadata" { value.clone() } else { strict(value) };
+                }
+                out.insert("properties".into(), Value::Object(properties));
+                if !map.contains_key("additionalProperties")
+                    && !map.contains_key("x-kubernetes-preserve-unknown-fields")
+                {
+                    out.insert("additionalProperties".into(), Value::Bool(false));
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
+        other => other.clone(),
+    }
+}
+
+struct Checker {
+    schemas: BTreeMap<String, Value>,
+    structural: BTreeMap<String, jsonschema::Validator>,
+    cel: kube_cel::Validator,
+}
+
+impl Checker {
+    fn new() -> Self {
+        let schemas = schemas();
+        let structural = schemas
+            .iter()
+            .map(|(kind, schema)| (kind.clone(), jsonschema::validator_for(&strict(schema)).unwrap()))
+            .collect();
+        Self { schemas, structural, cel: kube_cel::Validator::new() }
+    }
+
+    fn kind<'a>(&self, object: &'a Value) -> &'a str {
+        let kind = object["kind"].as_str().unwrap();
+        assert!(self.schemas.contains_key(kind), "no CRD for kind {kind}");
+        kind
+    }
+
+    fn structural_errors(&self, object: &Value) -> Vec<String> {
+        let validator = &self.structural[self.kind(object)];
+        validator.iter_errors(object).map(|error| format!("{}: {error}", error.instance_path())).collect()
+    }
+
+    fn cel_errors(&self, object: &Value, old: Option<&Value>) -> Vec<String> {
+        let schema = &self.schemas[self.kind(object)];
+        let object = apply_defaults(schema, object);
+        let old = old.map(|old| apply_defaults(schema, old));
+        match self.cel.validate(schema, &object, old.as_ref()) {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    fn all_errors(&self, object: &Value) -> Vec<String> {
+        let mut errors = self.structural_errors(object);
+        errors.extend(self.cel_errors(object, None));
+        errors.extend(self.cel_errors(object, Some(object)));
+        errors.extend(kueue_webhook_errors(object));
+        errors.extend(metadata_errors(object));
+        errors
+    }
+}
+
+/// The API server's structural defaulting: a missing property with a `default` gets it, and defaulting then
+/// descends into every property, including one just defaulted (`preemption: {}` gets
+/// `borrowWithinCohort: {}`, which gets `policy: Never`). kube-cel 0.8 defaults too but does not descend into a
+/// default it inserted, so the ClusterQueue preemption rule would see no `policy`; defaulting here first
+/// gives it the object the API server evaluates.
+fn apply_defaults(schema: &Value, value: &Value) -> Value {
+    match value {
+        Value::Object(object) => {
+            let mut result = object.clone();
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (key, property) in properties {
+                    if !result.contains_key(key)
+                        && let Some(default) = property.get("default")
+                    {
+                        result.insert(key.clone(), default.clone());
+                    }
+                }
+                for (key, child) in result.iter_mut() {
+                    if let Some(property) = properties.get(key) {
+                        *child = apply_defaults(property, child);
+                    }
+                }
+            } else if let Some(additional) = schema.get("additionalProperties").filter(|value| value.is_object()) {
+                for child in result.values_mut() {
+                    *child = apply_defaults(additional, child);
+                }
+            }
+            Value::Object(result)
+        }
+        Value::Array(items) => match schema.get("items") {
+            Some(item_schema) => Value::Array(items.iter().map(|item| apply_defaults(item_schema, item)).collect()),
+            None => value.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+/// Rust equivalents of Kueue's Go webhook checks on a ClusterQueue that are not written as CEL.
+fn kueue_webhook_errors(object: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    if object["kind"] != "ClusterQueue" {
+        return errors;
+    }
+    let spec = &object["spec"];
+    let has_cohort =
+        spec.get("cohortName").is_some_and(|cohort| cohort.as_str().is_some_and(|cohort| !cohort.is_empty()));
+    let mut seen_resources = Vec::new();
+    let mut seen_flavors = Vec::new();
+    for (group_index, group) in spec["resourceGroups"].as_array().into_iter().flatten().enumerate() {
+        let covered: Vec<&str> =
+            group["coveredResources"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        for resource in &covered {
+            if seen_resources.contains(resource) {
+                errors.push(format!("resourceGroups[{group_index}]: resource {resource} is in two resource groups"));
+            }
+            seen_resources.push(resource);
+        }
+        for (flavor_index, flavor) in group["flavors"].as_array().into_iter().flatten().enumerate() {
+            let path = format!("resourceGroups[{group_index}].flavors[{flavor_index}]");
+            let name = flavor["name"].as_str().unwrap_or_default();
+            if seen_flavors.contains(&name) {
+                errors.push(format!("{path}: flavor {name} is in two resource groups"));
+            }
+            seen_flavors.push(name);
+            let resources: Vec<&Value> = flavor["resources"].as_array().into_iter().flatten().collect();
+            let names: Vec<&str> = resources.iter().filter_map(|resource| resource["name"].as_str()).collect();
+            if names != covered {
+                errors.push(format!("{path}: resources {names:?} must be the covered resources {covered:?} in order"));
+            }
+            for resource in resources {
+                let Some(lending) = resource.get("lendingLimit") else { continue };
+                if !has_cohort {
+                    errors.push(format!("{path}: lendingLimit must be nil when cohort is empty"));
+                }
+                let quantity = |value: &Value| value.as_str().map(str::to_owned).unwrap_or_else(|| value.to_string());
+                let (lending, nominal) =
+                    (parse_quantity(&quantity(lending)), parse_quantity(&quantity(&resource["nominalQuota"])));
+                if let (Some(lending), Some(nominal)) = (lending, nominal)
+                    && lending.value > nominal.value
+                {
+                    errors.push(format!("{path}: lendingLimit must be less than or equal to nominalQuota"));
+                }
+            }
+        }
+    }
+    errors
+}
+
+fn metadata_errors(object: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    let metadata = &object["metadata"];
+    let name = metadata["name"].as_str().unwrap_or_default();
+    if !is_dns_label(name) {
+        errors.push(format!("metadata.name {name:?} is not a DNS label"));
+    }
+    let namespaced = object["kind"] == "LocalQueue";
+    match metadata["namespace"].as_str() {
+        Some(namespace) if namespaced && is_dns_label(namespace) => {}
+        None if !namespaced => {}
+        other => errors.push(format!("metadata.namespace {other:?} is wrong for {}", object["kind"])),
+    }
+    for (key, value) in metadata["labels"].as_object().into_iter().flatten() {
+        if !is_qualified_name(key) || !value.as_str().is_some_and(is_label_value) {
+            errors.push(format!("metadata.labels {key}={value} is not a valid label"));
+        }
+    }
+    errors
+}
+
+fn sample_objects_of(name: &str) -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples").join(name);
+    let policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
+    let view = load_cluster_view(&dir.join("cluster.yaml")).unwrap_or_else(|_| ClusterView::default());
+    desired(&policy, &view).to_values().unwrap()
+}
+
+/// The objects of every sample.
+fn all_sample_objects() -> Vec<Value> {
+    ["kubenexus", "spot-mix"].into_iter().flat_map(sample_objects_of).collect()
+}
+
+/// The spot-mix sample uses every feature (cohorts, borrowing, preemption, provisioning, placement).
+fn sample_objects() -> Vec<Value> {
+    sample_objects_of("spot-mix")
+}
+
+fn object_of_kind(objects: &[Value], kind: &str, name: &str) -> Value {
+    objects.iter().find(|object| object["kind"] == kind && object["metadata"]["name"] == name).cloned().unwrap()
+}
+
+#[test]
+fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
+    let checker = Checker::new();
+    let objects = all_sample_objects();
+    let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), 6, "the samples should exercise every generated kind, got {kinds:?}");
+    for object in &objects {
+        let errors = checker.all_errors(object);
+        assert!(errors.is_empty(), "{} {}: {errors:#?}", object["kind"], object["metadata"]["name"]);
+    }
+}
+
+#[test]
+fn every_cel_rule_compiles_so_none_is_skipped() {
+    for (kind, schema) in schemas() {
+        let compiled = kube_cel::compile_schema(&schema);
+        assert!(!compiled.has_errors(), "{kind}: {:?}", compiled.compilation_errors());
+    }
+}
+
+#[test]
+fn a_borrowing_limit_without_cohort_is_caught_by_the_cel_rule() {
+    let checker = Checker::new();
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-gold");
+    assert!(checker.all_errors(&queue).is_empty());
+    queue["spec"].as_object_mut().unwrap().remove("cohortName");
+    let errors = checker.cel_errors(&queue, None);
+    assert!(errors.iter().any(|error| error.contains("borrowingLimit must be nil when cohort is empty")), "{errors:?}");
+    let webhook = kueue_webhook_errors(&queue);
+    assert!(webhook.iter().any(|error| error.contains("lendingLimit must be nil")), "{webhook:?}");
+}
+
+#[test]
+fn flavors_listing_resources_out_of_order_are_caught() {
+    let checker = Checker::new();
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-silver");
+    let resources = queue["spec"]["resourceGroups"][0]["flavors"][1]["resources"].as_array_mut().unwrap();
+    resources.swap(0, 2);
+    let errors = checker.all_errors(&queue);
+    assert!(errors.iter().any(|error| error.contains("must be the covered resources")), "{errors:?}");
+}
+
+#[test]
+fn a_flavor_missing_a_covered_resource_is_caught_by_the_cel_rule() {
+    let checker = Checker::new();
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-bronze");
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"].as_array_mut().unwrap().pop();
+    let errors = checker.cel_errors(&queue, None);
+    assert!(errors.iter().any(|error| error.contains("same number of resources")), "{errors:?}");
+}
+
+#[test]
+fn borrow_within_cohort_without_reclaim_is_caught_after_defaulting() {
+    let checker = Checker::new();
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-gold");
+    queue["spec"]["preemption"].as_object_mut().unwrap().remove("reclaimWithinCohort");
+    let errors = checker.cel_errors(&queue, None);
+    assert!(errors.iter().any(|error| error.contains("reclaimWithinCohort=Never")), "{errors:?}");
+}
+
+#[test]
+fn the_v1beta1_cohort_field_name_is_refused() {
+    let checker = Checker::new();
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-gold");
+    let cohort = queue["spec"].as_object_mut().unwrap().remove("cohortName").unwrap();
+    queue["spec"]["cohort"] = cohort;
+    assert!(!checker.structural_errors(&queue).is_empty());
+    let mut queue = object_of_kind(&sample_objects(), "ClusterQueue", "tiergate-gold");
+    queue["spec"]["admissionChecks"] = json!(["tiergate-gold-provisioning"]);
+    assert!(!checker.structural_errors(&queue).is_empty(), "v1beta2 has no plain admissionChecks list");
+}
+
+#[test]
+fn a_bad_flavor_toleration_and_taint_effect_are_caught() {
+    let checker = Checker::new();
+    let mut flavor = object_of_kind(&sample_objects(), "ResourceFlavor", "l4");
+    flavor["spec"]["tolerations"][0]["operator"] = json!("Equal");
+    flavor["spec"]["tolerations"][0].as_object_mut().unwrap().remove("key");
+    flavor["spec"]["nodeTaints"][0]["effect"] = json!("NoWay");
+    let errors = checker.cel_errors(&flavor, None);
+    assert!(errors.iter().any(|error| error.contains("operator must be Exists")), "{errors:?}");
+    assert!(errors.iter().any(|error| error.contains("supported taint effect values")), "{errors:?}");
+}
+
+#[test]
+fn structural_mistakes_are_caught() {
+    let checker = Checker::new();
+    let objects = sample_objects();
+    let mut class = object_of_kind(&objects, "WorkloadPriorityClass", "gpu-high");
+    class.as_object_mut().unwrap().remove("value");
+    assert!(!checker.structural_errors(&class).is_empty(), "value is required");
+    let mut queue = objects.iter().find(|object| object["kind"] == "LocalQueue").cloned().unwrap();
+    queue["spec"]["stopPolicy"] = json!("Pause");
+    assert!(!checker.structural_errors(&queue).is_empty(), "stopPolicy is an enum");
+    let mut queue = object_of_kind(&objects, "ClusterQueue", "tiergate-gold");
+    queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = json!("lots");
+    assert!(!checker.structural_errors(&queue).is_empty(), "quantities follow the pattern");
+    queue["spec"]["cohortName"] = json!("GPU");
+    assert!(!checker.structural_errors(&queue).is_empty(), "cohortName is a DNS subdomain");
+}
+
+#[test]
+fn defaults_descend_into_defaults_like_the_api_server() {
+    let schema = &schemas()["ClusterQueue"];
+    let queue = json!({"kind": "ClusterQueue", "spec": {"preemption": {}}});
+    let defaulted = apply_defaults(schema, &queue);
+    assert_eq!(defaulted["spec"]["preemption"]["borrowWithinCohort"]["policy"], "Never");
+    assert_eq!(defaulted["spec"]["preemption"]["reclaimWithinCohort"], "Never");
+    assert_eq!(defaulted["spec"]["queueingStrategy"], "BestEffortFIFO");
+}
+
+#[test]
+fn the_vendored_crds_equal_the_shared_kueue_release_when_present() {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .map(|dir| dir.join("shared/kueue/crds"))
+        .find(|dir| dir.is_dir());
+    let Some(shared) = shared else {
+        eprintln!("shared/kueue/crds not found beside the repository; only the vendored copies are used");
+        return;
+    };
+    for file in CRD_FILES {
+        let vendored = std::fs::read_to_string(crd_dir().join(file)).unwrap();
+        let original = std::fs::read_to_string(shared.join(file)).unwrap();
+        assert!(vendored == original, "{file} differs from {}", shared.display());
+    }
+}
