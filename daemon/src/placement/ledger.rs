@@ -141,6 +141,22 @@ impl InFlight {
         chosen
     }
 
+    /// Marks the entries whose pods `snapshot` shows as observed, so a pod deleted soon after stops counting
+    /// once the grace has passed instead of at the end of its TTL.
+    pub(crate) fn observe(&self, snapshot: &Snapshot, now: Instant) {
+        for pod in &snapshot.pods {
+            let (Some(owner), Some(request)) =
+                (pod.annotations.get(OWNER_ANNOTATION), pod.annotations.get(REQUEST_ANNOTATION))
+            else {
+                continue;
+            };
+            let mut shard = self.shard(owner).lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(entry) = shard.owners.get_mut(owner).and_then(|entries| entries.get_mut(request)) {
+                entry.observed.get_or_insert(now);
+            }
+        }
+    }
+
     /// Entries held across all owners (for tests and diagnostics).
     pub(crate) fn len(&self) -> usize {
         self.shards

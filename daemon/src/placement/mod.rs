@@ -134,7 +134,19 @@ impl PlacementLedger {
         self
     }
 
-    /// In-flight entries held (pods admitted here that the caches have not shown yet, within their TTL).
+    /// Tells the ledger what the caches show now; call it after every snapshot swap (the cluster wiring does).
+    /// Without it, a pod deleted before any further admission of its owner keeps counting until its TTL ends.
+    pub fn observe(&self, snapshot: &Snapshot) {
+        self.observe_at(snapshot, Instant::now());
+    }
+
+    /// [`PlacementLedger::observe`] at a given instant.
+    pub fn observe_at(&self, snapshot: &Snapshot, now: Instant) {
+        self.in_flight.observe(snapshot, now);
+    }
+
+    /// Entries held: pods admitted here that the caches have not shown yet (within their TTL) or showed less than
+    /// the observed grace ago.
     pub fn in_flight_len(&self) -> usize {
         self.in_flight.len()
     }
