@@ -1,5 +1,6 @@
 //! The recorded ReplicaSet bursts (6 web-app pods, 10 alpine pods) admitted concurrently through one ledger split
 //! exactly as seeds 003 and 004 promise; plus owner admission, dry-run, reinvocation and malformed input.
+#![cfg(test)]
 
 mod placement_support;
 

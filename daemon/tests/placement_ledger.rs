@@ -1,5 +1,6 @@
 //! The ledger over time: rebuilt from the pods after a restart, refilling the short rule after a scale-down,
 //! expiring pods that never appeared, reading stale snapshots, and two webhook replicas sharing one cache.
+#![cfg(test)]
 
 mod placement_support;
 

@@ -1,5 +1,6 @@
 //! Seed 002 GPU pinning (the recorded StatefulSet and its ordinal-0 pod) and TierPolicy placement strategies
 //! referenced by `tiergate.io/placement`.
+#![cfg(test)]
 
 mod placement_support;
 

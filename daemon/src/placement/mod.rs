@@ -223,7 +223,8 @@ impl PlacementLedger {
             }
             Some(Ok(strategy)) => {
                 let owner = pod_owner_key(namespace, meta, snapshot);
-                let assignment = self.assign_rule(request, &labels, &annotations, &strategy, owner, snapshot, now);
+                let assignment =
+                    self.assign_rule(request, namespace, &labels, &annotations, &strategy, owner, snapshot, now);
                 if let Some(assignment) = assignment {
                     outcome.metadata_labels.insert(RULE_LABEL.to_owned(), assignment.rule.clone());
                     outcome.metadata_annotations.insert(OWNER_ANNOTATION.to_owned(), assignment.owner.clone());
@@ -239,6 +240,7 @@ impl PlacementLedger {
     fn assign_rule(
         &self,
         request: &AdmissionRequest<DynamicObject>,
+        namespace: &str,
         labels: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
         strategy: &ResolvedStrategy,
@@ -246,7 +248,6 @@ impl PlacementLedger {
         snapshot: &Snapshot,
         now: Instant,
     ) -> Option<PlacementAssignment> {
-        let namespace = request.namespace.as_deref().unwrap_or_default();
         // A pod that already carries one of the strategy's rules keeps it: our own output on reinvocation, or a
         // pod re-created from a dump. It is still counted.
         let existing = labels.get(RULE_LABEL).filter(|rule| strategy.position(rule).is_some());
