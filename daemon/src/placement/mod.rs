@@ -223,8 +223,8 @@ impl PlacementLedger {
             }
             Some(Ok(strategy)) => {
                 let owner = pod_owner_key(namespace, meta, snapshot);
-                let assignment =
-                    self.assign_rule(request, namespace, &labels, &annotations, &strategy, owner, snapshot, now);
+                let pod = PodContext { request, namespace, labels: &labels, annotations: &annotations, owner };
+                let assignment = self.assign_rule(&pod, &strategy, snapshot, now);
                 if let Some(assignment) = assignment {
                     outcome.metadata_labels.insert(RULE_LABEL.to_owned(), assignment.rule.clone());
                     outcome.metadata_annotations.insert(OWNER_ANNOTATION.to_owned(), assignment.owner.clone());
@@ -236,26 +236,22 @@ impl PlacementLedger {
         outcome
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn assign_rule(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
-        namespace: &str,
-        labels: &BTreeMap<String, String>,
-        annotations: &BTreeMap<String, String>,
+        pod: &PodContext<'_>,
         strategy: &ResolvedStrategy,
-        owner: String,
         snapshot: &Snapshot,
         now: Instant,
     ) -> Option<PlacementAssignment> {
+        let PodContext { request, namespace, labels, annotations, owner } = pod;
         // A pod that already carries one of the strategy's rules keeps it: our own output on reinvocation, or a
         // pod re-created from a dump. It is still counted.
         let existing = labels.get(RULE_LABEL).filter(|rule| strategy.position(rule).is_some());
         let reinvoked = existing.is_some() && annotations.get(REQUEST_ANNOTATION) == Some(&request.uid);
         let record = (!request.dry_run && !reinvoked).then_some(request.uid.as_str());
-        let observed = observed_pods(snapshot, namespace, &owner);
+        let observed = observed_pods(snapshot, namespace, owner);
         let split = strategy.split();
-        let rule = self.in_flight.decide(&owner, &observed, now, self.timings, record, |counts| {
+        let rule = self.in_flight.decide(owner, &observed, now, self.timings, record, |counts| {
             if let Some(rule) = existing {
                 return Some(rule.clone());
             }
@@ -272,7 +268,7 @@ impl PlacementLedger {
         let chosen = strategy.rules.iter().find(|candidate| candidate.name == rule)?;
         Some(PlacementAssignment {
             rule,
-            owner,
+            owner: owner.clone(),
             node_selector: chosen.node_selector.clone(),
             tolerations: chosen.tolerations.clone(),
         })
@@ -283,6 +279,15 @@ impl PlacementLedger {
             metrics.placement_assignments.get_or_create(&ReasonLabels { reason }).inc();
         }
     }
+}
+
+/// The pod being placed, as `assign_rule` needs it.
+struct PodContext<'a> {
+    request: &'a AdmissionRequest<DynamicObject>,
+    namespace: &'a str,
+    labels: &'a BTreeMap<String, String>,
+    annotations: &'a BTreeMap<String, String>,
+    owner: String,
 }
 
 /// An owner's admission: every strategy and map on it or its pod template must parse (else Err, so broken pods
