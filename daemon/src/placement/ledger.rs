@@ -29,27 +29,27 @@ impl Default for LedgerTimings {
     }
 }
 
-/// What the snapshot says about one owner's placed pods.
+/// What the snapshot says about one owner's placed pods (borrowed from the snapshot: no allocation per pod).
 #[derive(Debug, Default)]
-pub(crate) struct Observed {
+pub(crate) struct Observed<'a> {
     /// Pods per rule name.
-    pub counts: HashMap<String, u32>,
+    pub counts: HashMap<&'a str, u32>,
     /// Admission request UIDs those pods were placed under.
-    pub requests: HashSet<String>,
+    pub requests: HashSet<&'a str>,
 }
 
 /// Counts the snapshot's pods of `owner` in `namespace` by their rule label.
-pub(crate) fn observed_pods(snapshot: &Snapshot, namespace: &str, owner: &str) -> Observed {
+pub(crate) fn observed_pods<'a>(snapshot: &'a Snapshot, namespace: &str, owner: &str) -> Observed<'a> {
     let mut observed = Observed::default();
     let owned = snapshot.pods.iter().filter(|pod| {
         pod.namespace == namespace && pod.annotations.get(OWNER_ANNOTATION).is_some_and(|key| key == owner)
     });
     for pod in owned {
         if let Some(rule) = pod.labels.get(RULE_LABEL) {
-            *observed.counts.entry(rule.clone()).or_default() += 1;
+            *observed.counts.entry(rule.as_str()).or_default() += 1;
         }
         if let Some(request) = pod.annotations.get(REQUEST_ANNOTATION) {
-            observed.requests.insert(request.clone());
+            observed.requests.insert(request.as_str());
         }
     }
     observed
@@ -109,7 +109,7 @@ impl InFlight {
     pub(crate) fn decide(
         &self,
         owner: &str,
-        observed: &Observed,
+        observed: &Observed<'_>,
         now: Instant,
         timings: LedgerTimings,
         record: Option<&str>,
@@ -119,15 +119,14 @@ impl InFlight {
         shard.sweep(now, timings);
         let entries = shard.owners.entry(owner.to_owned()).or_default();
         entries.retain(|request, entry| {
-            if observed.requests.contains(request) {
+            if observed.requests.contains(request.as_str()) {
                 entry.observed.get_or_insert(now);
             }
             !entry.expired(now, timings)
         });
-        let mut counts: BTreeMap<&str, u32> =
-            observed.counts.iter().map(|(rule, count)| (rule.as_str(), *count)).collect();
+        let mut counts: BTreeMap<&str, u32> = observed.counts.iter().map(|(rule, count)| (*rule, *count)).collect();
         for (request, entry) in entries.iter() {
-            if !observed.requests.contains(request) {
+            if !observed.requests.contains(request.as_str()) {
                 *counts.entry(entry.rule.as_str()).or_default() += 1;
             }
         }
