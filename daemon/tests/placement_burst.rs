@@ -236,3 +236,49 @@ fn kube_system_pod_is_left_alone_even_with_a_strategy() {
     let pod = with_annotations(fixture("pod-create-kube-system.json"), &annotations);
     assert_eq!(PlacementLedger::default().assign_for(&pod, &Snapshot::default()).unwrap(), PlacementOutcome::default());
 }
+
+/// The web-app Deployment's fixture turned into an object of `kind` controlled by a `controller`.
+fn controlled(kind: &str, controller: &str) -> AdmissionRequest<DynamicObject> {
+    let mut request = fixture("deployment-create-smart-scheduler-strategy.json");
+    request.kind.kind = kind.to_owned();
+    let object = request.object.as_mut().unwrap();
+    object.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "apps/v1".to_owned(),
+        kind: controller.to_owned(),
+        name: "web-app".to_owned(),
+        uid: "owner-uid".to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }]);
+    request
+}
+
+#[test]
+fn replica_set_of_a_placed_deployment_is_validated_but_its_template_is_left_alone() {
+    let mut request = controlled("ReplicaSet", "Deployment");
+    request.object.as_mut().unwrap().data["spec"]["template"]["metadata"]["annotations"] = serde_json::json!({
+        STRATEGY_ANNOTATION: "base=1,weight=1,nodeSelector=node-type:ondemand;weight=2,nodeSelector=node-type:spot"
+    });
+    let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
+    assert_eq!(outcome, PlacementOutcome::default());
+}
+
+#[test]
+fn job_stamped_out_by_a_cron_job_keeps_the_canonical_strategy_its_template_carries() {
+    let mut request = controlled("Job", "CronJob");
+    let object = request.object.as_mut().unwrap();
+    object.metadata.annotations = None;
+    object.data["spec"]["template"]["metadata"]["annotations"] =
+        serde_json::json!({ STRATEGY_ANNOTATION: "weight=1,nodeSelector=node-type:spot" });
+    let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
+    assert_eq!(outcome, PlacementOutcome::default());
+}
+
+#[test]
+fn smart_scheduler_strategy_on_a_controlled_replica_set_is_not_copied_and_says_where_it_belongs() {
+    let request = controlled("ReplicaSet", "Deployment");
+    let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
+    assert!(outcome.template_annotations.is_empty());
+    assert_eq!(outcome.warnings.len(), 1);
+    assert!(outcome.warnings[0].contains("put it on the Deployment"), "{:?}", outcome.warnings);
+}

@@ -311,24 +311,34 @@ fn check_owner(
              carry it"
         ));
     }
-    // The Deployment controller compares ReplicaSet templates with its own and a Job's template is immutable
-    // after creation, so those templates are only read.
-    let may_edit_template = match kind {
-        "ReplicaSet" => controller(meta).is_none(),
-        "Job" => request.operation == Operation::Create,
-        _ => true,
-    };
+    // A controlled owner's template belongs to its controller (the Deployment controller compares ReplicaSet
+    // templates with its own; a CronJob stamps out Jobs), and a Job's template is immutable after creation, so
+    // those templates are only read.
+    let controlled_by = controller(meta).map(|owner| owner.kind.clone());
+    let may_edit_template = controlled_by.is_none() && !(kind == "Job" && request.operation == Operation::Update);
     let mut effective = template.annotations.clone();
     match owner_annotations.get(SMART_SCHEDULER_ANNOTATION) {
         Some(value) => {
-            let strategy = parse_schedule_strategy(value).map_err(|error| PlacementError {
-                annotation: SMART_SCHEDULER_ANNOTATION.to_owned(),
-                message: format!("`{value}`: {}", error.detail()),
-            })?;
+            let canonical = parse_schedule_strategy(value)
+                .map_err(|error| PlacementError {
+                    annotation: SMART_SCHEDULER_ANNOTATION.to_owned(),
+                    message: format!("`{value}`: {}", error.detail()),
+                })?
+                .to_string();
             if may_edit_template {
-                let canonical = strategy.to_string();
                 outcome.template_annotations.insert(STRATEGY_ANNOTATION.to_owned(), canonical.clone());
                 effective.insert(STRATEGY_ANNOTATION.to_owned(), canonical);
+            } else if effective.get(STRATEGY_ANNOTATION) != Some(&canonical) {
+                outcome.warnings.push(match &controlled_by {
+                    Some(controller) => format!(
+                        "{SMART_SCHEDULER_ANNOTATION} on a {kind} controlled by a {controller} is not copied to its \
+                         pod template; put it on the {controller}"
+                    ),
+                    None => format!(
+                        "{SMART_SCHEDULER_ANNOTATION} changed on an existing {kind}, whose pod template is \
+                         immutable; re-create the {kind} to apply it"
+                    ),
+                });
             }
         }
         None if may_edit_template && effective.remove(STRATEGY_ANNOTATION).is_some() => {
