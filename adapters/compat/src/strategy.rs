@@ -387,6 +387,25 @@ mod tests {
     }
 
     #[test]
+    fn seed_004_node_group_labels_can_all_select_one_rule() {
+        // The labels seed 004 gives its three managed node groups.
+        let strategy = parse_custom_pod_strategy(
+            "lc=od,apps=critical,nodesize=od4vcpu16gb,base=1,weight=0:\
+             lc=spot,apps=noncritical,nodesize=spot4vcpu16gb,weight=1:\
+             lc=spot,apps=noncritical,nodesize=spot8vcpu32gb,weight=1",
+        )
+        .unwrap();
+        assert_eq!(
+            strategy.rules,
+            vec![
+                rule(1, 0, &[("lc", "od"), ("apps", "critical"), ("nodesize", "od4vcpu16gb")]),
+                rule(0, 1, &[("lc", "spot"), ("apps", "noncritical"), ("nodesize", "spot4vcpu16gb")]),
+                rule(0, 1, &[("lc", "spot"), ("apps", "noncritical"), ("nodesize", "spot8vcpu32gb")]),
+            ]
+        );
+    }
+
+    #[test]
     fn base_only_on_second_rule_is_rejected() {
         let error = parse_custom_pod_strategy("lc=spot,weight=1:lc=od,base=2,weight=1").unwrap_err();
         assert!(error.to_string().contains("rule 2 sets base=2; only the first rule may carry base"), "{error}");

@@ -99,6 +99,18 @@ mod tests {
     }
 
     #[test]
+    fn seed_003_example_2_keeps_one_base_pod_then_splits_two_to_one() {
+        // 1 base in us-west-1a + 6 pods at 2:1 -> 1 + 4 in us-west-1a, 2 in us-west-1b.
+        assert_eq!(Split::new(1, vec![2, 1]).counts_for(7), [5, 2]);
+    }
+
+    #[test]
+    fn seed_003_example_3_keeps_one_k80_then_prefers_v100_one_to_two() {
+        // 1 base on K80 + 9 pods at 1:2 -> 1 + 3 on K80, 6 on V100.
+        assert_eq!(Split::new(1, vec![1, 2]).counts_for(10), [4, 6]);
+    }
+
+    #[test]
     fn each_scale_up_step_of_seed_004_adds_one_pod_to_the_rule_furthest_behind() {
         let split = Split::new(1, vec![0, 1, 1]);
         let steps: Vec<Vec<u32>> = (1..=5).map(|total| split.counts_for(total)).collect();
