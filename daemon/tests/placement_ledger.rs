@@ -84,7 +84,7 @@ fn scale_down_then_scale_up_refills_the_rule_that_is_short() {
 
 #[test]
 fn a_pod_that_never_appears_stops_counting_after_the_ttl() {
-    let timings = LedgerTimings { in_flight_ttl: Duration::from_secs(60), observed_grace: Duration::from_secs(10) };
+    let timings = LedgerTimings { in_flight_ttl: Duration::from_secs(60), observed_grace: Duration::from_secs(5) };
     let ledger = PlacementLedger::default().with_timings(timings);
     let pods = web_app_pods(2);
     let start = Instant::now();
@@ -106,7 +106,8 @@ fn a_request_holding_a_stale_snapshot_still_counts_pods_observed_moments_ago() {
     let start = Instant::now();
     let admitted = admit_all(&ledger, &requests[..6], &Snapshot::default(), start);
     ledger.observe_at(&snapshot_with(pods_of(&admitted)), start + Duration::from_secs(1));
-    let stale = ledger.assign_for_at(&requests[6], &Snapshot::default(), start + Duration::from_secs(2)).unwrap();
+    let within_grace = start + Duration::from_secs(1) + LedgerTimings::default().observed_grace / 2;
+    let stale = ledger.assign_for_at(&requests[6], &Snapshot::default(), within_grace).unwrap();
     let expected_rule = ["ondemand", "spot"][Split::new(1, vec![1, 2]).next_rule(&[3, 3])];
     assert_eq!(rule_of(&stale), expected_rule);
 }
@@ -119,7 +120,8 @@ fn entries_of_observed_pods_are_dropped_after_the_grace() {
     let admitted = admit_all(&ledger, &requests[..6], &Snapshot::default(), start);
     let cache = snapshot_with(pods_of(&admitted));
     ledger.observe_at(&cache, start + Duration::from_secs(1));
-    ledger.assign_for_at(&requests[6], &cache, start + Duration::from_secs(12)).unwrap();
+    let grace = LedgerTimings::default().observed_grace;
+    ledger.assign_for_at(&requests[6], &cache, start + Duration::from_secs(1) + grace).unwrap();
     assert_eq!(ledger.in_flight_len(), 1);
 }
 

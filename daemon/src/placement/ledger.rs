@@ -19,13 +19,14 @@ const SHARDS: usize = 16;
 pub struct LedgerTimings {
     /// An admitted pod the caches never show (denied later by another admission step) stops counting after this.
     pub in_flight_ttl: Duration,
-    /// Once the caches have shown a pod, its entry still counts this long when a request holds an older snapshot.
+    /// Once the caches have shown a pod, its entry still counts this long while a snapshot does not show it: a
+    /// request may still be deciding from an older snapshot. No request outlives the webhook timeout (5 s).
     pub observed_grace: Duration,
 }
 
 impl Default for LedgerTimings {
     fn default() -> Self {
-        Self { in_flight_ttl: Duration::from_secs(60), observed_grace: Duration::from_secs(10) }
+        Self { in_flight_ttl: Duration::from_secs(60), observed_grace: Duration::from_secs(5) }
     }
 }
 
