@@ -1,0 +1,111 @@
+//! Shared builders for the placement tests: recorded admission requests, the pods the caches would show after
+//! an admission, and snapshots; reads fixture files.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use tiergate::placement::{PlacementLedger, PlacementOutcome};
+use tiergate::policy::TierPolicy;
+use tiergate::view::{PodView, Snapshot};
+
+/// `shared/fixtures/admission`, found from the crate upwards (the repo root's sibling `shared/`, also from a
+/// worktree one level deeper).
+pub fn fixtures_dir() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .map(|dir| dir.join("shared/fixtures/admission"))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| panic!("no shared/fixtures/admission above {}", manifest.display()))
+}
+
+/// The recorded request in `name` (e.g. `pod-create-from-replicaset-web-app-1.json`).
+pub fn fixture(name: &str) -> AdmissionRequest<DynamicObject> {
+    let path = fixtures_dir().join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    let review: AdmissionReview<DynamicObject> = serde_json::from_str(&text).unwrap();
+    review.try_into().unwrap()
+}
+
+/// The `count` recorded pod creations of a burst, e.g. `burst("web-app", 6)`.
+pub fn burst(app: &str, count: usize) -> Vec<AdmissionRequest<DynamicObject>> {
+    (1..=count).map(|index| fixture(&format!("pod-create-from-replicaset-{app}-{index}.json"))).collect()
+}
+
+/// The request with `annotations` added to the object (what a controller copies from the pod template).
+pub fn with_annotations(
+    mut request: AdmissionRequest<DynamicObject>,
+    annotations: &BTreeMap<String, String>,
+) -> AdmissionRequest<DynamicObject> {
+    if let Some(object) = request.object.as_mut() {
+        object.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
+    }
+    request
+}
+
+/// The web-app burst as the ReplicaSet creates it once tiergate has admitted the Deployment: every pod carries
+/// the template annotations the Deployment's admission returned.
+pub fn web_app_burst() -> Vec<AdmissionRequest<DynamicObject>> {
+    let deployment = fixture("deployment-create-smart-scheduler-strategy.json");
+    let outcome = PlacementLedger::default().assign_for(&deployment, &Snapshot::default()).unwrap();
+    burst("web-app", 6).into_iter().map(|pod| with_annotations(pod, &outcome.template_annotations)).collect()
+}
+
+/// A copy of `request` under another request UID (another pod of the same burst).
+pub fn another(request: &AdmissionRequest<DynamicObject>, uid: &str) -> AdmissionRequest<DynamicObject> {
+    let mut copy = request.clone();
+    copy.uid = uid.to_owned();
+    copy
+}
+
+/// The pod the caches show once `request` was admitted with `outcome` (the API server named it `name`).
+pub fn admitted_pod(request: &AdmissionRequest<DynamicObject>, outcome: &PlacementOutcome, name: &str) -> PodView {
+    let object = request.object.as_ref().unwrap();
+    let meta = &object.metadata;
+    let mut labels = meta.labels.clone().unwrap_or_default();
+    labels.extend(outcome.metadata_labels.clone());
+    let mut annotations = meta.annotations.clone().unwrap_or_default();
+    annotations.extend(outcome.metadata_annotations.clone());
+    PodView {
+        namespace: request.namespace.clone().unwrap_or_default(),
+        name: name.to_owned(),
+        uid: format!("uid-{name}"),
+        owner_uid: meta.owner_references.as_ref().and_then(|owners| owners.first()).map(|owner| owner.uid.clone()),
+        node_name: None,
+        labels,
+        annotations,
+    }
+}
+
+/// A synced snapshot holding `pods`.
+pub fn snapshot_with(pods: Vec<PodView>) -> Snapshot {
+    Snapshot { pods, synced: true, ..Snapshot::default() }
+}
+
+/// A synced snapshot with `policy` active.
+pub fn snapshot_with_policy(policy: TierPolicy) -> Snapshot {
+    Snapshot { policy: Some(Arc::new(policy)), synced: true, ..Snapshot::default() }
+}
+
+/// The rule each outcome assigned.
+pub fn rule_of(outcome: &PlacementOutcome) -> String {
+    outcome.assignment.as_ref().map(|assignment| assignment.rule.clone()).unwrap_or_default()
+}
+
+/// Pods per rule among `outcomes`.
+pub fn rule_counts<'a>(outcomes: impl IntoIterator<Item = &'a PlacementOutcome>) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for outcome in outcomes {
+        *counts.entry(rule_of(outcome)).or_default() += 1;
+    }
+    counts
+}
+
+/// `[("a", 1)]` as a map of owned strings and counts.
+pub fn expected(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs.iter().map(|(rule, count)| ((*rule).to_owned(), *count)).collect()
+}
