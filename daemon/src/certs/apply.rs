@@ -91,7 +91,7 @@ pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i
 }
 
 /// Keeps the certificate current until `shutdown`: reconciles at once, then every `check_interval`, retrying
-/// failures with capped exponential backoff and conflicts at once. Sets the certificate expiry metric.
+/// failures and conflicts with capped exponential backoff (from 1 s). Sets the certificate expiry metric.
 pub async fn run_certificate_manager(
     client: Client,
     config: CertConfig,
@@ -119,7 +119,11 @@ pub async fn run_certificate_manager(
                 }
                 config.check_interval
             }
-            Err(CertError::SecretConflict { .. }) => Duration::ZERO,
+            Err(error @ CertError::SecretConflict { .. }) => {
+                // Another replica wrote first: re-read soon (the backoff keeps a persistent writer from spinning us).
+                tracing::debug!(%error, "certificate Secret changed concurrently; re-reading");
+                backoff.get_or_insert_with(|| retry.build()).next().unwrap_or(config.check_interval)
+            }
             Err(error) => {
                 tracing::warn!(reason = error.reason(), %error, "webhook certificate reconcile failed");
                 backoff.get_or_insert_with(|| retry.build()).next().unwrap_or(config.check_interval)
@@ -247,7 +251,7 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::certs::{RotationSettings, is_signed_by};
+    use crate::certs::{RotationSettings, bundle_certificates, is_signed_by};
     use http::{Method, Request, Response, StatusCode};
     use k8s_openapi::ByteString;
     use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, WebhookClientConfig};
@@ -484,6 +488,87 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
         assert!(!dir.path().join("tls.key.tmp").exists());
+    }
+
+    /// A tiny API server holding one Secret and one webhook configuration, with resourceVersion checks.
+    #[derive(Debug)]
+    struct FakeApi {
+        secret: Secret,
+        webhook_config: MutatingWebhookConfiguration,
+    }
+
+    async fn serve_fake_api(mut handle: ApiHandle, state: Arc<std::sync::Mutex<FakeApi>>) {
+        while let Some((request, send)) = handle.next_request().await {
+            let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+            let body = request.into_body().collect_bytes().await.unwrap();
+            let mut state = state.lock().unwrap();
+            let response = match (method, path.as_str()) {
+                (Method::GET, SECRET_PATH) => json(StatusCode::OK, &state.secret),
+                (Method::GET, WEBHOOK_PATH) => json(StatusCode::OK, &state.webhook_config),
+                (Method::PUT, SECRET_PATH) => {
+                    let mut written: Secret = serde_json::from_slice(&body).unwrap();
+                    if written.metadata.resource_version != state.secret.metadata.resource_version {
+                        status(409, "Conflict")
+                    } else {
+                        let version: u64 = written.metadata.resource_version.as_deref().unwrap().parse().unwrap();
+                        written.metadata.resource_version = Some((version + 1).to_string());
+                        state.secret = written;
+                        json(StatusCode::OK, &state.secret)
+                    }
+                }
+                (Method::PATCH, WEBHOOK_PATH) => {
+                    let patch: json_patch::Patch = serde_json::from_slice(&body).unwrap();
+                    let mut document = serde_json::to_value(&state.webhook_config).unwrap();
+                    json_patch::patch(&mut document, &patch).unwrap();
+                    state.webhook_config = serde_json::from_value(document).unwrap();
+                    json(StatusCode::OK, &state.webhook_config)
+                }
+                (method, path) => panic!("unexpected {method} {path}"),
+            };
+            send.send_response(response);
+        }
+    }
+
+    #[tokio::test]
+    async fn through_a_ca_rotation_the_served_certificate_always_verifies_against_the_published_bundle() {
+        const DAY: i64 = 86_400;
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let (client, handle) = mock_client();
+        let state =
+            Arc::new(std::sync::Mutex::new(FakeApi { secret: empty_secret(), webhook_config: webhook_config(None) }));
+        let api = tokio::spawn(serve_fake_api(handle, state.clone()));
+
+        let mut actions = Vec::new();
+        let mut served_serials = std::collections::BTreeSet::new();
+        // A check every ten days for twenty years: two CA rotations, many serving rotations.
+        for day in (0..(20 * 365)).step_by(10) {
+            let outcome = reconcile_certificates(&client, &config, NOW + day * DAY).await.unwrap();
+            if outcome.action != CertAction::Keep {
+                actions.push(outcome.action);
+            }
+            let served = std::fs::read_to_string(&config.tls_cert).unwrap();
+            served_serials.insert(served.clone());
+            let published = state.lock().unwrap().webhook_config.clone();
+            for webhook in published.webhooks.unwrap() {
+                let bundle = String::from_utf8(webhook.client_config.ca_bundle.unwrap().0).unwrap();
+                assert!(
+                    bundle_certificates(&bundle).iter().any(|ca| is_signed_by(&served, ca)),
+                    "day {day}: the served certificate does not verify against {}'s caBundle",
+                    webhook.name
+                );
+            }
+            let info = certificate_info(&served, "served").unwrap();
+            assert!(
+                info.not_before <= NOW + day * DAY && NOW + day * DAY < info.not_after,
+                "day {day}: served expired"
+            );
+        }
+        drop(client);
+        api.await.unwrap();
+        assert_eq!(actions.iter().filter(|action| **action == CertAction::RotateCa).count(), 2, "{actions:?}");
+        assert!(actions.contains(&CertAction::ReissueServing { reason: "ca_rotated" }));
+        assert!(served_serials.len() > 50, "serving certificates rotate about every 60 days");
     }
 
     #[tokio::test]
