@@ -12,7 +12,9 @@ mod rotation;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use apply::{CertOutcome, reconcile_certificates, run_certificate_manager, write_certificate_files};
+pub use apply::{
+    CertOutcome, reconcile_certificates, run_certificate_manager, wait_for_certificate_files, write_certificate_files,
+};
 pub use pki::{
     CertInfo, CertMaterial, SECRET_CA_BUNDLE, SECRET_CA_CERT, SECRET_CA_KEY, SECRET_TLS_CERT, SECRET_TLS_KEY, build_ca,
     build_serving_certificate, bundle_certificates, certificate_info, is_signed_by, key_matches_certificate,

@@ -314,6 +314,14 @@ def test_bindings_grant_the_roles_to_the_service_account(rendered) -> None:
 # --- the pod ------------------------------------------------------------------------------------------------
 
 
+def test_chart_app_version_is_the_version_the_workspace_builds() -> None:
+    cargo = (REPO / "Cargo.toml").read_text()
+    workspace_version = re.search(r'\[workspace\.package\][^\[]*?\nversion = "([^"]+)"', cargo, re.S)
+    assert workspace_version, "workspace.package.version not found in Cargo.toml"
+    assert chart_metadata()["appVersion"] == workspace_version.group(1), "bump Chart.yaml appVersion with the crates"
+    assert re.fullmatch(r"\d+\.\d+\.\d+", chart_metadata()["version"])
+
+
 def test_image_tag_follows_the_chart_app_version() -> None:
     app_version = chart_metadata()["appVersion"]
     assert container(render())["image"].endswith(f":{app_version}")

@@ -136,6 +136,22 @@ pub async fn run_certificate_manager(
     }
 }
 
+/// Waits until the serving certificate and key files exist and are non-empty (the first reconcile of
+/// [`run_certificate_manager`] writes them), so the webhook server can start with them. Returns false when
+/// `shutdown` came first.
+pub async fn wait_for_certificate_files(config: &CertConfig, shutdown: &CancellationToken) -> bool {
+    loop {
+        let present = |path: &Path| std::fs::metadata(path).is_ok_and(|metadata| metadata.len() > 0);
+        if present(&config.tls_cert) && present(&config.tls_key) {
+            return true;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
 /// Writes the serving certificate and key when they differ from the files, key first and each by rename, so a
 /// reload never sees a half-written file. Returns whether anything changed.
 pub async fn write_certificate_files(
@@ -475,6 +491,17 @@ mod tests {
         api.await.unwrap();
         assert_eq!(error.reason(), "create_secret");
         assert!(error.to_string().contains("kubectl create secret generic tiergate-webhook-tls"), "{error}");
+    }
+
+    #[tokio::test]
+    async fn waiting_for_the_files_ends_when_they_are_written_or_on_shutdown() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        assert!(!wait_for_certificate_files(&config, &shutdown).await);
+        write_certificate_files(&config.tls_cert, &config.tls_key, "cert", "key").await.unwrap();
+        assert!(wait_for_certificate_files(&config, &CancellationToken::new()).await);
     }
 
     #[tokio::test]
