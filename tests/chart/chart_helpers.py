@@ -31,11 +31,17 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "sample-policy": {"samplePolicy": {"enabled": True}},
     "one-replica": {"replicaCount": 1},
     "hard-anti-affinity": {"podAntiAffinity": "hard", "priorityClassName": "system-cluster-critical"},
+    "host-network": {"hostNetwork": True, "webhookPort": 9443, "adminPort": 9080},
     "pod-deletes-no-jobsets": {"webhook": {"podDeletes": True, "jobsets": False}},
     "no-match-conditions": {"webhook": {"matchConditions": {"enabled": False}}},
     "agent-and-extra-namespaces": {
         "agentUrl": "http://scheduler-agent.ml:8080",
         "webhook": {"excludedNamespaces": ["kube-public", "monitoring"]},
+    },
+    "bring-your-own-account": {
+        "serviceAccount": {"create": False, "name": "platform-tiergate"},
+        "rbac": {"create": False, "placementOwnerLookup": False},
+        "fullnameOverride": "gate",
     },
     "everything": {
         "certificates": {"mode": "cert-manager"},

@@ -382,8 +382,10 @@ def test_container_args_and_env_are_flags_of_tiergate_run(option: str, rendered)
     tiergate_env = {e["name"] for e in container(objects)["env"] if e["name"].startswith("TIERGATE_")}
     assert tiergate_env <= envs, tiergate_env - envs
     assert not {f"--{e.removeprefix('TIERGATE_').lower().replace('_', '-')}" for e in tiergate_env} & set(arguments)
-    assert arguments["--webhook-listen"] == "0.0.0.0:8443"
-    assert arguments["--admin-listen"] == "0.0.0.0:8080"
+    ports = {port["name"]: port["containerPort"] for port in container(objects)["ports"]}
+    assert arguments["--webhook-listen"] == f"0.0.0.0:{ports['webhook']}"
+    assert arguments["--admin-listen"] == f"0.0.0.0:{ports['admin']}"
+    assert (ports["webhook"], ports["admin"]) == ((9443, 9080) if option == "host-network" else (8443, 8080))
     assert arguments["--namespace"] == NAMESPACE
     assert arguments["--service-name"] == only(objects, "Service")["metadata"]["name"]
     assert arguments["--webhook-config-name"] == only(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
