@@ -122,7 +122,8 @@ pub fn build_serving_certificate(
     name.push(DnType::CommonName, dns_names.iter().find(|dns| dns.ends_with(".svc")).cloned().unwrap_or_default());
     params.distinguished_name = name;
     params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+    // ECDSA keys sign the handshake; key encipherment is an RSA key-exchange usage.
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
     params.not_before = offset_date_time(now.saturating_sub(CLOCK_SKEW_SECONDS).max(ca_info.not_before))?;
