@@ -345,6 +345,12 @@ def test_every_container_is_hardened(option: str, rendered) -> None:
         assert each["resources"]["requests"] and each["resources"]["limits"]
 
 
+def test_a_stopping_pod_keeps_serving_until_routing_moves_away(rendered) -> None:
+    objects = rendered("defaults")
+    assert container(objects)["lifecycle"]["preStop"] == {"sleep": {"seconds": 5}}
+    assert workload_pod_spec(objects)["terminationGracePeriodSeconds"] > 5
+
+
 def test_probes_use_the_admin_port(rendered) -> None:
     objects = rendered("defaults")
     main = container(objects)
