@@ -227,3 +227,9 @@ def test_every_kind_rendered_is_known(rendered) -> None:
     }  # fmt: skip
     assert {o["kind"] for o in rendered("everything")} | {o["kind"] for o in rendered("defaults")} <= known
     assert of_kind(rendered("defaults"), "Namespace") == [], "the release namespace belongs to the installer"
+
+
+def test_operations_guide_lists_every_metric_family() -> None:
+    guide = (REPO / "docs" / "operations.md").read_text()
+    families = {re.sub(r"_(bucket|sum|count)$", "", name) for name in exported_metric_names()}
+    assert {family for family in families if f"`{family}`" not in guide} == set()
