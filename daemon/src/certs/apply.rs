@@ -34,7 +34,8 @@ pub struct CertOutcome {
 
 /// Reads the Secret and the webhook configuration, applies the rotation decision for `now` (Secret first, then
 /// the caBundle, then the local files) and reports what changed. A Secret written concurrently by another replica
-/// yields [`CertError::SecretConflict`]: call again.
+/// yields [`CertError::SecretConflict`]: call again. A failure to read or patch the webhook configuration is
+/// returned only after the files are written, so the server can serve the stored certificate meanwhile.
 pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i64) -> Result<CertOutcome, CertError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -44,16 +45,20 @@ pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i
         source,
     })?;
     let stored = stored_certificates(secret.as_ref(), config);
-    let webhook_config = webhooks
-        .get_opt(&config.webhook_config_name)
-        .await
-        .map_err(|source| CertError::ReadWebhookConfiguration { name: config.webhook_config_name.clone(), source })?;
+    // An unreadable webhook configuration must not keep the server from its certificate: carry on without it,
+    // take the current CA as not yet trusted (so nothing it signed is issued yet), and report the error last.
+    let (webhook_config, mut deferred) = match webhooks.get_opt(&config.webhook_config_name).await {
+        Ok(webhook_config) => (webhook_config, None),
+        Err(source) => {
+            (None, Some(CertError::ReadWebhookConfiguration { name: config.webhook_config_name.clone(), source }))
+        }
+    };
     // Without a webhook configuration nobody trusts any CA yet, so nothing can break.
     let published = match (&webhook_config, &stored) {
         (Some(webhook_config), StoredCertificates::Present(material)) => {
             ca_published(webhook_config, &material.ca_cert_pem)
         }
-        _ => true,
+        _ => deferred.is_none(),
     };
     let dns_names = config.dns_names();
     let action = certificate_action(&stored, &dns_names, now, published);
@@ -64,28 +69,37 @@ pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i
             next
         }
         (None, StoredCertificates::Present(material)) => material,
-        // `Keep` is only decided for present material.
-        (None, _) => return Err(CertError::ParseSecret { key: "tls.crt", message: "no material".to_owned() }),
+        // `certificate_action` decides `Keep` only for present material.
+        (None, _) => {
+            return Err(CertError::ParseSecret { key: "tls.crt", message: "kept material that is absent".to_owned() });
+        }
     };
     let bundle_patched = match webhook_config {
         Some(webhook_config) => match build_ca_bundle_patch(&webhook_config, &material.ca_bundle_pem)? {
-            Some(patch) => {
-                patch_ca_bundle(&webhooks, &config.webhook_config_name, patch).await?;
-                true
-            }
+            Some(patch) => match patch_ca_bundle(&webhooks, &config.webhook_config_name, patch).await {
+                Ok(()) => true,
+                Err(error) => {
+                    deferred = Some(error);
+                    false
+                }
+            },
             None => false,
         },
-        None => {
+        None if deferred.is_none() => {
             tracing::warn!(
                 name = %config.webhook_config_name,
                 "MutatingWebhookConfiguration not found; its caBundle is set once it exists"
             );
             false
         }
+        None => false,
     };
     let files_changed =
         write_certificate_files(&config.tls_cert, &config.tls_key, &material.tls_cert_pem, &material.tls_key_pem)
             .await?;
+    if let Some(error) = deferred {
+        return Err(error);
+    }
     let serving_not_after = certificate_info(&material.tls_cert_pem, "serving certificate")?.not_after;
     Ok(CertOutcome { action, serving_not_after, bundle_patched, files_changed })
 }
@@ -473,6 +487,49 @@ mod tests {
         assert_eq!(created.metadata.name.as_deref(), Some("tiergate-webhook-tls"));
         assert_eq!(created.type_.as_deref(), Some("Opaque"));
         assert!(!outcome.bundle_patched && outcome.files_changed);
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_webhook_configuration_still_lets_the_server_have_its_certificate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, mut handle) = mock_client();
+        let api = tokio::spawn(async move {
+            let (_, send) = expect(&mut handle, Method::GET, SECRET_PATH).await;
+            send.send_response(json(StatusCode::OK, &empty_secret()));
+            let (_, send) = expect(&mut handle, Method::GET, WEBHOOK_PATH).await;
+            send.send_response(status(403, "Forbidden"));
+            let (request, send) = expect(&mut handle, Method::PUT, SECRET_PATH).await;
+            let written: Secret = serde_json::from_value(body_json(request).await).unwrap();
+            send.send_response(json(StatusCode::OK, &written));
+            handle
+        });
+        let error = reconcile_certificates(&client, &config(dir.path()), NOW).await.unwrap_err();
+        let mut handle = api.await.unwrap();
+        assert_eq!(error.reason(), "read_webhook_configuration");
+        assert!(dir.path().join("tls.crt").exists() && dir.path().join("tls.key").exists());
+        drop(client);
+        assert!(handle.next_request().await.is_none(), "no patch without the configuration");
+    }
+
+    #[tokio::test]
+    async fn a_failed_bundle_patch_is_reported_after_the_files_are_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, mut handle) = mock_client();
+        let api = tokio::spawn(async move {
+            let (_, send) = expect(&mut handle, Method::GET, SECRET_PATH).await;
+            send.send_response(json(StatusCode::OK, &empty_secret()));
+            let (_, send) = expect(&mut handle, Method::GET, WEBHOOK_PATH).await;
+            send.send_response(json(StatusCode::OK, &webhook_config(None)));
+            let (request, send) = expect(&mut handle, Method::PUT, SECRET_PATH).await;
+            let written: Secret = serde_json::from_value(body_json(request).await).unwrap();
+            send.send_response(json(StatusCode::OK, &written));
+            let (_, send) = expect(&mut handle, Method::PATCH, WEBHOOK_PATH).await;
+            send.send_response(status(403, "Forbidden"));
+        });
+        let error = reconcile_certificates(&client, &config(dir.path()), NOW).await.unwrap_err();
+        api.await.unwrap();
+        assert_eq!(error.reason(), "patch_webhook_configuration");
+        assert!(dir.path().join("tls.crt").exists());
     }
 
     #[tokio::test]
