@@ -14,4 +14,6 @@ pub use mutate::{
     SEED_SCORE_ANNOTATION, TIER_ANNOTATION, mutate,
 };
 pub use offline::build_static_snapshot;
-pub use review::{REVIEW_API_VERSION, ReviewError, decide_review, invalid_response, parse_review};
+pub use review::{
+    REVIEW_API_VERSION, ReviewError, build_request, decide_review, encode_review, invalid_response, parse_review,
+};

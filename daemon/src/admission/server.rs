@@ -22,7 +22,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::decision::{Decision, Verdict};
-use super::review::{decide_review, invalid_response, parse_review};
+use super::review::{decide_review, encode_review, invalid_response, parse_review};
 use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
 use crate::policy::FailureMode;
@@ -189,8 +189,16 @@ async fn handle_mutate(State(state): State<Arc<AdmissionState>>, request: Reques
         }
         Ok(request) => respond(&state, &request).await,
     };
+    let body = encode_review(&response);
     state.metrics.admission_latency_seconds.observe(started.elapsed().as_secs_f64());
-    axum::Json(response.into_review()).into_response()
+    match body {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "failed to encode the admission review");
+            let fallback = encode_review(&AdmissionResponse::invalid("failed to encode the answer"));
+            ([(header::CONTENT_TYPE, "application/json")], fallback.unwrap_or_default()).into_response()
+        }
+    }
 }
 
 fn too_large() -> Response {
