@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
@@ -137,7 +138,7 @@ fn decide(
         let message = format!("request.object is missing from a {:?} request for {}", request.operation, adapter.kind);
         return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
     };
-    let before = serde_json::to_value(object).map_err(MutateError::SerializeObject)?;
+    let before = object_json(object)?;
     if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
     }
@@ -407,7 +408,8 @@ impl Work {
                 self.reasons.push(format!("keeps {} outside the tier: {why}", describe(&selected)));
                 match selected {
                     Selection::Class(class) => Some(class),
-                    _ => None,
+                    // An unknown class has no tolerations to add; the user's selector stays as written.
+                    _ => return Ok(None),
                 }
             }
             Selection::None => self.tier_class_for(context, score),
@@ -466,7 +468,7 @@ impl Work {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
-            let old = context.request.old_object.as_ref().and_then(|old| serde_json::to_value(old).ok());
+            let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok());
             let old_selector = old
                 .as_ref()
                 .and_then(|old| old.pointer(&template.spec))
@@ -627,9 +629,10 @@ impl Work {
         if request.operation != Operation::Update || self.adapter.immutable_on_update.is_empty() {
             return;
         }
-        let wanted = self.after.clone();
-        restore_pointers(&self.before, &mut self.after, self.adapter.immutable_on_update);
-        if wanted != self.after {
+        let pointers = self.adapter.immutable_on_update;
+        let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
+        restore_pointers(&self.before, &mut self.after, pointers);
+        if changed {
             self.reasons.push(format!(
                 "UPDATE: left {} as they were (immutable after creation)",
                 self.adapter.immutable_on_update.join(", ")
@@ -693,6 +696,39 @@ impl Work {
             reasons: self.reasons,
         }
     }
+}
+
+/// The object as JSON without `metadata.managedFields`: tiergate never patches them, and leaving them out of
+/// both sides of the diff halves the work on a typical Job (the patch paths stay valid for the full object).
+fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
+    let meta = &object.metadata;
+    let metadata = ObjectMeta {
+        annotations: meta.annotations.clone(),
+        creation_timestamp: meta.creation_timestamp.clone(),
+        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+        deletion_timestamp: meta.deletion_timestamp.clone(),
+        finalizers: meta.finalizers.clone(),
+        generate_name: meta.generate_name.clone(),
+        generation: meta.generation,
+        labels: meta.labels.clone(),
+        managed_fields: None,
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        owner_references: meta.owner_references.clone(),
+        resource_version: meta.resource_version.clone(),
+        self_link: meta.self_link.clone(),
+        uid: meta.uid.clone(),
+    };
+    let mut map = match &object.data {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(types) = &object.types {
+        map.insert("apiVersion".to_owned(), Value::String(types.api_version.clone()));
+        map.insert("kind".to_owned(), Value::String(types.kind.clone()));
+    }
+    map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
+    Ok(Value::Object(map))
 }
 
 fn object_name(object: &Value) -> String {
