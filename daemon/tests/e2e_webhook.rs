@@ -123,7 +123,8 @@ mod support {
                 ..Namespace::default()
             };
             match namespaces.create(&PostParams::default(), &namespace).await {
-                Ok(_) | Err(kube::Error::Api(kube::core::Status { code: 409, .. })) => {}
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(error) => panic!("failed to create namespace {name}: {error}"),
             }
         }
