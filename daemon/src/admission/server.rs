@@ -134,7 +134,10 @@ pub async fn serve_webhook_on(
         drain.graceful_shutdown(Some(DRAIN_TIMEOUT));
     });
 
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls).handshake_timeout(HANDSHAKE_TIMEOUT);
+    // TCP_NODELAY: the handshake's small records otherwise wait on Nagle and delayed ACKs (~40 ms each).
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
+        .acceptor(axum_server::accept::NoDelayAcceptor::new());
     let mut server = axum_server::from_tcp(listener)
         .map_err(|source| ServeError::Serve { listen, source })?
         .acceptor(acceptor)
