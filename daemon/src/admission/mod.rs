@@ -1,5 +1,6 @@
 //! The admission webhook: `mutate()` (pure decision and JSON patch) and the HTTPS server that feeds it.
 
+mod classes;
 mod decision;
 mod mutate;
 mod offline;

@@ -14,10 +14,11 @@ use tiergate_workloads::{
     restore_pointers, set_pointer,
 };
 
+use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::podspec::{self, ShapeError};
 use crate::placement::PlacementOutcome;
-use crate::policy::{FailureMode, ForeignClassAction, GpuClass, Tier, TierPolicySpec};
+use crate::policy::{FailureMode, GpuClass};
 use crate::scoring::{ScoreOutcome, ScoreSource};
 use crate::view::Snapshot;
 
@@ -194,97 +195,6 @@ fn decide(
     work.restore_immutable(request);
     work.annotate_decision(&context)?;
     Ok(work.decision(Verdict::Allow))
-}
-
-/// The tier's GPU classes in flavor order.
-fn tier_classes<'p>(policy: &'p TierPolicySpec, tier: &Tier) -> Result<Vec<&'p GpuClass>, MutateError> {
-    tier.gpu_class_names()
-        .map(|name| {
-            policy
-                .gpu_class(name)
-                .ok_or_else(|| MutateError::FindGpuClass { tier: tier.name.clone(), class: name.to_owned() })
-        })
-        .collect()
-}
-
-struct TierContext<'a> {
-    request: &'a AdmissionRequest<DynamicObject>,
-    snapshot: &'a Snapshot,
-    policy: &'a TierPolicySpec,
-    tier: &'a Tier,
-    namespace: &'a str,
-    classes: Vec<&'a GpuClass>,
-}
-
-impl TierContext<'_> {
-    fn in_tier(&self, class: &str) -> bool {
-        self.classes.iter().any(|candidate| candidate.name == class)
-    }
-
-    fn class_names(&self) -> String {
-        self.classes.iter().map(|class| class.name.as_str()).collect::<Vec<_>>().join(", ")
-    }
-
-    /// Whether the requester may pick a class outside the tier (policy `Allow`, or an admin).
-    fn foreign_allowed_for_requester(&self) -> Option<String> {
-        let admission = &self.policy.admission;
-        if admission.foreign_gpu_class == ForeignClassAction::Allow {
-            return Some("spec.admission.foreignGpuClass is Allow".to_owned());
-        }
-        if admission.admin_namespaces.iter().any(|name| name == self.namespace) {
-            return Some(format!("namespace {} is an admin namespace", self.namespace));
-        }
-        let user = &self.request.user_info;
-        if let Some(name) = user.username.as_ref().filter(|name| admission.admin_users.contains(name)) {
-            return Some(format!("user {name} is an admin user"));
-        }
-        let groups = user.groups.as_deref().unwrap_or_default();
-        if let Some(group) = groups.iter().find(|group| admission.admin_groups.contains(group)) {
-            return Some(format!("group {group} is an admin group"));
-        }
-        None
-    }
-}
-
-/// What a nodeSelector says about GPU classes.
-#[derive(Clone, Debug, PartialEq)]
-enum Selection<'p> {
-    /// No GPU-class label.
-    None,
-    /// Every label of this class.
-    Class(&'p GpuClass),
-    /// A GPU-class label key whose value matches no class (`key=value`).
-    Unknown(String),
-}
-
-fn selection<'p>(policy: &'p TierPolicySpec, selector: &BTreeMap<String, String>) -> Selection<'p> {
-    let full = policy.gpu_classes.iter().find(|class| {
-        !class.node_labels.is_empty() && class.node_labels.iter().all(|(key, value)| selector.get(key) == Some(value))
-    });
-    if let Some(class) = full {
-        return Selection::Class(class);
-    }
-    selector
-        .iter()
-        .find(|(key, _)| policy.gpu_classes.iter().any(|class| class.node_labels.contains_key(*key)))
-        .map_or(Selection::None, |(key, value)| Selection::Unknown(format!("{key}={value}")))
-}
-
-fn describe(selection: &Selection<'_>) -> String {
-    match selection {
-        Selection::None => "no GPU class".to_owned(),
-        Selection::Class(class) => format!("GPU class {}", class.name),
-        Selection::Unknown(label) => format!("{label}, which is no GPU class of the policy"),
-    }
-}
-
-fn toleration_values(class: &GpuClass) -> Result<Vec<Value>, MutateError> {
-    class
-        .pod_tolerations()
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()
-        .map_err(MutateError::SerializeToleration)
 }
 
 /// The object being mutated and what was said about it.
