@@ -118,6 +118,16 @@ mod support {
         fresh: bool,
         version: Option<&'static rustls::SupportedProtocolVersion>,
     ) -> reqwest::Client {
+        client_with_alpn(cas, fresh, version, Vec::new())
+    }
+
+    /// A client offering `alpn` (e.g. `h2`, as the API server's Go client does).
+    pub fn client_with_alpn(
+        cas: &[&Pki],
+        fresh: bool,
+        version: Option<&'static rustls::SupportedProtocolVersion>,
+        alpn: Vec<Vec<u8>>,
+    ) -> reqwest::Client {
         let mut roots = rustls::RootCertStore::empty();
         for pki in cas {
             roots.add(CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap()).unwrap();
@@ -128,6 +138,8 @@ mod support {
             .unwrap()
             .with_root_certificates(roots)
             .with_no_client_auth();
+        let mut tls = tls;
+        tls.alpn_protocols = alpn;
         let builder = reqwest::Client::builder().tls_backend_preconfigured(tls);
         let builder = if fresh { builder.pool_max_idle_per_host(0) } else { builder };
         builder.build().unwrap()
@@ -216,6 +228,24 @@ async fn tls12_only_clients_are_served_too() {
     let client = client(&[&pki], true, Some(&rustls::version::TLS12));
     let response = post_review(&client, &server, fixture("pod-create-kube-system.json")).await.unwrap();
     assert!(response.allowed);
+}
+
+#[tokio::test]
+async fn http2_clients_are_served_like_the_api_server() {
+    let pki = pki();
+    let server = start(&pki, true).await;
+    let client = client_with_alpn(&[&pki], false, None, vec![b"h2".to_vec()]);
+    let response = client
+        .post(format!("{}/mutate", server.url))
+        .header("content-type", "application/json")
+        .body(fixture("job-create-gold-8gpu-suspended.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    let review: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(review["response"]["allowed"], true);
+    assert_eq!(review["response"]["patchType"], "JSONPatch");
 }
 
 #[tokio::test]

@@ -215,12 +215,15 @@ async fn respond(state: &AdmissionState, request: &AdmissionRequest<DynamicObjec
         let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
         match tokio::time::timeout(DECISION_TIMEOUT, decided).await {
             Ok(decision) => decision,
-            Err(_) => failed(&snapshot, "decision_timeout", format!("failed to decide within {DECISION_TIMEOUT:?}")),
+            Err(_) => {
+                let message = format!("failed to decide within {DECISION_TIMEOUT:?}");
+                failed(&snapshot, kind_label(request), "decision_timeout", message)
+            }
         }
     } else {
         let message = "tiergate's caches have not synced yet".to_owned();
         Decision::unchanged(
-            "unknown",
+            kind_label(request),
             Verdict::Failed { reason: "not_synced", message: message.clone(), closed: false },
             vec![message],
         )
@@ -230,10 +233,16 @@ async fn respond(state: &AdmissionState, request: &AdmissionRequest<DynamicObjec
     decision.response(request)
 }
 
-fn failed(snapshot: &Snapshot, reason: &'static str, message: String) -> Decision {
+fn failed(snapshot: &Snapshot, kind: &'static str, reason: &'static str, message: String) -> Decision {
     let closed =
         snapshot.policy.as_ref().is_some_and(|policy| policy.spec.admission.failure_mode == FailureMode::Closed);
-    Decision::unchanged("unknown", Verdict::Failed { reason, message: message.clone(), closed }, vec![message])
+    Decision::unchanged(kind, Verdict::Failed { reason, message: message.clone(), closed }, vec![message])
+}
+
+/// The metrics label of the request's kind (`unknown` for kinds tiergate does not handle).
+fn kind_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
+    let kind = &request.kind;
+    tiergate_workloads::adapter_for(&kind.group, &kind.version, &kind.kind).map_or("unknown", |adapter| adapter.kind)
 }
 
 fn count(metrics: &Metrics, kind: &'static str, decision: DecisionLabel) {
