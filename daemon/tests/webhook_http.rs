@@ -360,6 +360,12 @@ async fn certificate_reload_under_concurrent_requests_has_zero_failures() {
     assert_eq!(failed.load(Ordering::SeqCst), 0, "requests failed during the reload");
     let metrics = server.metrics.encode().unwrap();
     assert!(metrics.contains(r#"tiergate_certificate_reloads_total{reason="reloaded"} 1"#), "{metrics}");
+    let expiry: i64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("tiergate_certificate_expiry_timestamp_seconds "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_default();
+    assert!(expiry > 1_700_000_000, "expiry metric not set from the certificate: {expiry}");
 }
 
 #[tokio::test]

@@ -117,6 +117,7 @@ pub async fn serve_webhook_on(
     let listen = listener.local_addr().map_err(|source| ServeError::Serve { listen: unspecified(), source })?;
     let files = read_pem_pair(tls_cert, tls_key).await.map_err(ServeError::LoadCertificate)?;
     let tls = RustlsConfig::from_config(Arc::new(build_tls_config(&files).map_err(ServeError::LoadCertificate)?));
+    record_expiry(&state.metrics, &files.0);
     tokio::spawn(watch_certificate(
         (tls_cert.to_owned(), tls_key.to_owned()),
         files,
@@ -307,6 +308,19 @@ pub fn build_tls_config((cert, key): &PemPair) -> Result<ServerConfig, String> {
     Ok(config)
 }
 
+/// Sets `certificate_expiry_timestamp_seconds` from the chain's first (serving) certificate.
+fn record_expiry(metrics: &Metrics, cert_pem: &[u8]) {
+    let not_after = CertificateDer::pem_slice_iter(cert_pem).next().and_then(Result::ok).and_then(|der| {
+        x509_parser::parse_x509_certificate(&der).ok().map(|(_, cert)| cert.validity().not_after.timestamp())
+    });
+    match not_after {
+        Some(timestamp) => {
+            metrics.certificate_expiry_timestamp_seconds.set(timestamp);
+        }
+        None => tracing::warn!("failed to read the serving certificate's expiry; the expiry metric is not set"),
+    }
+}
+
 /// Polls the certificate and key; a changed pair that loads is used for new handshakes, one that does not is
 /// reported once and ignored (the previous certificate stays in use).
 async fn watch_certificate(
@@ -337,6 +351,7 @@ async fn watch_certificate(
         match build_tls_config(&files) {
             Ok(config) => {
                 tls.reload_from_config(Arc::new(config));
+                record_expiry(&metrics, &files.0);
                 metrics.certificate_reloads.get_or_create(&ReasonLabels { reason: "reloaded" }).inc();
                 tracing::info!(cert = %cert.display(), "serving certificate reloaded");
                 current = files;
