@@ -210,6 +210,19 @@ fn pod_update_never_patches_the_spec() {
 }
 
 #[test]
+fn job_update_without_labels_gets_no_empty_label_map() {
+    let old = Workload::job("ml-team-dev", gpu_container(1));
+    let new = Workload(old.0.clone()).at("/spec/parallelism", json!(2));
+    let decision = decide(&new.update_from(&old));
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert!(
+        decision.patch.0.iter().all(|operation| operation.path().as_str().starts_with("/metadata/annotations")),
+        "{:?}",
+        decision.patch
+    );
+}
+
+#[test]
 fn pod_of_a_job_keeps_the_class_its_job_was_admitted_with() {
     let pod = Workload::pod("ml-team-dev", gpu_container(1))
         .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "h100"}))

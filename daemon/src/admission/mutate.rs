@@ -542,6 +542,14 @@ impl Work {
         let pointers = self.adapter.immutable_on_update;
         let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
         restore_pointers(&self.before, &mut self.after, pointers);
+        // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
+        for map in ["/metadata/labels", "/metadata/annotations"] {
+            let created_empty = self.before.pointer(map).is_none()
+                && self.after.pointer(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
+            if created_empty {
+                set_pointer(&mut self.after, map, None);
+            }
+        }
         if changed {
             self.reasons.push(format!(
                 "UPDATE: left {} as they were (immutable after creation)",
