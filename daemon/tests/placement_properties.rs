@@ -163,6 +163,9 @@ proptest! {
         let now = Instant::now();
         let mut live: Vec<(PodView, bool)> = Vec::new();
         let mut synced = true;
+        // The bound is for one burst served blind from an empty start; a later burst starts from whatever
+        // surplus the last one left (never moved), so only the follow-the-split property is checked after it.
+        let mut first_burst = true;
         for (step, op) in ops.iter().enumerate() {
             let cache = snapshot_with(live.iter().filter(|(_, cached)| *cached).map(|(pod, _)| pod.clone()).collect());
             match op {
@@ -177,8 +180,10 @@ proptest! {
                     live.push((admitted_pod(&request, &outcome, &format!("pod-{step}")), false));
                     let counts = plan.counts(&live);
                     let ideal = split.ideal_scaled(live.len() as u64);
-                    for (count, ideal) in counts.iter().zip(ideal) {
-                        prop_assert!((i128::from(*count) * split.scale() - ideal).abs() <= bound, "{:?}", counts);
+                    if first_burst {
+                        for (count, ideal) in counts.iter().zip(ideal) {
+                            prop_assert!((i128::from(*count) * split.scale() - ideal).abs() <= bound, "{:?}", counts);
+                        }
                     }
                 }
                 None => {
@@ -189,6 +194,7 @@ proptest! {
                     for replica in &replicas {
                         replica.observe_at(&all, now);
                     }
+                    first_burst &= live.is_empty();
                     synced = true;
                 }
             }

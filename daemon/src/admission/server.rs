@@ -1,15 +1,48 @@
-//! The HTTPS admission server: axum on rustls, `/mutate`, certificate reload from files; does I/O.
+//! The HTTPS admission server: axum on rustls, `POST /mutate`, request limits, certificate reload from files and
+//! graceful shutdown; does I/O. The decision itself is [`super::decide_review`].
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum_server::tls_rustls::RustlsConfig;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use rustls::ServerConfig;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use super::decision::{Decision, Verdict};
+use super::review::{decide_review, encode_review, invalid_response, parse_review};
+use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
+use crate::policy::FailureMode;
 use crate::scoring::Scorer;
-use crate::view::SharedSnapshot;
+use crate::view::{SharedSnapshot, Snapshot};
+
+/// Largest review body accepted: etcd stores objects up to 1.5 MiB and an UPDATE review carries two of them.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Time allowed to receive a request body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed to receive a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed for a TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time allowed to decide (placement, scoring, mutate); below the API server's 10 s default webhook timeout.
+pub const DECISION_TIMEOUT: Duration = Duration::from_secs(8);
+/// How often the certificate and key files are checked for changes.
+pub const CERT_POLL_INTERVAL: Duration = Duration::from_secs(2);
+/// How long in-flight requests may take to finish after shutdown is asked for.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where and with which certificate to serve.
 #[derive(Clone, Debug)]
@@ -63,10 +96,272 @@ impl ServeError {
 
 /// Serves `/mutate` until `shutdown` is cancelled, then drains in-flight requests.
 pub async fn serve_webhook(
-    _config: WebhookConfig,
-    _state: AdmissionState,
+    config: WebhookConfig,
+    state: AdmissionState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    shutdown.cancelled().await;
-    Ok(())
+    let listener = std::net::TcpListener::bind(config.listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|source| ServeError::Serve { listen: config.listen, source })?;
+    serve_webhook_on(listener, &config.tls_cert, &config.tls_key, state, shutdown).await
+}
+
+/// [`serve_webhook`] on a listener already bound (tests bind port 0 and read the address first).
+pub async fn serve_webhook_on(
+    listener: std::net::TcpListener,
+    tls_cert: &Path,
+    tls_key: &Path,
+    state: AdmissionState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let listen = listener.local_addr().map_err(|source| ServeError::Serve { listen: unspecified(), source })?;
+    let files = read_pem_pair(tls_cert, tls_key).await.map_err(ServeError::LoadCertificate)?;
+    let tls = RustlsConfig::from_config(Arc::new(build_tls_config(&files).map_err(ServeError::LoadCertificate)?));
+    record_expiry(&state.metrics, &files.0);
+    tokio::spawn(watch_certificate(
+        (tls_cert.to_owned(), tls_key.to_owned()),
+        files,
+        tls.clone(),
+        state.metrics.clone(),
+        shutdown.child_token(),
+    ));
+
+    let handle = axum_server::Handle::new();
+    let drain = handle.clone();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        tracing::info!(timeout_seconds = DRAIN_TIMEOUT.as_secs(), "webhook draining in-flight requests");
+        drain.graceful_shutdown(Some(DRAIN_TIMEOUT));
+    });
+
+    // TCP_NODELAY: the handshake's small records otherwise wait on Nagle and delayed ACKs (~40 ms each).
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
+        .acceptor(axum_server::accept::NoDelayAcceptor::new());
+    let mut server = axum_server::from_tcp(listener)
+        .map_err(|source| ServeError::Serve { listen, source })?
+        .acceptor(acceptor)
+        .handle(handle);
+    server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
+    tracing::info!(%listen, "webhook serving POST /mutate over TLS");
+    server.serve(router(state).into_make_service()).await.map_err(|source| ServeError::Serve { listen, source })
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+/// The webhook's routes: `POST /mutate`; axum answers 405 for other methods and 404 for other paths.
+pub fn router(state: AdmissionState) -> Router {
+    Router::new()
+        .route("/mutate", post(handle_mutate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(Arc::new(state))
+}
+
+async fn handle_mutate(State(state): State<Arc<AdmissionState>>, request: Request) -> Response {
+    let started = Instant::now();
+    let headers = request.headers();
+    let is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"));
+    if !is_json {
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the AdmissionReview as Content-Type: application/json\n")
+            .into_response();
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES) {
+        return too_large();
+    }
+    let body = match tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(request, &())).await {
+        Err(_) => return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response(),
+        Ok(Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)))) => return too_large(),
+        Ok(Err(rejection)) => return rejection.into_response(),
+        Ok(Ok(body)) => body,
+    };
+    let response = match parse_review(&body) {
+        Err((uid, error)) => {
+            count(&state.metrics, "unknown", DecisionLabel::Invalid);
+            tracing::warn!(reason = error.reason(), %error, "malformed admission review");
+            invalid_response(uid, &error)
+        }
+        Ok(request) => respond(&state, &request).await,
+    };
+    let body = encode_review(&response);
+    state.metrics.admission_latency_seconds.observe(started.elapsed().as_secs_f64());
+    match body {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "failed to encode the admission review");
+            let fallback = encode_review(&AdmissionResponse::invalid("failed to encode the answer"));
+            ([(header::CONTENT_TYPE, "application/json")], fallback.unwrap_or_default()).into_response()
+        }
+    }
+}
+
+fn too_large() -> Response {
+    let message = format!("an AdmissionReview is at most {MAX_BODY_BYTES} bytes\n");
+    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
+}
+
+async fn respond(state: &AdmissionState, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let snapshot = state.snapshot.load_full();
+    let decision = if snapshot.synced {
+        let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
+        match tokio::time::timeout(DECISION_TIMEOUT, decided).await {
+            Ok(decision) => decision,
+            Err(_) => {
+                let message = format!("failed to decide within {DECISION_TIMEOUT:?}");
+                failed(&snapshot, kind_label(request), "decision_timeout", message)
+            }
+        }
+    } else {
+        let message = "tiergate's caches have not synced yet".to_owned();
+        Decision::unchanged(
+            kind_label(request),
+            Verdict::Failed { reason: "not_synced", message: message.clone(), closed: false },
+            vec![message],
+        )
+    };
+    record(&state.metrics, &decision);
+    log(request, &decision);
+    decision.response(request)
+}
+
+fn failed(snapshot: &Snapshot, kind: &'static str, reason: &'static str, message: String) -> Decision {
+    let closed =
+        snapshot.policy.as_ref().is_some_and(|policy| policy.spec.admission.failure_mode == FailureMode::Closed);
+    Decision::unchanged(kind, Verdict::Failed { reason, message: message.clone(), closed }, vec![message])
+}
+
+/// The metrics label of the request's kind (`unknown` for kinds tiergate does not handle).
+fn kind_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
+    let kind = &request.kind;
+    tiergate_workloads::adapter_for(&kind.group, &kind.version, &kind.kind).map_or("unknown", |adapter| adapter.kind)
+}
+
+fn count(metrics: &Metrics, kind: &'static str, decision: DecisionLabel) {
+    metrics.admission_requests.get_or_create(&AdmissionLabels { kind, decision }).inc();
+}
+
+fn record(metrics: &Metrics, decision: &Decision) {
+    count(metrics, decision.kind, decision.label());
+    match &decision.verdict {
+        Verdict::Deny { reason, .. } => {
+            metrics.admission_denials.get_or_create(&ReasonLabels { reason }).inc();
+        }
+        Verdict::Failed { reason, closed: false, .. } => {
+            metrics.admission_fail_open.get_or_create(&ReasonLabels { reason }).inc();
+        }
+        _ => {}
+    }
+}
+
+fn log(request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
+    let namespace = request.namespace.as_deref().unwrap_or_default();
+    match &decision.verdict {
+        Verdict::Deny { reason, message } => {
+            tracing::info!(kind = decision.kind, namespace, name = %request.name, reason, %message, "denied");
+        }
+        Verdict::Failed { reason, message, closed } => {
+            tracing::warn!(kind = decision.kind, namespace, name = %request.name, reason, closed, %message, "failed");
+        }
+        verdict => {
+            tracing::debug!(kind = decision.kind, namespace, name = %request.name, ?verdict, patch_ops = decision.patch.0.len(), "decided");
+        }
+    }
+}
+
+/// A certificate chain and key as read from their files.
+type PemPair = (Vec<u8>, Vec<u8>);
+
+async fn read_pem_pair(cert: &Path, key: &Path) -> Result<PemPair, String> {
+    let read = |path: PathBuf| async move {
+        tokio::fs::read(&path).await.map_err(|error| format!("failed to read {}: {error}", path.display()))
+    };
+    Ok((read(cert.to_owned()).await?, read(key.to_owned()).await?))
+}
+
+/// A rustls server config (ring, TLS 1.3 and 1.2, ALPN h2 and http/1.1) from a PEM chain and key.
+pub fn build_tls_config((cert, key): &PemPair) -> Result<ServerConfig, String> {
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|error| format!("failed to parse the certificate PEM: {error}"))?;
+    if chain.is_empty() {
+        return Err("failed to find a CERTIFICATE block in the certificate file".to_owned());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|error| format!("failed to parse the key PEM: {error}"))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|error| format!("failed to select TLS versions: {error}"))?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|error| format!("failed to pair the certificate with the key: {error}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// Sets `certificate_expiry_timestamp_seconds` from the chain's first (serving) certificate.
+fn record_expiry(metrics: &Metrics, cert_pem: &[u8]) {
+    let not_after = CertificateDer::pem_slice_iter(cert_pem).next().and_then(Result::ok).and_then(|der| {
+        x509_parser::parse_x509_certificate(&der).ok().map(|(_, cert)| cert.validity().not_after.timestamp())
+    });
+    match not_after {
+        Some(timestamp) => {
+            metrics.certificate_expiry_timestamp_seconds.set(timestamp);
+        }
+        None => tracing::warn!("failed to read the serving certificate's expiry; the expiry metric is not set"),
+    }
+}
+
+/// Polls the certificate and key; a changed pair that loads is used for new handshakes, one that does not is
+/// reported once and ignored (the previous certificate stays in use).
+async fn watch_certificate(
+    (cert, key): (PathBuf, PathBuf),
+    mut current: PemPair,
+    tls: RustlsConfig,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let mut rejected: Option<PemPair> = None;
+    let mut ticks = tokio::time::interval(CERT_POLL_INTERVAL);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let files = match read_pem_pair(&cert, &key).await {
+            Ok(files) => files,
+            Err(error) => {
+                tracing::debug!(%error, "certificate files not readable; keeping the current certificate");
+                continue;
+            }
+        };
+        if files == current || rejected.as_ref() == Some(&files) {
+            continue;
+        }
+        match build_tls_config(&files) {
+            Ok(config) => {
+                tls.reload_from_config(Arc::new(config));
+                record_expiry(&metrics, &files.0);
+                metrics.certificate_reloads.get_or_create(&ReasonLabels { reason: "reloaded" }).inc();
+                tracing::info!(cert = %cert.display(), "serving certificate reloaded");
+                current = files;
+                rejected = None;
+            }
+            Err(error) => {
+                metrics.certificate_reloads.get_or_create(&ReasonLabels { reason: "invalid" }).inc();
+                tracing::warn!(%error, "changed certificate or key does not load; keeping the current certificate");
+                rejected = Some(files);
+            }
+        }
+    }
 }

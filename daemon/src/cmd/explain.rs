@@ -1,11 +1,79 @@
-//! `tiergate explain`.
+//! `tiergate explain`: runs the webhook's decision offline on one workload and prints the result, the patch and
+//! each reason; reads files, writes stdout.
 
 use std::process::ExitCode;
 
-use super::CmdError;
-use crate::cli::ExplainArgs;
+use serde_json::Value;
 
-/// Runs `tiergate explain`.
-pub fn run(_args: ExplainArgs) -> Result<ExitCode, CmdError> {
-    Err("tiergate explain is not built yet".into())
+use super::CmdError;
+use crate::admission::{Decision, Verdict, build_request, build_static_snapshot, decide_review};
+use crate::cli::ExplainArgs;
+use crate::inputs::{load_cluster_view, load_policy, read_file};
+use crate::placement::PlacementLedger;
+use crate::scoring::Scorer;
+use crate::view::ClusterView;
+
+/// Exit code when the webhook would deny the workload (or the review is invalid).
+pub const DENIED_EXIT_CODE: u8 = 3;
+
+/// Runs `tiergate explain`: exit 0 when the workload would be admitted, 3 when denied.
+pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
+    let policy = load_policy(Some(&args.policy))?;
+    let view = match &args.cluster {
+        Some(path) => load_cluster_view(path)?,
+        None => ClusterView::default(),
+    };
+    let text = read_file(&args.workload)?;
+    let object: Value = serde_saphyr::from_str(&text)
+        .map_err(|error| format!("failed to parse {} as YAML or JSON: {error}", args.workload.display()))?;
+    let request = build_request(object).map_err(|error| format!("{}: {error}", args.workload.display()))?;
+    let original = request.object.as_ref().map(serde_json::to_value).transpose()?;
+    let snapshot = build_static_snapshot(policy, view, None);
+    if args.cluster.is_none() {
+        eprintln!("note: no --cluster given, so no namespace has a tier; pass the cluster view to see tier decisions");
+    }
+    let (ledger, scorer) = (PlacementLedger::default(), Scorer::default());
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
+    print!("{}", render(&decision, original.as_ref())?);
+    Ok(match decision.verdict {
+        Verdict::Deny { .. } | Verdict::Invalid { .. } | Verdict::Failed { closed: true, .. } => {
+            ExitCode::from(DENIED_EXIT_CODE)
+        }
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// The report: verdict, reasons, warnings, the JSON patch and the resulting object as YAML.
+fn render(decision: &Decision, original: Option<&Value>) -> Result<String, CmdError> {
+    let verdict = match &decision.verdict {
+        Verdict::Skip { reason } => format!("skip ({reason}): admitted unchanged"),
+        Verdict::Allow if decision.patch.0.is_empty() => "admit: already carries every mutation".to_owned(),
+        Verdict::Allow => format!("admit with {} patch operation(s)", decision.patch.0.len()),
+        Verdict::Deny { reason, message } => format!("deny ({reason}): {message}"),
+        Verdict::Invalid { message } => format!("invalid: {message}"),
+        Verdict::Failed { reason, message, closed } => {
+            format!(
+                "{} ({reason}): {message}",
+                if *closed { "deny, fail-closed" } else { "admit unchanged, fail-open" }
+            )
+        }
+    };
+    let mut out = format!("decision: {verdict}\n");
+    out.push_str("reasons:\n");
+    for reason in &decision.reasons {
+        out.push_str(&format!("  - {reason}\n"));
+    }
+    if !decision.warnings.is_empty() {
+        out.push_str("warnings:\n");
+        for warning in &decision.warnings {
+            out.push_str(&format!("  - {warning}\n"));
+        }
+    }
+    out.push_str(&format!("patch: {}\n", serde_json::to_string_pretty(&decision.patch)?));
+    if let Some(object) = decision.object.as_ref().or(original) {
+        out.push_str("---\n");
+        out.push_str(&serde_saphyr::to_string(object)?);
+    }
+    Ok(out)
 }

@@ -1,11 +1,118 @@
-//! `tiergate webhook`.
+//! `tiergate webhook`: serves the admission webhook alone (today from files with `--offline`), with the admin
+//! server, until SIGTERM or ctrl-c; does I/O.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
+use crate::admin::{AdminState, serve_admin};
+use crate::admission::build_static_snapshot;
+use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
 use crate::cli::WebhookArgs;
+use crate::inputs::{load_cluster_view, load_policy};
+use crate::metrics::Metrics;
+use crate::view::ClusterView;
 
 /// Runs `tiergate webhook` until SIGTERM.
-pub async fn run(_args: WebhookArgs) -> Result<ExitCode, CmdError> {
-    Err("tiergate webhook is not built yet".into())
+pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
+    if !args.offline {
+        return Err("tiergate webhook without --offline needs the cluster caches: use `tiergate run` (daemon and \
+                    webhook), or `tiergate webhook --offline --policy FILE [--cluster FILE]`"
+            .into());
+    }
+    let policy = load_policy(args.policy.as_deref())?;
+    let view = match &args.cluster {
+        Some(path) => load_cluster_view(path)?,
+        None => {
+            tracing::warn!("no --cluster given: no namespace has a tier, so only placement applies");
+            ClusterView::default()
+        }
+    };
+    if args.agent_url.is_some() {
+        tracing::warn!("--agent-url is not used by the offline webhook yet; the built-in scorer decides");
+    }
+    let snapshot = Arc::new(ArcSwap::from_pointee(build_static_snapshot(policy, view, None)));
+    let _generated; // keeps a generated certificate's directory alive while serving
+    let (tls_cert, tls_key) = match (args.tls.tls_cert, args.tls.tls_key) {
+        (Some(cert), Some(key)) => (cert, key),
+        _ => {
+            let dir = tempfile::Builder::new().prefix("tiergate-webhook-tls-").tempdir()?;
+            let (cert, key, ca) = write_self_signed(dir.path(), &args.listen)?;
+            println!("self-signed certificate: {} (key {}, CA {})", cert.display(), key.display(), ca.display());
+            _generated = dir;
+            (cert, key)
+        }
+    };
+    let metrics = Arc::new(Metrics::new());
+    let draining = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone(), draining.clone()));
+
+    let state = AdmissionState {
+        snapshot: snapshot.clone(),
+        scorer: Arc::default(),
+        ledger: Arc::default(),
+        metrics: metrics.clone(),
+    };
+    let config = WebhookConfig { listen: args.listen, tls_cert, tls_key };
+    let admin = AdminState { metrics, snapshot, draining };
+    let webhook = serve_webhook(config, state, shutdown.clone());
+    let admin = serve_admin(args.admin_listen, admin, shutdown.clone());
+    let (webhook, admin) = tokio::join!(webhook, admin);
+    webhook?;
+    admin?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGTERM or ctrl-c, marks the process draining (so `/readyz` turns false) and cancels `shutdown`.
+async fn cancel_on_signal(shutdown: CancellationToken, draining: Arc<AtomicBool>) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "failed to listen for SIGTERM; only ctrl-c stops the webhook");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = terminate => {}
+        result = tokio::signal::ctrl_c() => {
+            if let Err(error) = result {
+                tracing::warn!(%error, "failed to listen for ctrl-c");
+                return;
+            }
+        }
+        () = shutdown.cancelled() => return,
+    }
+    tracing::info!("shutdown requested");
+    draining.store(true, Ordering::SeqCst);
+    shutdown.cancel();
+}
+
+/// Writes a CA and a serving certificate for localhost (and the listen address) into `dir`.
+fn write_self_signed(dir: &Path, listen: &std::net::SocketAddr) -> Result<(PathBuf, PathBuf, PathBuf), CmdError> {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "tiergate offline webhook CA");
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+    if !listen.ip().is_unspecified() {
+        names.push(listen.ip().to_string());
+    }
+    let key = KeyPair::generate()?;
+    let cert = CertificateParams::new(names)?.signed_by(&key, &ca)?;
+    let paths = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+    std::fs::write(&paths.0, cert.pem())?;
+    std::fs::write(&paths.1, key.serialize_pem())?;
+    std::fs::write(&paths.2, ca.pem())?;
+    Ok(paths)
 }

@@ -1,0 +1,133 @@
+//! What the admission decision is made from (`AdmissionInputs`) and what it yields (`Decision`), and how a decision
+//! becomes an AdmissionResponse; no I/O.
+
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use serde_json::Value;
+
+use crate::metrics::DecisionLabel;
+use crate::placement::{PlacementError, PlacementOutcome};
+use crate::scoring::ScoreOutcome;
+
+/// What the I/O side computed before the pure decision: the score (if scoring ran) and the placement (an error
+/// denies the request with its message).
+#[derive(Debug)]
+pub struct AdmissionInputs {
+    /// The scorer's outcome; `None` leaves priority, scoring annotations and anti-affinity alone.
+    pub score: Option<ScoreOutcome>,
+    /// The placement ledger's outcome.
+    pub placement: Result<PlacementOutcome, PlacementError>,
+}
+
+impl Default for AdmissionInputs {
+    fn default() -> Self {
+        Self { score: None, placement: Ok(PlacementOutcome::default()) }
+    }
+}
+
+/// The answer to one request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Nothing to do for this request: allowed, no patch.
+    Skip {
+        /// Fixed reason, e.g. `namespace_excluded`.
+        reason: &'static str,
+    },
+    /// Allowed with the decision's patch (empty when the object already carries every mutation).
+    Allow,
+    /// Denied by policy.
+    Deny {
+        /// Fixed reason for metrics, e.g. `foreign_gpu_class`.
+        reason: &'static str,
+        /// Message for the user: what is wrong and the fix.
+        message: String,
+    },
+    /// The request itself is malformed.
+    Invalid {
+        /// What is wrong with it.
+        message: String,
+    },
+    /// tiergate failed while deciding; `closed` follows the policy's `admission.failureMode`.
+    Failed {
+        /// Fixed reason for metrics.
+        reason: &'static str,
+        /// The error.
+        message: String,
+        /// Deny (fail-closed) instead of admitting unchanged (fail-open).
+        closed: bool,
+    },
+}
+
+/// A decision: the verdict, the JSON patch, warnings for the user and each reason (for `tiergate explain`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// Workload kind for metrics (`unknown` when tiergate does not handle it).
+    pub kind: &'static str,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// RFC 6902 patch from the request object to the mutated object.
+    pub patch: json_patch::Patch,
+    /// The mutated object, when the decision got that far.
+    pub object: Option<Value>,
+    /// AdmissionResponse warnings.
+    pub warnings: Vec<String>,
+    /// Why each change was made (or not), in order.
+    pub reasons: Vec<String>,
+}
+
+impl Decision {
+    /// A decision with no patch.
+    pub fn unchanged(kind: &'static str, verdict: Verdict, reasons: Vec<String>) -> Self {
+        Self { kind, verdict, patch: json_patch::Patch(Vec::new()), object: None, warnings: Vec::new(), reasons }
+    }
+
+    /// The metrics label of this decision.
+    pub fn label(&self) -> DecisionLabel {
+        match &self.verdict {
+            Verdict::Skip { .. } => DecisionLabel::Skipped,
+            Verdict::Allow if self.patch.0.is_empty() => DecisionLabel::Skipped,
+            Verdict::Allow => DecisionLabel::Mutated,
+            Verdict::Deny { .. } => DecisionLabel::Denied,
+            Verdict::Invalid { .. } => DecisionLabel::Invalid,
+            Verdict::Failed { closed: false, .. } => DecisionLabel::FailedOpen,
+            Verdict::Failed { closed: true, .. } => DecisionLabel::FailedClosed,
+        }
+    }
+
+    /// The AdmissionResponse for `request`.
+    pub fn response(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let mut warnings = self.warnings.clone();
+        let mut response = AdmissionResponse::from(request);
+        match &self.verdict {
+            Verdict::Skip { .. } => {}
+            Verdict::Allow if self.patch.0.is_empty() => {}
+            Verdict::Allow => match AdmissionResponse::from(request).with_patch(self.patch.clone()) {
+                Ok(patched) => response = patched,
+                Err(error) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
+            },
+            Verdict::Deny { message, .. } => response = denied(response, message, 403, "Forbidden"),
+            Verdict::Invalid { message } => {
+                response = AdmissionResponse::invalid(message);
+                response.uid = request.uid.clone();
+                response.result.code = 400;
+            }
+            Verdict::Failed { message, closed: true, .. } => {
+                response =
+                    denied(response, &format!("tiergate failed (failureMode Closed): {message}"), 500, "InternalError");
+            }
+            Verdict::Failed { message, closed: false, .. } => {
+                warnings.push(format!("tiergate admitted the object unchanged after an internal error: {message}"));
+            }
+        }
+        response.warnings = (!warnings.is_empty()).then_some(warnings);
+        response
+    }
+}
+
+fn denied(response: AdmissionResponse, message: &str, code: u16, reason: &str) -> AdmissionResponse {
+    let mut response = response.deny(message);
+    response.result.code = code;
+    response.result.reason = reason.to_owned();
+    response.result.status = Some(kube::core::response::StatusSummary::Failure);
+    response
+}

@@ -1,0 +1,660 @@
+//! `mutate()`: the admission decision as a pure function of (request, snapshot, scoring and placement inputs):
+//! tier queue, GPU class, placement and scoring applied to the object, the JSON patch diffed from it; no I/O.
+//!
+//! The rules, in order, are documented in docs/admission.md.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, Operation};
+use serde_json::Value;
+use tiergate_workloads::{
+    PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter, adapter_for, requests_any,
+    restore_pointers, set_pointer,
+};
+
+use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
+use super::decision::{AdmissionInputs, Decision, Verdict};
+use super::podspec::{self, ShapeError};
+use crate::placement::PlacementOutcome;
+use crate::policy::{FailureMode, GpuClass};
+use crate::scoring::{ScoreOutcome, ScoreSource};
+use crate::view::Snapshot;
+
+/// Annotation naming the tier the workload was decided for.
+pub const TIER_ANNOTATION: &str = "tiergate.io/tier";
+/// Annotation with a short summary of what was decided.
+pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
+/// Annotation with the score.
+pub const SCORE_ANNOTATION: &str = "tiergate.io/score";
+/// Annotation with the GPU class the scorer chose (when applied).
+pub const CHOSEN_GPU_ANNOTATION: &str = "tiergate.io/chosen-gpu";
+/// Annotation with the decision time (Unix seconds).
+pub const DECISION_TIME_ANNOTATION: &str = "tiergate.io/decision-time";
+/// Annotation saying why the score is the tier default (agent timeout, breaker open, ...).
+pub const SCORE_FALLBACK_ANNOTATION: &str = "tiergate.io/score-fallback";
+/// Seed 000's annotations, kept for dashboards built on them.
+pub const SEED_SCORE_ANNOTATION: &str = "scheduler.radix.ai/priority-score";
+/// Seed 000's chosen-GPU annotation.
+pub const SEED_CHOSEN_GPU_ANNOTATION: &str = "scheduler.radix.ai/chosen-gpu";
+/// Seed 000's decision-time annotation.
+pub const SEED_DECISION_TIME_ANNOTATION: &str = "scheduler.radix.ai/decision-timestamp";
+/// Env var set from a GPU pinning.
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// tiergate failed while building the mutation (the object does not have the shape its kind promises).
+#[derive(Debug, thiserror::Error)]
+pub enum MutateError {
+    /// The request object could not be turned into JSON.
+    #[error("failed to serialize the request object: {0}")]
+    SerializeObject(#[source] serde_json::Error),
+    /// A field to edit had the wrong JSON type.
+    #[error("failed to edit {pointer}: {source}")]
+    EditField {
+        /// Pointer of the template or metadata being edited.
+        pointer: String,
+        /// What was wrong.
+        source: ShapeError,
+    },
+    /// The tier names a GPU class the policy does not define.
+    #[error("failed to find GPU class {class} of tier {tier} in the policy")]
+    FindGpuClass {
+        /// Tier.
+        tier: String,
+        /// Missing class.
+        class: String,
+    },
+    /// A toleration could not be serialized.
+    #[error("failed to serialize a toleration: {0}")]
+    SerializeToleration(#[source] serde_json::Error),
+}
+
+impl MutateError {
+    /// Fixed reason for metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::SerializeObject(_) => "serialize_object",
+            Self::EditField { .. } => "edit_field",
+            Self::FindGpuClass { .. } => "find_gpu_class",
+            Self::SerializeToleration(_) => "serialize_toleration",
+        }
+    }
+}
+
+/// Decides one admission request. Pure: the same request, snapshot and inputs always give the same decision, and
+/// running it on its own output yields an empty patch.
+pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
+    let kind = &request.kind;
+    let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
+        let reason = format!("tiergate does not handle {}/{} {}", kind.group, kind.version, kind.kind);
+        return Decision::unchanged("unknown", Verdict::Skip { reason: "kind_not_handled" }, vec![reason]);
+    };
+    match decide(adapter, request, snapshot, inputs) {
+        Ok(decision) => decision,
+        Err(error) => {
+            let closed = snapshot
+                .policy
+                .as_ref()
+                .is_some_and(|policy| policy.spec.admission.failure_mode == FailureMode::Closed);
+            let message = error.to_string();
+            Decision::unchanged(
+                adapter.kind,
+                Verdict::Failed { reason: error.reason(), message: message.clone(), closed },
+                vec![message],
+            )
+        }
+    }
+}
+
+fn skip(adapter: &WorkloadAdapter, reason: &'static str, why: String) -> Decision {
+    Decision::unchanged(adapter.kind, Verdict::Skip { reason }, vec![why])
+}
+
+fn decide(
+    adapter: &'static WorkloadAdapter,
+    request: &AdmissionRequest<DynamicObject>,
+    snapshot: &Snapshot,
+    inputs: &AdmissionInputs,
+) -> Result<Decision, MutateError> {
+    if matches!(request.operation, Operation::Delete | Operation::Connect) {
+        return Ok(skip(adapter, "operation_not_handled", format!("{:?} requests are not mutated", request.operation)));
+    }
+    if let Some(sub_resource) = &request.sub_resource {
+        return Ok(skip(adapter, "subresource", format!("subresource {sub_resource} is not mutated")));
+    }
+    let Some(namespace) = request.namespace.as_deref() else {
+        return Ok(skip(adapter, "cluster_scoped", "the object has no namespace".to_owned()));
+    };
+    let Some(policy) = snapshot.policy.as_ref() else {
+        return Ok(skip(adapter, "no_policy", "no TierPolicy exists yet".to_owned()));
+    };
+    let policy = &policy.spec;
+    if policy.is_excluded(namespace, snapshot.own_namespace.as_deref()) {
+        let why =
+            format!("namespace {namespace} is excluded (kube-system, tiergate's own, or spec.excludedNamespaces)");
+        return Ok(skip(adapter, "namespace_excluded", why));
+    }
+    let Some(object) = request.object.as_ref() else {
+        let message = format!("request.object is missing from a {:?} request for {}", request.operation, adapter.kind);
+        return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
+    };
+    let before = object_json(object)?;
+    if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
+        return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
+    }
+    let placement = match &inputs.placement {
+        Ok(placement) => placement,
+        Err(error) => {
+            let message = error.to_string();
+            let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
+            return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
+        }
+    };
+    let mut work = Work {
+        adapter,
+        templates: adapter.pod_templates(&before),
+        after: before.clone(),
+        before,
+        warnings: Vec::new(),
+        reasons: Vec::new(),
+    };
+    let placed = work.apply_placement(placement)?;
+    let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
+    let Some(tier) = tier else {
+        let why =
+            format!("namespace {namespace} has no tier (label {} names no tier of the policy)", policy.tier_label);
+        return Ok(work.finish(request, placed, "no_tier", why));
+    };
+    let tier_classes = tier_classes(policy, tier)?;
+    let resources: Vec<&str> = tier_classes.iter().map(|class| class.resource_name.as_str()).collect();
+    let gpu_templates: Vec<PodTemplatePointers> = work
+        .templates
+        .iter()
+        .filter(|template| work.before.pointer(&template.spec).is_some_and(|spec| requests_any(spec, &resources)))
+        .cloned()
+        .collect();
+    if gpu_templates.is_empty() {
+        let why =
+            format!("nothing requests {} (requests or limits, containers or init containers)", resources.join(", "));
+        return Ok(work.finish(request, placed, "no_gpu_request", why));
+    }
+    let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes };
+    for template in &gpu_templates {
+        if let Some(denial) = work.apply_gpu_class(&context, template, inputs.score.as_ref())? {
+            return Ok(denial);
+        }
+    }
+    if let Some(score) = &inputs.score {
+        work.apply_score(&context, score, &gpu_templates)?;
+    }
+    work.apply_queue(&context)?;
+    if let Some(score) = &inputs.score {
+        work.apply_priority(score)?;
+    }
+    work.restore_immutable(request);
+    work.annotate_decision(&context)?;
+    Ok(work.decision(Verdict::Allow))
+}
+
+/// The object being mutated and what was said about it.
+struct Work {
+    adapter: &'static WorkloadAdapter,
+    templates: Vec<PodTemplatePointers>,
+    before: Value,
+    after: Value,
+    warnings: Vec<String>,
+    reasons: Vec<String>,
+}
+
+impl Work {
+    /// The value at `pointer` in the mutated object, created as `{}` when absent.
+    fn at(&mut self, pointer: &str) -> Result<&mut Value, MutateError> {
+        let shape = |field| MutateError::EditField {
+            pointer: pointer.to_owned(),
+            source: ShapeError { field, expected: "object" },
+        };
+        if self.after.pointer(pointer).is_none_or(Value::is_null)
+            && !set_pointer(&mut self.after, pointer, Some(Value::Object(serde_json::Map::new())))
+        {
+            return Err(shape("parent"));
+        }
+        self.after.pointer_mut(pointer).ok_or_else(|| shape("path"))
+    }
+
+    fn edit<T>(
+        &mut self,
+        pointer: &str,
+        change: impl FnOnce(&mut Value) -> Result<T, ShapeError>,
+    ) -> Result<T, MutateError> {
+        let target = self.at(pointer)?;
+        change(target).map_err(|source| MutateError::EditField { pointer: pointer.to_owned(), source })
+    }
+
+    fn apply_placement(&mut self, placement: &PlacementOutcome) -> Result<bool, MutateError> {
+        let mut placed = false;
+        let templates = self.templates.clone();
+        if let Some(assignment) = &placement.assignment {
+            let tolerations = assignment
+                .tolerations
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(MutateError::SerializeToleration)?;
+            for template in &templates {
+                self.edit(&template.spec, |spec| {
+                    podspec::merge_string_map(spec, "nodeSelector", &assignment.node_selector)?;
+                    podspec::add_tolerations(spec, &tolerations)
+                })?;
+            }
+            self.reasons.push(format!("placement rule {} of {}", assignment.rule, assignment.owner));
+            placed = true;
+        }
+        if let Some(pinning) = &placement.pinning {
+            for template in &templates {
+                let kept = self.edit(&template.spec, |spec| {
+                    podspec::require_hostname(spec, &pinning.node)?;
+                    podspec::set_env_unless_present(spec, CUDA_VISIBLE_DEVICES, &pinning.cuda_visible_devices)
+                })?;
+                for container in kept {
+                    self.warnings.push(format!(
+                        "container {container} sets {CUDA_VISIBLE_DEVICES} itself; kept instead of the pinned {}",
+                        pinning.cuda_visible_devices
+                    ));
+                }
+            }
+            self.reasons.push(format!(
+                "pinned to node {} with {CUDA_VISIBLE_DEVICES}={}",
+                pinning.node, pinning.cuda_visible_devices
+            ));
+            placed = true;
+        }
+        if !placement.metadata_labels.is_empty() || !placement.metadata_annotations.is_empty() {
+            self.edit("/metadata", |metadata| {
+                podspec::merge_string_map(metadata, "labels", &placement.metadata_labels)?;
+                podspec::merge_string_map(metadata, "annotations", &placement.metadata_annotations)
+            })?;
+            placed = true;
+        }
+        if !placement.template_annotations.is_empty()
+            && self.adapter.templates != tiergate_workloads::TemplateLayout::Pod
+        {
+            for template in &templates {
+                self.edit(&template.metadata, |metadata| {
+                    podspec::merge_string_map(metadata, "annotations", &placement.template_annotations)
+                })?;
+            }
+            placed = true;
+        }
+        self.warnings.extend(placement.warnings.iter().cloned());
+        Ok(placed)
+    }
+
+    /// Puts the tier's (or the kept user's) GPU class on one template; `Some` is a denial.
+    fn apply_gpu_class(
+        &mut self,
+        context: &TierContext<'_>,
+        template: &PodTemplatePointers,
+        score: Option<&ScoreOutcome>,
+    ) -> Result<Option<Decision>, MutateError> {
+        let selector = self.before.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+        let selected = selection(context.policy, &selector.unwrap_or_default());
+        let class = match &selected {
+            Selection::Class(class) if context.in_tier(&class.name) => {
+                self.reasons
+                    .push(format!("keeps the user's GPU class {} (allowed in tier {})", class.name, context.tier.name));
+                Some(*class)
+            }
+            Selection::Class(_) | Selection::Unknown(_) => {
+                let Some(why) = self.foreign_allowed(context, template, &selected) else {
+                    return Ok(Some(self.foreign_denial(context, &selected)));
+                };
+                self.warnings.push(format!(
+                    "{} kept outside tier {} ({}): {why}",
+                    describe(&selected),
+                    context.tier.name,
+                    context.class_names()
+                ));
+                self.reasons.push(format!("keeps {} outside the tier: {why}", describe(&selected)));
+                match selected {
+                    Selection::Class(class) => Some(class),
+                    // An unknown class has no tolerations to add; the user's selector stays as written.
+                    _ => return Ok(None),
+                }
+            }
+            Selection::None => self.tier_class_for(context, score),
+        };
+        let Some(class) = class else {
+            let all: Vec<&GpuClass> = context.classes.clone();
+            for class in all {
+                let tolerations = toleration_values(class)?;
+                self.edit(&template.spec, |spec| podspec::add_tolerations(spec, &tolerations))?;
+            }
+            return Ok(None);
+        };
+        let tolerations = toleration_values(class)?;
+        self.edit(&template.spec, |spec| {
+            podspec::merge_string_map(spec, "nodeSelector", &class.node_labels)?;
+            podspec::add_tolerations(spec, &tolerations)
+        })?;
+        Ok(None)
+    }
+
+    /// The class for a template without a GPU-class selector: the scorer's choice inside the tier, else the
+    /// primary; `None` for a queued kind in a tier with fallbacks (Kueue picks the flavor and sets its labels).
+    fn tier_class_for<'p>(&mut self, context: &TierContext<'p>, score: Option<&ScoreOutcome>) -> Option<&'p GpuClass> {
+        let chosen = score.and_then(|score| score.chosen_gpu_class.as_deref());
+        if let Some((chosen, class)) = chosen
+            .and_then(|chosen| context.classes.iter().find(|class| class.name == chosen).map(|class| (chosen, *class)))
+        {
+            self.reasons.push(format!("GPU class {chosen}: the scorer's choice, inside tier {}", context.tier.name));
+            return Some(class);
+        }
+        let queued = matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. });
+        if queued && context.classes.len() > 1 {
+            self.reasons.push(format!(
+                "tolerations of GPU classes {}; Kueue picks the flavor and sets its node selector at admission",
+                context.class_names()
+            ));
+            return None;
+        }
+        let primary = context.classes.first().copied();
+        if let Some(class) = primary {
+            self.reasons.push(format!("GPU class {} of tier {}", class.name, context.tier.name));
+        }
+        primary
+    }
+
+    fn foreign_allowed(
+        &self,
+        context: &TierContext<'_>,
+        template: &PodTemplatePointers,
+        selected: &Selection<'_>,
+    ) -> Option<String> {
+        if let Some(why) = context.foreign_allowed_for_requester() {
+            return Some(why);
+        }
+        if let Some(owner) = self.trusted_owner(context.snapshot) {
+            return Some(format!("its owner {owner} was admitted by tiergate with it"));
+        }
+        if context.request.operation == Operation::Update {
+            let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok());
+            let old_selector = old
+                .as_ref()
+                .and_then(|old| old.pointer(&template.spec))
+                .map(|spec| podspec::string_map(spec, "nodeSelector"))
+                .unwrap_or_default();
+            if selection(context.policy, &old_selector) == *selected {
+                return Some("the object already had it before this update".to_owned());
+            }
+        }
+        None
+    }
+
+    /// A Pod whose controller is a kind tiergate admits itself (its template was checked there).
+    fn trusted_owner(&self, snapshot: &Snapshot) -> Option<String> {
+        if self.adapter.templates != tiergate_workloads::TemplateLayout::Pod {
+            return None;
+        }
+        let owners = self.before.pointer("/metadata/ownerReferences")?.as_array()?;
+        let controller = owners.iter().find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?;
+        let kind = controller.get("kind").and_then(Value::as_str)?;
+        let name = controller.get("name").and_then(Value::as_str).unwrap_or_default();
+        let api_version = controller.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        if adapter_for(group, version, kind).is_some() {
+            return Some(format!("{kind} {name}"));
+        }
+        let uid = controller.get("uid").and_then(Value::as_str)?;
+        let (namespace, deployment) = snapshot.replica_set_owners.get(uid)?;
+        (kind == "ReplicaSet").then(|| format!("Deployment {namespace}/{deployment}"))
+    }
+
+    fn foreign_denial(&self, context: &TierContext<'_>, selected: &Selection<'_>) -> Decision {
+        let name = object_name(&self.before);
+        let key = match selected {
+            Selection::Class(class) => class.node_labels.keys().cloned().collect::<Vec<_>>().join(", "),
+            Selection::Unknown(label) => label.split('=').next().unwrap_or_default().to_owned(),
+            Selection::None => String::new(),
+        };
+        let message = format!(
+            "{} {}/{name} selects {}, but namespace {} is in tier {}, which may use GPU classes [{}]. \
+             Fix: remove the nodeSelector {key} (tiergate then sets {}) or select one of [{}]; to allow other \
+             classes, list the namespace, user or group in the TierPolicy's spec.admission \
+             (adminNamespaces, adminUsers, adminGroups).",
+            self.adapter.kind,
+            context.namespace,
+            describe(selected),
+            context.namespace,
+            context.tier.name,
+            context.class_names(),
+            context.tier.gpu_class,
+            context.class_names(),
+        );
+        let verdict = Verdict::Deny { reason: "foreign_gpu_class", message: message.clone() };
+        Decision::unchanged(self.adapter.kind, verdict, vec![message])
+    }
+
+    fn apply_score(
+        &mut self,
+        context: &TierContext<'_>,
+        score: &ScoreOutcome,
+        gpu_templates: &[PodTemplatePointers],
+    ) -> Result<(), MutateError> {
+        self.warnings.extend(score.warnings.iter().cloned());
+        for template in gpu_templates {
+            self.edit(&template.spec, |spec| podspec::add_job_type_anti_affinity(spec, &score.avoid_job_types))?;
+        }
+        if !score.avoid_job_types.is_empty() {
+            self.reasons.push(format!("avoids nodes running job types {}", score.avoid_job_types.join(", ")));
+        }
+        let mut annotations = BTreeMap::new();
+        if let Some(value) = score.score {
+            annotations.insert(SCORE_ANNOTATION.to_owned(), value.to_string());
+            annotations.insert(SEED_SCORE_ANNOTATION.to_owned(), value.to_string());
+        }
+        match score.chosen_gpu_class.as_deref() {
+            Some(chosen) if context.in_tier(chosen) => {
+                annotations.insert(CHOSEN_GPU_ANNOTATION.to_owned(), chosen.to_owned());
+                annotations.insert(SEED_CHOSEN_GPU_ANNOTATION.to_owned(), chosen.to_owned());
+            }
+            Some(chosen) => self.warnings.push(format!(
+                "the scorer chose GPU class {chosen}, outside tier {} ({}); ignored",
+                context.tier.name,
+                context.class_names()
+            )),
+            None => {}
+        }
+        annotations.insert(DECISION_TIME_ANNOTATION.to_owned(), score.decided_at_unix.to_string());
+        annotations.insert(SEED_DECISION_TIME_ANNOTATION.to_owned(), score.decided_at_unix.to_string());
+        if let ScoreSource::Fallback { reason } = score.source {
+            annotations.insert(SCORE_FALLBACK_ANNOTATION.to_owned(), reason.to_owned());
+            self.reasons.push(format!("scoring fell back to the tier default priority ({reason})"));
+        }
+        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))
+    }
+
+    fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
+        let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing else {
+            return Ok(());
+        };
+        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        let tier_queue = context.tier.local_queue();
+        let exists =
+            |queue: &str| context.snapshot.local_queues.contains(&(context.namespace.to_owned(), queue.to_owned()));
+        match labels.get(QUEUE_NAME_LABEL) {
+            Some(queue) => {
+                if !exists(queue) {
+                    self.warnings.push(format!(
+                        "LocalQueue {queue} does not exist in namespace {}; Kueue keeps the workload suspended until \
+                         it does (tier {}'s queue is {tier_queue})",
+                        context.namespace, context.tier.name
+                    ));
+                }
+                self.reasons.push(format!("keeps the user's queue {queue}"));
+            }
+            None => {
+                self.edit("/metadata", |metadata| {
+                    podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &tier_queue)
+                })?;
+                if !exists(&tier_queue) {
+                    self.warnings.push(format!(
+                        "LocalQueue {tier_queue} does not exist in namespace {} yet; Kueue admits the workload once \
+                         tiergate has created it",
+                        context.namespace
+                    ));
+                }
+                self.reasons.push(format!("queued in LocalQueue {tier_queue} of tier {}", context.tier.name));
+            }
+        }
+        if !self.adapter.is_suspended(&self.before) {
+            if !set_pointer(&mut self.after, suspend, Some(Value::Bool(true))) {
+                return Err(MutateError::EditField {
+                    pointer: suspend.to_owned(),
+                    source: ShapeError { field: "suspend", expected: "object" },
+                });
+            }
+            self.reasons.push("suspended so Kueue admits it (spec.suspend: true)".to_owned());
+        }
+        Ok(())
+    }
+
+    fn apply_priority(&mut self, score: &ScoreOutcome) -> Result<(), MutateError> {
+        if !matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. }) {
+            return Ok(());
+        }
+        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        if let Some(user) = labels.get(PRIORITY_CLASS_LABEL).filter(|user| **user != score.priority_class) {
+            self.warnings
+                .push(format!("priority class {user} replaced by {} from the workload's score", score.priority_class));
+        }
+        self.edit("/metadata", |metadata| {
+            podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &score.priority_class)
+        })?;
+        self.reasons.push(format!("priority class {} from score {:?}", score.priority_class, score.score));
+        Ok(())
+    }
+
+    fn restore_immutable(&mut self, request: &AdmissionRequest<DynamicObject>) {
+        if request.operation != Operation::Update || self.adapter.immutable_on_update.is_empty() {
+            return;
+        }
+        let pointers = self.adapter.immutable_on_update;
+        let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
+        restore_pointers(&self.before, &mut self.after, pointers);
+        // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
+        for map in ["/metadata/labels", "/metadata/annotations"] {
+            let created_empty = self.before.pointer(map).is_none()
+                && self.after.pointer(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
+            if created_empty {
+                set_pointer(&mut self.after, map, None);
+            }
+        }
+        if changed {
+            self.reasons.push(format!(
+                "UPDATE: left {} as they were (immutable after creation)",
+                self.adapter.immutable_on_update.join(", ")
+            ));
+        }
+    }
+
+    /// `tiergate.io/tier` and a summary read back from the final object, so it is the same on every run.
+    fn annotate_decision(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
+        let mut classes: Vec<String> = Vec::new();
+        for template in &self.templates {
+            let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+            if let Selection::Class(class) = selection(context.policy, &selector.unwrap_or_default())
+                && !classes.contains(&class.name)
+            {
+                classes.push(class.name.clone());
+            }
+        }
+        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        let mut summary = match classes.is_empty() {
+            true => format!("gpu-class: unset (tier allows {})", context.class_names()),
+            false => format!("gpu-class: {}", classes.join(",")),
+        };
+        if let Some(queue) = labels.get(QUEUE_NAME_LABEL) {
+            summary.push_str(&format!("; queue: {queue}"));
+        }
+        if let Some(priority) = labels.get(PRIORITY_CLASS_LABEL) {
+            summary.push_str(&format!("; priority: {priority}"));
+        }
+        let annotations = BTreeMap::from([
+            (TIER_ANNOTATION.to_owned(), context.tier.name.clone()),
+            (DECISION_ANNOTATION.to_owned(), summary),
+        ]);
+        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))
+    }
+
+    /// Ends a request whose tier part was skipped: placement changes (if any) still go out.
+    fn finish(
+        mut self,
+        request: &AdmissionRequest<DynamicObject>,
+        placed: bool,
+        reason: &'static str,
+        why: String,
+    ) -> Decision {
+        self.reasons.push(why);
+        if !placed {
+            return Decision::unchanged(self.adapter.kind, Verdict::Skip { reason }, self.reasons);
+        }
+        self.restore_immutable(request);
+        self.decision(Verdict::Allow)
+    }
+
+    fn decision(self, verdict: Verdict) -> Decision {
+        let patch = json_patch::diff(&self.before, &self.after);
+        Decision {
+            kind: self.adapter.kind,
+            verdict,
+            patch,
+            object: Some(self.after),
+            warnings: self.warnings,
+            reasons: self.reasons,
+        }
+    }
+}
+
+/// The object as JSON without `metadata.managedFields`: tiergate never patches them, and leaving them out of
+/// both sides of the diff halves the work on a typical Job (the patch paths stay valid for the full object).
+fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
+    let meta = &object.metadata;
+    let metadata = ObjectMeta {
+        annotations: meta.annotations.clone(),
+        creation_timestamp: meta.creation_timestamp.clone(),
+        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
+        deletion_timestamp: meta.deletion_timestamp.clone(),
+        finalizers: meta.finalizers.clone(),
+        generate_name: meta.generate_name.clone(),
+        generation: meta.generation,
+        labels: meta.labels.clone(),
+        managed_fields: None,
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        owner_references: meta.owner_references.clone(),
+        resource_version: meta.resource_version.clone(),
+        self_link: meta.self_link.clone(),
+        uid: meta.uid.clone(),
+    };
+    let mut map = match &object.data {
+        Value::Object(map) => map.clone(),
+        _ => serde_json::Map::new(),
+    };
+    if let Some(types) = &object.types {
+        map.insert("apiVersion".to_owned(), Value::String(types.api_version.clone()));
+        map.insert("kind".to_owned(), Value::String(types.kind.clone()));
+    }
+    map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
+    Ok(Value::Object(map))
+}
+
+fn object_name(object: &Value) -> String {
+    let metadata = object.get("metadata");
+    let field = |name: &str| metadata.and_then(|metadata| metadata.get(name)).and_then(Value::as_str);
+    match (field("name"), field("generateName")) {
+        (Some(name), _) if !name.is_empty() => name.to_owned(),
+        (_, Some(prefix)) => format!("{prefix}*"),
+        _ => "(unnamed)".to_owned(),
+    }
+}

@@ -1,0 +1,314 @@
+//! The decision rules on built variants the recordings do not cover: JobSet, fallback tiers, UPDATE, owners,
+//! queues, failure modes and the AdmissionResponse each verdict becomes.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+use support::*;
+
+/// Object and request builders (a `cfg(test)` module so the test lints apply).
+#[cfg(test)]
+mod support {
+    pub use kube::core::DynamicObject;
+    pub use kube::core::admission::AdmissionRequest;
+    pub use serde_json::{Value, json};
+    pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
+    pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+    pub use tiergate::policy::{FailureMode, TierPolicy};
+    pub use tiergate::scoring::{ScoreOutcome, ScoreSource};
+    pub use tiergate::view::Snapshot;
+
+    pub fn policy() -> TierPolicy {
+        load_policy(None).unwrap()
+    }
+
+    pub fn snapshot_with(policy: TierPolicy) -> Snapshot {
+        build_static_snapshot(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None)
+    }
+
+    pub fn gpu_container(gpus: u32) -> Value {
+        json!({"name": "main", "image": "img", "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}})
+    }
+
+    pub fn cpu_container() -> Value {
+        json!({"name": "main", "image": "img", "resources": {"requests": {"cpu": "1"}}})
+    }
+
+    /// A builder for workload objects.
+    pub struct Workload(pub Value);
+
+    impl Workload {
+        pub fn job(namespace: &str, container: Value) -> Self {
+            Self(json!({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "train", "namespace": namespace},
+                "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [container]}}}}))
+        }
+
+        pub fn deployment(namespace: &str, container: Value) -> Self {
+            Self(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "serve", "namespace": namespace},
+                "spec": {"template": {"metadata": {"labels": {"app": "serve"}}, "spec": {"containers": [container]}}}}))
+        }
+
+        pub fn pod(namespace: &str, container: Value) -> Self {
+            Self(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": namespace}, "spec": {"containers": [container]}}))
+        }
+
+        pub fn jobset(namespace: &str, jobs: &[(&str, Value)]) -> Self {
+            let replicated: Vec<Value> = jobs
+                .iter()
+                .map(|(name, container)| {
+                    json!({"name": name, "replicas": 1,
+                    "template": {"spec": {"template": {"spec": {"containers": [container]}}}}})
+                })
+                .collect();
+            Self(json!({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                "metadata": {"name": "js", "namespace": namespace}, "spec": {"replicatedJobs": replicated}}))
+        }
+
+        pub fn at(mut self, pointer: &str, value: Value) -> Self {
+            assert!(tiergate_workloads::set_pointer(&mut self.0, pointer, Some(value)));
+            self
+        }
+
+        pub fn create(&self) -> AdmissionRequest<DynamicObject> {
+            review("CREATE", &self.0, None)
+        }
+
+        pub fn update_from(&self, old: &Workload) -> AdmissionRequest<DynamicObject> {
+            review("UPDATE", &self.0, Some(&old.0))
+        }
+    }
+
+    pub fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
+        let api_version = object["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = json!({"group": group, "version": version, "kind": object["kind"]});
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u1", "kind": gvk, "resource": {"group": group, "version": version, "resource": "x"},
+            "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
+            "operation": operation, "userInfo": {"username": "alice", "groups": ["team-a"]},
+            "object": object, "oldObject": old, "dryRun": false}});
+        parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
+    }
+
+    pub fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+        mutate(request, &snapshot_with(policy()), &AdmissionInputs::default())
+    }
+
+    pub fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+        let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
+        json_patch::patch(&mut object, &decision.patch).unwrap();
+        object
+    }
+
+    pub fn score() -> ScoreOutcome {
+        ScoreOutcome {
+            priority_class: "gpu-medium".into(),
+            score: Some(55),
+            chosen_gpu_class: None,
+            avoid_job_types: Vec::new(),
+            source: ScoreSource::Fallback { reason: "timeout" },
+            warnings: vec!["scheduler agent timed out".into()],
+            decided_at_unix: 1,
+        }
+    }
+}
+
+#[test]
+fn jobset_is_queued_and_only_its_gpu_replicated_job_gets_the_class() {
+    let jobset = Workload::jobset("ml-research", &[("driver", cpu_container()), ("workers", gpu_container(8))]);
+    let request = jobset.create();
+    let decision = decide(&request);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    let object = patched(&request, &decision);
+    assert_eq!(object["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "tiergate-gold");
+    assert_eq!(object["spec"]["suspend"], true);
+    let template = |index: usize| &object["spec"]["replicatedJobs"][index]["template"]["spec"]["template"]["spec"];
+    assert_eq!(template(0).get("nodeSelector"), None);
+    assert_eq!(template(1)["nodeSelector"], json!({"gpu.nvidia.com/class": "h100"}));
+}
+
+#[test]
+fn job_in_a_tier_with_fallback_classes_gets_every_class_toleration_and_no_selector() {
+    let mut policy = policy();
+    let gold = policy.spec.tiers.iter_mut().find(|tier| tier.name == "gold").unwrap();
+    gold.fallback_gpu_classes = vec!["a100".into()];
+    policy.spec.gpu_classes[1].node_taints[0].key = "a100-only".into();
+    let request = Workload::job("ml-research", gpu_container(1)).create();
+    let decision = mutate(&request, &snapshot_with(policy), &AdmissionInputs::default());
+    let object = patched(&request, &decision);
+    let spec = &object["spec"]["template"]["spec"];
+    assert_eq!(spec.get("nodeSelector"), None);
+    let keys: Vec<&str> = spec["tolerations"].as_array().unwrap().iter().map(|t| t["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["nvidia.com/gpu", "a100-only"]);
+    assert_eq!(
+        object["metadata"]["annotations"]["tiergate.io/decision"],
+        "gpu-class: unset (tier allows h100, a100); queue: tiergate-gold"
+    );
+}
+
+#[test]
+fn user_choosing_a_fallback_class_of_the_tier_keeps_it() {
+    let mut policy = policy();
+    policy.spec.tiers.iter_mut().find(|tier| tier.name == "gold").unwrap().fallback_gpu_classes = vec!["a100".into()];
+    let job = Workload::job("ml-research", gpu_container(1))
+        .at("/spec/template/spec/nodeSelector", json!({"gpu.nvidia.com/class": "a100"}));
+    let request = job.create();
+    let decision = mutate(&request, &snapshot_with(policy), &AdmissionInputs::default());
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(
+        patched(&request, &decision)["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"gpu.nvidia.com/class": "a100"})
+    );
+}
+
+#[test]
+fn a_gpu_class_value_of_no_class_is_denied_like_a_foreign_one() {
+    let pod = Workload::pod("ml-team-dev", gpu_container(1))
+        .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "h200"}));
+    let Verdict::Deny { reason, message } = decide(&pod.create()).verdict else { panic!("not denied") };
+    assert_eq!(reason, "foreign_gpu_class");
+    assert!(message.contains("gpu.nvidia.com/class=h200"), "{message}");
+}
+
+#[test]
+fn deployment_update_keeping_its_existing_foreign_class_is_allowed_but_introducing_one_is_denied() {
+    let foreign = Workload::deployment("ml-team-dev", gpu_container(1))
+        .at("/spec/template/spec/nodeSelector", json!({"gpu.nvidia.com/class": "h100"}));
+    let scaled = Workload(foreign.0.clone()).at("/spec/replicas", json!(3));
+    let kept = decide(&scaled.update_from(&foreign));
+    assert_eq!(kept.verdict, Verdict::Allow);
+    assert!(kept.warnings.iter().any(|warning| warning.contains("before this update")), "{:?}", kept.warnings);
+
+    let clean = Workload::deployment("ml-team-dev", gpu_container(1));
+    assert!(matches!(decide(&foreign.update_from(&clean)).verdict, Verdict::Deny { .. }));
+}
+
+#[test]
+fn deployment_template_is_mutable_so_update_restores_the_tier_class() {
+    let old = Workload::deployment("ml-team-dev", gpu_container(1));
+    let new = Workload(old.0.clone()).at("/spec/template/spec/containers/0/image", json!("img:2"));
+    let request = new.update_from(&old);
+    let decision = decide(&request);
+    assert_eq!(
+        patched(&request, &decision)["spec"]["template"]["spec"]["nodeSelector"],
+        json!({"gpu.nvidia.com/class": "l4"})
+    );
+}
+
+#[test]
+fn pod_update_never_patches_the_spec() {
+    let pod = Workload::pod("ml-team-dev", gpu_container(1)).at("/metadata/labels", json!({"x": "y"}));
+    let decision = decide(&pod.update_from(&Workload::pod("ml-team-dev", gpu_container(1))));
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert!(
+        decision.patch.0.iter().all(|operation| operation.path().as_str().starts_with("/metadata/annotations")),
+        "{:?}",
+        decision.patch
+    );
+}
+
+#[test]
+fn job_update_without_labels_gets_no_empty_label_map() {
+    let old = Workload::job("ml-team-dev", gpu_container(1));
+    let new = Workload(old.0.clone()).at("/spec/parallelism", json!(2));
+    let decision = decide(&new.update_from(&old));
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert!(
+        decision.patch.0.iter().all(|operation| operation.path().as_str().starts_with("/metadata/annotations")),
+        "{:?}",
+        decision.patch
+    );
+}
+
+#[test]
+fn pod_of_a_job_keeps_the_class_its_job_was_admitted_with() {
+    let pod = Workload::pod("ml-team-dev", gpu_container(1))
+        .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "h100"}))
+        .at(
+            "/metadata/ownerReferences",
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "1", "controller": true}]),
+        );
+    let decision = decide(&pod.create());
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    assert!(decision.reasons.iter().any(|reason| reason.contains("Job train")));
+}
+
+#[test]
+fn a_queue_the_user_named_that_does_not_exist_is_kept_with_a_warning() {
+    let job = Workload::job("ml-team-dev", gpu_container(1))
+        .at("/metadata/labels", json!({"kueue.x-k8s.io/queue-name": "fast"}));
+    let request = job.create();
+    let decision = decide(&request);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(patched(&request, &decision)["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "fast");
+    assert!(decision.warnings.iter().any(|warning| warning.contains("LocalQueue fast does not exist")));
+    let response = decision.response(&request);
+    assert!(response.allowed && response.warnings.is_some_and(|warnings| !warnings.is_empty()));
+}
+
+#[test]
+fn a_fallback_score_sets_priority_records_why_and_replaces_a_user_priority_with_a_warning() {
+    let job = Workload::job("ml-team-dev", gpu_container(1))
+        .at("/metadata/labels", json!({"kueue.x-k8s.io/priority-class": "gpu-ultra"}));
+    let request = job.create();
+    let decision = mutate(
+        &request,
+        &snapshot_with(policy()),
+        &AdmissionInputs { score: Some(score()), ..AdmissionInputs::default() },
+    );
+    let object = patched(&request, &decision);
+    assert_eq!(object["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-medium");
+    assert_eq!(object["metadata"]["annotations"]["tiergate.io/score-fallback"], "timeout");
+    assert!(decision.warnings.iter().any(|warning| warning.contains("gpu-ultra replaced")));
+    assert!(decision.warnings.iter().any(|warning| warning == "scheduler agent timed out"));
+}
+
+#[test]
+fn objects_being_deleted_and_kinds_not_handled_are_skipped() {
+    let deleting =
+        Workload::job("ml-team-dev", gpu_container(1)).at("/metadata/deletionTimestamp", json!("2026-01-01T00:00:00Z"));
+    assert_eq!(decide(&deleting.create()).verdict, Verdict::Skip { reason: "being_deleted" });
+    let cron = Workload(
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "ml-team-dev"}}),
+    );
+    let decision = decide(&cron.create());
+    assert_eq!((decision.kind, decision.verdict), ("unknown", Verdict::Skip { reason: "kind_not_handled" }));
+}
+
+#[test]
+fn a_malformed_field_fails_open_by_default_and_closed_when_the_policy_says_so() {
+    let job = Workload::job("ml-team-dev", gpu_container(1)).at("/spec/template/spec/tolerations", json!("not-a-list"));
+    let request = job.create();
+    let open = decide(&request);
+    assert!(matches!(open.verdict, Verdict::Failed { reason: "edit_field", closed: false, .. }), "{:?}", open.verdict);
+    let response = open.response(&request);
+    assert!(response.allowed && response.patch.is_none());
+    assert!(response.warnings.unwrap()[0].contains("unchanged"));
+
+    let mut closed_policy = policy();
+    closed_policy.spec.admission.failure_mode = FailureMode::Closed;
+    let closed = mutate(&request, &snapshot_with(closed_policy), &AdmissionInputs::default());
+    let response = closed.response(&request);
+    assert!(!response.allowed);
+    assert_eq!(response.result.code, 500);
+}
+
+#[test]
+fn a_denial_answers_403_with_the_message_and_uid() {
+    let pod = Workload::pod("ml-team-dev", gpu_container(1))
+        .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "a100"}));
+    let request = pod.create();
+    let response = decide(&request).response(&request);
+    assert_eq!((response.allowed, response.result.code, response.uid.as_str()), (false, 403, "u1"));
+    assert!(response.result.message.contains("tier bronze"));
+}
+
+#[test]
+fn init_container_gpu_requests_count() {
+    let pod = Workload::pod("ml-team-dev", cpu_container()).at("/spec/initContainers", json!([gpu_container(1)]));
+    let request = pod.create();
+    let decision = decide(&request);
+    assert_eq!(patched(&request, &decision)["spec"]["nodeSelector"], json!({"gpu.nvidia.com/class": "l4"}));
+}

@@ -1,0 +1,49 @@
+//! `tiergate explain` as a tenant runs it: the sample policy and cluster, a workload file, the printed decision
+//! and the exit code.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Runs `tiergate explain` on a shared workload file; returns (exit code, stdout).
+#[cfg(test)]
+fn explain(workload: &str) -> (i32, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let workloads = [root.join("../shared/fixtures/workloads"), root.join("../../shared/fixtures/workloads")]
+        .into_iter()
+        .find(|dir| dir.is_dir())
+        .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("explain")
+        .arg("--policy")
+        .arg(root.join("samples/kubenexus/policy.yaml"))
+        .arg("--cluster")
+        .arg(root.join("samples/kubenexus/cluster.yaml"))
+        .arg(workloads.join(workload))
+        .output()
+        .unwrap();
+    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
+}
+
+#[test]
+fn explain_shows_the_bronze_job_queue_class_patch_and_object() {
+    let (code, out) = explain("job-bronze.yaml");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("decision: admit with"), "{out}");
+    assert!(out.contains("queued in LocalQueue tiergate-bronze"), "{out}");
+    assert!(out.contains(r#""path": "/spec/suspend""#), "{out}");
+    assert!(out.contains("gpu.nvidia.com/class: l4"), "{out}");
+}
+
+#[test]
+fn explain_exits_3_and_names_the_fix_when_the_webhook_would_deny() {
+    let (code, out) = explain("pod-override.yaml");
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("deny (foreign_gpu_class)") && out.contains("Fix:"), "{out}");
+}
+
+#[test]
+fn explain_says_why_a_cpu_pod_is_left_alone() {
+    let (code, out) = explain("pod-cpu.yaml");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("skip (no_gpu_request)"), "{out}");
+}
