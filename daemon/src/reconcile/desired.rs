@@ -1,0 +1,302 @@
+//! What the reconciler applies: the translation's output as dynamic Kueue objects, stamped with tiergate's
+//! ownership labels, the owner reference to the policy and a stable hash of the body; no I/O.
+//!
+//! MERGE POINT: [`desired_objects`] and [`policy_problems`] are the only two calls into the pure core. In this
+//! branch they use the small stand-ins at the bottom of this file; at merge they become
+//! `crate::plan::desired(policy, view)` (serialized to `DynamicObject`s) and `crate::validation::validate(spec)`.
+
+use std::hash::Hasher;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::Resource;
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+
+use super::kinds::{APPLIED_HASH_ANNOTATION, KueueKind, build_ownership_labels};
+use crate::policy::{TierPolicy, TierPolicySpec};
+use crate::view::ClusterView;
+
+/// The translation could not produce objects for this policy.
+#[derive(Debug, thiserror::Error)]
+pub enum DesiredError {
+    /// The translation rejected the policy or the cluster view.
+    #[error("failed to translate the policy into Kueue objects: {0}")]
+    Translate(String),
+    /// A translated object is not a Kueue kind tiergate owns.
+    #[error("failed to recognize translated object {name}: kind {kind:?} is not one tiergate applies")]
+    UnknownKind {
+        /// Object name.
+        name: String,
+        /// Its kind.
+        kind: String,
+    },
+}
+
+impl DesiredError {
+    /// Fixed reason for metrics, conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Translate(_) => "translate_policy",
+            Self::UnknownKind { .. } => "unknown_kind",
+        }
+    }
+}
+
+/// One object to apply: its kind and its full body (ownership stamped, hash annotated).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredObject {
+    /// Kueue kind.
+    pub kind: KueueKind,
+    /// The body sent with server-side apply.
+    pub object: DynamicObject,
+}
+
+/// Everything the policy wants to exist, in apply order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DesiredSet {
+    /// Objects in apply order (flavors, priority classes, checks, cluster queues, local queues).
+    pub objects: Vec<DesiredObject>,
+}
+
+/// The translation's objects for `policy` over `view`. The one call the lead swaps at merge:
+/// `plan::desired(policy, view)` serialized with `serde_json::to_value` + `serde_json::from_value::<DynamicObject>`.
+pub fn desired_objects(policy: &TierPolicy, view: &ClusterView) -> Result<Vec<DynamicObject>, DesiredError> {
+    standin::build_objects(policy, view)
+}
+
+/// The policy's problems (empty when valid). The one call the lead swaps at merge for
+/// `crate::validation::validate(&policy.spec)` mapped to one message per problem.
+pub fn policy_problems(spec: &TierPolicySpec) -> Vec<String> {
+    standin::problems(spec)
+}
+
+/// The translation's objects, stamped as owned by `policy` and sorted in apply order.
+pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Result<DesiredSet, DesiredError> {
+    let policy_name = policy.meta().name.clone().unwrap_or_default();
+    let owner = build_owner_reference(policy);
+    let mut stamped = Vec::with_capacity(objects.len());
+    for mut object in objects {
+        let Some(kind) = KueueKind::of(&object) else {
+            return Err(DesiredError::UnknownKind {
+                name: object.metadata.name.clone().unwrap_or_default(),
+                kind: object.types.as_ref().map(|types| types.kind.clone()).unwrap_or_default(),
+            });
+        };
+        object.metadata.labels.get_or_insert_default().extend(build_ownership_labels(&policy_name));
+        if let Some(owner) = &owner {
+            object.metadata.owner_references = Some(vec![owner.clone()]);
+        }
+        object.metadata.annotations.get_or_insert_default().remove(APPLIED_HASH_ANNOTATION);
+        let hash = build_body_hash(&object);
+        object.metadata.annotations.get_or_insert_default().insert(APPLIED_HASH_ANNOTATION.to_owned(), hash);
+        stamped.push(DesiredObject { kind, object });
+    }
+    stamped.sort_by_key(|desired| desired.kind);
+    Ok(DesiredSet { objects: stamped })
+}
+
+/// The owner reference that lets Kubernetes' garbage collector remove every owned object with the policy.
+fn build_owner_reference(policy: &TierPolicy) -> Option<OwnerReference> {
+    let meta = policy.meta();
+    Some(OwnerReference {
+        api_version: TierPolicy::api_version(&()).into_owned(),
+        kind: TierPolicy::kind(&()).into_owned(),
+        name: meta.name.clone()?,
+        uid: meta.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
+/// A stable (FNV-1a, key-order independent) hash of an object's body, hex encoded.
+pub fn build_body_hash(object: &DynamicObject) -> String {
+    let mut hasher = fnv::FnvHasher::default();
+    if let Ok(value) = serde_json::to_value(object) {
+        hash_value(&value, &mut hasher);
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+fn hash_value(value: &Value, hasher: &mut fnv::FnvHasher) {
+    match value {
+        Value::Null => hasher.write_u8(0),
+        Value::Bool(flag) => hasher.write_u8(if *flag { 2 } else { 1 }),
+        Value::Number(number) => {
+            hasher.write_u8(3);
+            hasher.write(number.to_string().as_bytes());
+        }
+        Value::String(text) => {
+            hasher.write_u8(4);
+            hasher.write(text.as_bytes());
+            hasher.write_u8(0xff);
+        }
+        Value::Array(items) => {
+            hasher.write_u8(5);
+            hasher.write_usize(items.len());
+            items.iter().for_each(|item| hash_value(item, hasher));
+        }
+        Value::Object(map) => {
+            hasher.write_u8(6);
+            hasher.write_usize(map.len());
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            for key in keys {
+                hasher.write(key.as_bytes());
+                hasher.write_u8(0xff);
+                if let Some(item) = map.get(key) {
+                    hash_value(item, hasher);
+                }
+            }
+        }
+    }
+}
+
+/// TEMPORARY stand-ins for `plan::desired` and `validation::validate`, so this branch's tests exercise real
+/// objects. Deleted at merge.
+mod standin {
+    use super::*;
+
+    pub(super) fn problems(spec: &TierPolicySpec) -> Vec<String> {
+        let mut problems = Vec::new();
+        if spec.tiers.is_empty() {
+            problems.push("spec.tiers: no tiers; declare at least one tier".to_owned());
+        }
+        for (index, tier) in spec.tiers.iter().enumerate() {
+            for class in tier.gpu_class_names() {
+                if spec.gpu_class(class).is_none() {
+                    problems.push(format!(
+                        "spec.tiers[{index}].gpuClass: unknown GPU class {class:?}; add it to spec.gpuClasses or fix the name"
+                    ));
+                }
+            }
+        }
+        problems
+    }
+
+    pub(super) fn build_objects(policy: &TierPolicy, view: &ClusterView) -> Result<Vec<DynamicObject>, DesiredError> {
+        let spec = &policy.spec;
+        let mut values = Vec::new();
+        for class in &spec.gpu_classes {
+            let mut flavor_spec = json!({ "nodeLabels": class.node_labels });
+            if !class.node_taints.is_empty() {
+                flavor_spec["nodeTaints"] = json!(class.node_taints);
+            }
+            values.push(json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                "metadata": { "name": class.name }, "spec": flavor_spec,
+            }));
+        }
+        for bucket in &spec.priority_buckets {
+            let mut value = json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                "metadata": { "name": bucket.name }, "value": bucket.value,
+            });
+            if let Some(description) = &bucket.description {
+                value["description"] = json!(description);
+            }
+            values.push(value);
+        }
+        for tier in &spec.tiers {
+            let covered: Vec<&String> = tier.quotas.keys().collect();
+            let flavors: Vec<Value> = tier
+                .gpu_class_names()
+                .map(|class| {
+                    let resources: Vec<Value> = tier
+                        .quotas
+                        .iter()
+                        .map(|(name, quota)| json!({ "name": name, "nominalQuota": quota.nominal }))
+                        .collect();
+                    json!({ "name": class, "resources": resources })
+                })
+                .collect();
+            let mut queue_spec = json!({
+                "namespaceSelector": {},
+                "resourceGroups": [{ "coveredResources": covered, "flavors": flavors }],
+            });
+            if let Some(cohort) = &tier.cohort {
+                queue_spec["cohortName"] = json!(cohort);
+            }
+            values.push(json!({
+                "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                "metadata": { "name": format!("tiergate-{}", tier.name) }, "spec": queue_spec,
+            }));
+        }
+        for namespace in &view.namespaces {
+            if spec.is_excluded(&namespace.name, None) {
+                continue;
+            }
+            if let Some(tier) = spec.tier_of(&namespace.labels) {
+                values.push(json!({
+                    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                    "metadata": { "name": tier.local_queue(), "namespace": namespace.name },
+                    "spec": { "clusterQueue": format!("tiergate-{}", tier.name) },
+                }));
+            }
+        }
+        values
+            .into_iter()
+            .map(|value| serde_json::from_value(value).map_err(|error| DesiredError::Translate(error.to_string())))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::{SAMPLE_POLICY, load_policy};
+    use crate::view::NamespaceView;
+    use std::collections::BTreeMap;
+
+    fn sample_view() -> ClusterView {
+        ClusterView {
+            namespaces: vec![NamespaceView {
+                name: "team-a".to_owned(),
+                labels: BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "gold".to_owned())]),
+            }],
+            nodes: vec![],
+        }
+    }
+
+    #[test]
+    fn desired_set_is_in_apply_order_and_stamped_with_ownership() {
+        assert!(SAMPLE_POLICY.contains("TierPolicy"));
+        let policy = load_policy(None).unwrap();
+        let objects = desired_objects(&policy, &sample_view()).unwrap();
+        let set = build_desired_set(&policy, objects).unwrap();
+        let kinds: Vec<KueueKind> = set.objects.iter().map(|desired| desired.kind).collect();
+        let mut sorted = kinds.clone();
+        sorted.sort();
+        assert_eq!(kinds, sorted);
+        assert_eq!(kinds.last(), Some(&KueueKind::LocalQueue));
+        for desired in &set.objects {
+            let labels = desired.object.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels.get("tiergate.io/policy").map(String::as_str), Some("default"));
+            let annotations = desired.object.metadata.annotations.clone().unwrap_or_default();
+            assert!(annotations.contains_key(APPLIED_HASH_ANNOTATION));
+        }
+    }
+
+    #[test]
+    fn body_hash_ignores_key_order_but_not_values() {
+        let first: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}, "a": 1, "b": 2}))
+                .unwrap();
+        let reordered: DynamicObject =
+            serde_json::from_value(json!({"b": 2, "a": 1, "kind": "X", "apiVersion": "v1", "metadata": {"name": "a"}}))
+                .unwrap();
+        let changed: DynamicObject =
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}, "a": 1, "b": 3}))
+                .unwrap();
+        assert_eq!(build_body_hash(&first), build_body_hash(&reordered));
+        assert_ne!(build_body_hash(&first), build_body_hash(&changed));
+    }
+
+    #[test]
+    fn unknown_gpu_class_is_a_problem_naming_the_field() {
+        let mut policy = load_policy(None).unwrap();
+        policy.spec.tiers[0].gpu_class = "b200".to_owned();
+        let problems = policy_problems(&policy.spec);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].starts_with("spec.tiers[0].gpuClass"), "{problems:?}");
+    }
+}

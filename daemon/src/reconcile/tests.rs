@@ -1,0 +1,1 @@
+//! Mocked-API-server tests of the reconciler: the calls it makes, in order.
