@@ -10,6 +10,7 @@ pub mod discovery;
 pub mod kinds;
 pub mod lease;
 pub mod migration;
+pub mod runtime;
 pub mod status;
 mod writes;
 
@@ -467,7 +468,7 @@ pub async fn run_while_leading(ctx: Arc<Context>, changes: watch::Receiver<u64>,
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            result = leading.wait_for(|leading| *leading) => if result.is_err() { return },
+            leads = async { leading.wait_for(|leading| *leading).await.is_ok() } => if !leads { return },
         }
         tracing::info!("leading: starting the controller");
         let stop = shutdown.child_token();
@@ -475,8 +476,10 @@ pub async fn run_while_leading(ctx: Arc<Context>, changes: watch::Receiver<u64>,
         tokio::pin!(controller);
         tokio::select! {
             () = &mut controller => {}
-            _ = leading.wait_for(|leading| !*leading) => {
-                tracing::warn!("leadership lost: stopping the controller");
+            lost = async { leading.wait_for(|leading| !*leading).await.is_ok() } => {
+                if lost {
+                    tracing::warn!("leadership lost: stopping the controller");
+                }
                 stop.cancel();
                 controller.await;
             }
