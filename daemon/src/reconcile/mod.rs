@@ -219,6 +219,10 @@ pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Act
         writes::write_status(&ctx, &policy, &input).await?;
         return Ok(Action::await_change());
     }
+    if policy.metadata.deletion_timestamp.is_some() {
+        tracing::info!(policy = %policy.name_any(), "policy is being deleted; the garbage collector removes its objects");
+        return Ok(Action::await_change());
+    }
     let snapshot = ctx.snapshot.load_full();
     if !snapshot.synced {
         tracing::debug!("caches not synced yet; not deciding");

@@ -528,3 +528,17 @@ async fn unsynced_caches_are_never_decided_from() {
     assert_eq!(action, Action::requeue(UNSYNCED_RETRY));
     assert!(api.finish(ctx).await.is_empty());
 }
+
+#[tokio::test]
+async fn policy_being_deleted_is_left_to_the_garbage_collector() {
+    let mut policy = sample_policy();
+    policy.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let action = reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(api.finish(ctx).await.is_empty(), "nothing is re-created for a terminating policy");
+}
