@@ -142,11 +142,7 @@ pub fn start_caches(
         "Namespace",
         true,
         Writer::default(),
-        watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config()).modify(
-            |namespace: &mut PartialObjectMeta<Namespace>| {
-                strip_to_labels(&mut namespace.metadata);
-            },
-        ),
+        watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config()).modify(strip_namespace),
     );
     let nodes =
         spawner.watch("Node", true, Writer::default(), watcher(Api::all(client.clone()), config()).modify(strip_node));
@@ -338,6 +334,7 @@ async fn run_snapshot_loop(state: SnapshotLoop) {
         if state.signals.reconcile_dirty.swap(false, Ordering::Relaxed) {
             version += 1;
             state.changes.send_replace(version);
+            state.metrics.queue_depth.inc();
         }
     }
 }
@@ -457,6 +454,14 @@ fn strip_metadata<K: kube::Resource>(object: &mut K) {
     }
 }
 
+/// Keeps a namespace's name and labels.
+pub fn strip_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
+    namespace.types = None;
+    strip_to_labels(&mut namespace.metadata);
+    namespace.metadata.uid = None;
+    namespace.metadata.resource_version = None;
+}
+
 /// Keeps only identity and labels.
 fn strip_to_labels(meta: &mut ObjectMeta) {
     *meta = ObjectMeta {
@@ -501,6 +506,14 @@ pub fn strip_pod(pod: &mut Pod) {
 /// and for LocalQueues only the workload counts of the status.
 pub fn strip_kueue_object(object: &mut DynamicObject) {
     strip_metadata(object);
+    object.types = None;
+    let meta = &mut object.metadata;
+    meta.creation_timestamp = None;
+    meta.generation = None;
+    meta.finalizers = None;
+    if meta.annotations.as_ref().is_some_and(std::collections::BTreeMap::is_empty) {
+        meta.annotations = None;
+    }
     let counts = ["pendingWorkloads", "reservingWorkloads", "admittedWorkloads"];
     if let Some(data) = object.data.as_object_mut()
         && let Some(status) = data.remove("status")

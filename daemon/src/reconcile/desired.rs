@@ -12,7 +12,7 @@ use kube::Resource;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
-use super::kinds::{APPLIED_HASH_ANNOTATION, KueueKind, build_ownership_labels};
+use super::kinds::{APPLIED_HASH_LABEL, KueueKind, build_ownership_labels};
 use crate::policy::{TierPolicy, TierPolicySpec};
 use crate::view::ClusterView;
 
@@ -42,7 +42,7 @@ impl DesiredError {
     }
 }
 
-/// One object to apply: its kind and its full body (ownership stamped, hash annotated).
+/// One object to apply: its kind and its full body (ownership stamped, hash labelled).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DesiredObject {
     /// Kueue kind.
@@ -86,9 +86,9 @@ pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Re
         if let Some(owner) = &owner {
             object.metadata.owner_references = Some(vec![owner.clone()]);
         }
-        object.metadata.annotations.get_or_insert_default().remove(APPLIED_HASH_ANNOTATION);
+        object.metadata.labels.get_or_insert_default().remove(APPLIED_HASH_LABEL);
         let hash = build_body_hash(&object);
-        object.metadata.annotations.get_or_insert_default().insert(APPLIED_HASH_ANNOTATION.to_owned(), hash);
+        object.metadata.labels.get_or_insert_default().insert(APPLIED_HASH_LABEL.to_owned(), hash);
         stamped.push(DesiredObject { kind, object });
     }
     stamped.sort_by_key(|desired| desired.kind);
@@ -271,8 +271,8 @@ mod tests {
         for desired in &set.objects {
             let labels = desired.object.metadata.labels.clone().unwrap_or_default();
             assert_eq!(labels.get("tiergate.io/policy").map(String::as_str), Some("default"));
-            let annotations = desired.object.metadata.annotations.clone().unwrap_or_default();
-            assert!(annotations.contains_key(APPLIED_HASH_ANNOTATION));
+            assert!(labels.contains_key(APPLIED_HASH_LABEL));
+            assert!(desired.object.metadata.annotations.is_none(), "no empty annotation map is sent");
         }
     }
 

@@ -4,7 +4,7 @@
 use kube::core::DynamicObject;
 use serde_json::Value;
 
-use super::kinds::APPLIED_HASH_ANNOTATION;
+use super::kinds::APPLIED_HASH_LABEL;
 
 /// Why an object is (or is not) applied; logged and counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -13,7 +13,7 @@ pub enum ApplyNeed {
     UpToDate,
     /// No live object.
     Missing,
-    /// The desired body changed since tiergate last applied it (the hash annotation differs).
+    /// The desired body changed since tiergate last applied it (the hash label differs).
     Changed,
     /// Someone changed a field tiergate manages (the live value no longer contains the desired one).
     Drifted,
@@ -26,7 +26,7 @@ impl ApplyNeed {
     }
 }
 
-/// Compares `desired` (hash-annotated by [`super::desired::build_desired_set`]) with the cached `live` object.
+/// Compares `desired` (hash-labelled by [`super::desired::build_desired_set`]) with the cached `live` object.
 pub fn build_apply_need(desired: &DynamicObject, live: Option<&DynamicObject>) -> ApplyNeed {
     let Some(live) = live else {
         return ApplyNeed::Missing;
@@ -43,7 +43,7 @@ pub fn build_apply_need(desired: &DynamicObject, live: Option<&DynamicObject>) -
 }
 
 fn hash_of(object: &DynamicObject) -> Option<&str> {
-    object.metadata.annotations.as_ref()?.get(APPLIED_HASH_ANNOTATION).map(String::as_str)
+    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
 }
 
 fn contains_map(
@@ -84,8 +84,7 @@ mod tests {
         json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": "tiergate-gold", "namespace": "team-a",
-                         "labels": {"app.kubernetes.io/managed-by": "tiergate"},
-                         "annotations": {"tiergate.io/applied-hash": hash}},
+                         "labels": {"app.kubernetes.io/managed-by": "tiergate", "tiergate.io/applied-hash": hash}},
             "spec": {"clusterQueue": cluster_queue},
         })
     }
@@ -112,7 +111,7 @@ mod tests {
     fn removed_label_counts_as_drift() {
         let desired = object(queue("tiergate-gold", "h1"));
         let mut live = queue("tiergate-gold", "h1");
-        live["metadata"]["labels"] = json!({});
+        live["metadata"]["labels"] = json!({"tiergate.io/applied-hash": "h1"});
         assert_eq!(build_apply_need(&desired, Some(&object(live))), ApplyNeed::Drifted);
     }
 

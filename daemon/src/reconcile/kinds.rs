@@ -19,8 +19,9 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "tiergate";
 /// Label naming the TierPolicy an object belongs to.
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
-/// Annotation holding a stable hash of the body tiergate last applied (zero-write steady state).
-pub const APPLIED_HASH_ANNOTATION: &str = "tiergate.io/applied-hash";
+/// Label holding a stable hash of the body tiergate last applied (zero-write steady state). A label, not an
+/// annotation, so cached objects need no annotation map at all (memory with 10,000 LocalQueues).
+pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
 
 /// A Kueue kind tiergate creates, in apply order (dependencies first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

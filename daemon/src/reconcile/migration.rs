@@ -5,7 +5,7 @@ use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
 use super::desired::build_body_hash;
-use super::kinds::APPLIED_HASH_ANNOTATION;
+use super::kinds::APPLIED_HASH_LABEL;
 use crate::policy::QueueMigration;
 
 /// The `stopPolicy` a retiring LocalQueue gets. `Hold` (not `HoldAndDrain`): admitted workloads run to
@@ -95,8 +95,9 @@ pub fn build_migration(queue: &DynamicObject, to_queue: &str, remaining: i32) ->
 /// The server-side-apply body that stops `live`: what tiergate applied before (labels, owner, the immutable
 /// `clusterQueue`) plus `stopPolicy`, so no field we own is dropped.
 pub fn build_stop_body(live: &DynamicObject) -> DynamicObject {
+    let resource = super::kinds::KueueKind::LocalQueue.api_resource();
     let mut body = DynamicObject {
-        types: live.types.clone(),
+        types: Some(kube::core::TypeMeta { api_version: resource.api_version, kind: resource.kind }),
         metadata: kube::core::ObjectMeta {
             name: live.metadata.name.clone(),
             namespace: live.metadata.namespace.clone(),
@@ -109,8 +110,9 @@ pub fn build_stop_body(live: &DynamicObject) -> DynamicObject {
     let mut spec = live.data.get("spec").cloned().unwrap_or_else(|| json!({}));
     spec["stopPolicy"] = json!(RETIRE_STOP_POLICY);
     body.data = json!({ "spec": spec });
+    body.metadata.labels.get_or_insert_default().remove(APPLIED_HASH_LABEL);
     let hash = build_body_hash(&body);
-    body.metadata.annotations = Some(std::collections::BTreeMap::from([(APPLIED_HASH_ANNOTATION.to_owned(), hash)]));
+    body.metadata.labels.get_or_insert_default().insert(APPLIED_HASH_LABEL.to_owned(), hash);
     body
 }
 
@@ -154,5 +156,6 @@ mod tests {
         assert_eq!(stop.data["spec"]["clusterQueue"], "tiergate-gold");
         assert_eq!(stop.data["spec"]["stopPolicy"], RETIRE_STOP_POLICY);
         assert!(stop.data.get("status").is_none());
+        assert_eq!(stop.types.as_ref().map(|types| types.kind.as_str()), Some("LocalQueue"), "apply needs kind");
     }
 }

@@ -214,6 +214,7 @@ impl Context {
 /// Reconciles one TierPolicy (the controller calls this; tests call it directly).
 pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
     ctx.metrics.reconciles.inc();
+    ctx.metrics.queue_depth.set(0);
     if policy.name_any() != ctx.settings.policy_name {
         let input = StatusInput::NotReconciled { active: ctx.settings.policy_name.clone() };
         writes::write_status(&ctx, &policy, &input).await?;

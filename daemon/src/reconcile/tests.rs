@@ -137,8 +137,9 @@ fn stores_with(objects: Vec<DynamicObject>) -> OwnedStores {
     for writer in writers.values_mut() {
         writer.apply_watcher_event(&watcher::Event::Init);
     }
-    for object in objects {
+    for mut object in objects {
         let kind = KueueKind::of(&object).unwrap();
+        crate::cluster::strip_kueue_object(&mut object);
         writers.get_mut(&kind).unwrap().apply_watcher_event(&watcher::Event::InitApply(object));
     }
     writers

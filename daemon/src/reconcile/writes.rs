@@ -9,7 +9,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::diff::build_apply_need;
+use super::diff::{build_apply_need, is_contained};
 use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
 use super::status::{StatusInput, build_status};
 use super::{Context, ReconcileError};
@@ -49,7 +49,17 @@ pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &Dynami
         check_gate(ctx, || format!("{} {}", kind.name(), display_name(object)))?;
         count_write(ctx, kind.name());
         match api.patch(&name, &params, &Patch::Apply(object)).await {
-            Ok(_) => return Ok(()),
+            Ok(returned) => {
+                if !is_contained(&object.data, &returned.data) {
+                    tracing::warn!(
+                        kind = kind.name(),
+                        name = %display_name(object),
+                        "the API server rewrote fields tiergate applies; the translation should emit the server's \
+                         canonical form, else this object is re-applied on every resync"
+                    );
+                }
+                return Ok(());
+            }
             Err(error) if is_status(&error, 409) => {
                 tracing::info!(kind = kind.name(), name = %display_name(object), "apply conflicted; re-reading");
                 let live = api.get_opt(&name).await.map_err(|source| ReconcileError::ReadObject {
