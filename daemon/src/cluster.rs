@@ -134,33 +134,37 @@ pub fn start_caches(
 
     let policies = spawner.watch(
         "TierPolicy",
-        true,
+        Trigger::Always,
         Writer::default(),
         watcher(Api::all(client.clone()), config()).modify(strip_metadata),
     );
     let namespaces = spawner.watch(
         "Namespace",
-        true,
+        Trigger::Always,
         Writer::default(),
         watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config()).modify(strip_namespace),
     );
-    let nodes =
-        spawner.watch("Node", true, Writer::default(), watcher(Api::all(client.clone()), config()).modify(strip_node));
+    let nodes = spawner.watch(
+        "Node",
+        Trigger::Always,
+        Writer::default(),
+        watcher(Api::all(client.clone()), config()).modify(strip_node),
+    );
     let placed_pods = spawner.watch(
         "Pod(placement)",
-        false,
+        Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL)).modify(strip_pod),
     );
     let typed_pods = spawner.watch(
         "Pod(job-type)",
-        false,
+        Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL)).modify(strip_pod),
     );
     let replica_sets = spawner.watch(
         "ReplicaSet",
-        false,
+        Trigger::Never,
         Writer::default(),
         watcher(Api::<PartialObjectMeta<ReplicaSet>>::all(client.clone()), config()).modify(
             |set: &mut PartialObjectMeta<ReplicaSet>| {
@@ -180,9 +184,14 @@ pub fn start_caches(
         } else {
             config().labels(&build_ownership_selector(&settings.policy_name))
         };
+        let trigger = if kind == KueueKind::LocalQueue {
+            Trigger::When(Box::new(build_local_queue_trigger()))
+        } else {
+            Trigger::Always
+        };
         let store = spawner.watch(
             kind.name(),
-            true,
+            trigger,
             Writer::new(resource),
             watcher(api, watch_config).modify(strip_kueue_object),
         );
@@ -211,6 +220,19 @@ pub fn start_caches(
     Caches { snapshot, owned, changes }
 }
 
+/// A stateful filter over one watch's events.
+type EventFilter<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
+
+/// Which watch events re-run the reconcile (every event still rebuilds the snapshot).
+enum Trigger<K> {
+    /// None (pods, ReplicaSets: the webhook's inputs only).
+    Never,
+    /// Every change.
+    Always,
+    /// Events the filter accepts (it also sees the initial list, to remember state).
+    When(EventFilter<K>),
+}
+
 /// Spawns reflector tasks that record health and signal changes.
 struct Spawner {
     signals: Arc<Signals>,
@@ -218,7 +240,7 @@ struct Spawner {
 }
 
 impl Spawner {
-    fn watch<K, S>(&self, label: &'static str, triggers_reconcile: bool, writer: Writer<K>, stream: S) -> Store<K>
+    fn watch<K, S>(&self, label: &'static str, mut trigger: Trigger<K>, writer: Writer<K>, stream: S) -> Store<K>
     where
         K: Lookup + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
@@ -232,13 +254,23 @@ impl Spawner {
             let events = reflector::reflector(writer, stream.default_backoff()).for_each(|event| {
                 signals.record(index, event.is_ok());
                 match &event {
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
-                        if triggers_reconcile {
+                    Ok(event) => {
+                        let changed = matches!(
+                            event,
+                            watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
+                        );
+                        let relevant = match &mut trigger {
+                            Trigger::Never => false,
+                            Trigger::Always => changed,
+                            Trigger::When(filter) => filter(event),
+                        };
+                        if relevant {
                             signals.reconcile_dirty.store(true, Ordering::Relaxed);
                         }
-                        signals.changed.notify_one();
+                        if changed {
+                            signals.changed.notify_one();
+                        }
                     }
-                    Ok(_) => {}
                     Err(error) => tracing::warn!(watch = label, %error, "watch failed; retrying with backoff"),
                 }
                 futures::future::ready(())
@@ -250,6 +282,47 @@ impl Spawner {
         });
         reader
     }
+}
+
+/// LocalQueue events that matter to the reconciler: label or spec changes, deletes, and workload counts of
+/// stopped (retiring) queues. Workload-count updates of active queues, the busiest stream, are ignored.
+fn build_local_queue_trigger() -> impl FnMut(&watcher::Event<DynamicObject>) -> bool + Send {
+    let mut seen: std::collections::HashMap<(Option<String>, String), u64> = std::collections::HashMap::new();
+    move |event| match event {
+        watcher::Event::Apply(queue) => {
+            let fingerprint = build_local_queue_fingerprint(queue);
+            seen.insert((queue.metadata.namespace.clone(), queue.name_any()), fingerprint) != Some(fingerprint)
+        }
+        watcher::Event::Delete(queue) => {
+            seen.remove(&(queue.metadata.namespace.clone(), queue.name_any()));
+            true
+        }
+        watcher::Event::Init => {
+            seen.clear();
+            false
+        }
+        watcher::Event::InitApply(queue) => {
+            seen.insert((queue.metadata.namespace.clone(), queue.name_any()), build_local_queue_fingerprint(queue));
+            false
+        }
+        watcher::Event::InitDone => true,
+    }
+}
+
+/// A hash of what the reconciler reads from a LocalQueue (labels, spec, deletion, and the status counts only
+/// once the queue is stopped).
+pub fn build_local_queue_fingerprint(queue: &DynamicObject) -> u64 {
+    use std::hash::Hasher;
+    let mut hasher = fnv::FnvHasher::default();
+    let stopped = queue
+        .data
+        .pointer("/spec/stopPolicy")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|policy| policy != "None");
+    let status = if stopped { queue.data.get("status").cloned() } else { None };
+    let read = (&queue.metadata.labels, queue.data.get("spec"), status, queue.metadata.deletion_timestamp.is_some());
+    hasher.write(serde_json::to_string(&read).unwrap_or_default().as_bytes());
+    hasher.finish()
 }
 
 async fn wait_for_sync(
@@ -364,9 +437,11 @@ pub struct SnapshotInputs<'a> {
 
 /// Folds store contents into an immutable snapshot.
 pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
+    // A terminating namespace accepts no new objects: it is neither queued for nor mutated.
     let namespaces: BTreeMap<String, NamespaceView> = inputs
         .namespaces
         .iter()
+        .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
         .map(|namespace| {
             let name = namespace.name_any();
             (name.clone(), NamespaceView { name, labels: namespace.metadata.labels.clone().unwrap_or_default() })
@@ -457,7 +532,9 @@ fn strip_metadata<K: kube::Resource>(object: &mut K) {
 /// Keeps a namespace's name and labels.
 pub fn strip_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
     namespace.types = None;
+    let deletion = namespace.metadata.deletion_timestamp.take();
     strip_to_labels(&mut namespace.metadata);
+    namespace.metadata.deletion_timestamp = deletion;
     namespace.metadata.uid = None;
     namespace.metadata.resource_version = None;
 }
@@ -571,6 +648,28 @@ mod tests {
         assert_eq!(queue.data["spec"], json!({"clusterQueue": "cq"}));
     }
 
+    fn local_queue(stop_policy: &str, pending: i64, team: &str) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "a", "labels": {"team": team}},
+            "spec": {"clusterQueue": "cq", "stopPolicy": stop_policy},
+            "status": {"pendingWorkloads": pending},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn workload_counts_of_active_queues_do_not_retrigger_the_reconcile_but_those_of_stopped_ones_do() {
+        let mut trigger = build_local_queue_trigger();
+        assert!(!trigger(&watcher::Event::InitApply(local_queue("None", 0, "x"))));
+        assert!(trigger(&watcher::Event::InitDone));
+        assert!(!trigger(&watcher::Event::Apply(local_queue("None", 5, "x"))), "status-only update of an active queue");
+        assert!(trigger(&watcher::Event::Apply(local_queue("None", 5, "y"))), "label change");
+        assert!(trigger(&watcher::Event::Apply(local_queue("Hold", 5, "y"))), "stopped");
+        assert!(trigger(&watcher::Event::Apply(local_queue("Hold", 4, "y"))), "a stopped queue drains");
+        assert!(trigger(&watcher::Event::Delete(local_queue("Hold", 0, "y"))));
+    }
+
     #[test]
     fn snapshot_folds_stores_and_finds_the_named_policy() {
         let policy = Arc::new(crate::inputs::load_policy(None).unwrap());
@@ -579,6 +678,13 @@ mod tests {
             "metadata": {"name": "team-a", "labels": {"tenant.kubenexus.io/tier": "gold"}},
         }))
         .unwrap();
+        let mut terminating: PartialObjectMeta<Namespace> = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z",
+                         "labels": {"tenant.kubenexus.io/tier": "gold"}},
+        }))
+        .unwrap();
+        strip_namespace(&mut terminating);
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "team-a", "uid": "u1", "labels": {"app.kubernetes.io/job-type": "train"}},
             "spec": {"containers": [], "nodeName": "gpu-1"},
@@ -589,7 +695,7 @@ mod tests {
             policy_name: "default",
             own_namespace: "tiergate-system",
             policies: vec![policy],
-            namespaces: vec![Arc::new(namespace)],
+            namespaces: vec![Arc::new(namespace), Arc::new(terminating)],
             nodes: vec![Arc::new(node())],
             local_queues: vec![],
             pods: vec![pod.clone(), pod],
@@ -602,6 +708,7 @@ mod tests {
         assert_eq!(snapshot.pods.len(), 1, "a pod matched by both watches appears once");
         assert_eq!(snapshot.pods[0].node_name.as_deref(), Some("gpu-1"));
         assert_eq!(snapshot.namespaces["team-a"].labels["tenant.kubenexus.io/tier"], "gold");
+        assert!(!snapshot.namespaces.contains_key("leaving"), "a terminating namespace gets no queue");
         assert_eq!(snapshot.own_namespace.as_deref(), Some("tiergate-system"));
     }
 }

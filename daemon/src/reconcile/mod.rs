@@ -460,8 +460,9 @@ pub async fn run_controller(ctx: Arc<Context>, changes: watch::Receiver<u64>, sh
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
-            if let Err(error) = result {
-                tracing::debug!(%error, "controller event");
+            match result {
+                Ok(_) | Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {}
+                Err(error) => tracing::warn!(%error, "the TierPolicy watch failed; retrying with backoff"),
             }
         })
         .await;
