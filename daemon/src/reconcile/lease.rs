@@ -393,6 +393,70 @@ mod tests {
         assert_eq!(build_lease_spec(&LeaseStep::Follow { holder: "x".to_owned() }, None, &config), None);
     }
 
+    /// Serves `replies` in order to the Lease calls and returns the `METHOD path` of each call.
+    async fn lease_calls(
+        replies: Vec<(u16, serde_json::Value)>,
+        observation: &mut LeaseObservation,
+    ) -> (Result<bool, LeaseError>, Vec<String>) {
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let server = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            let mut replies = replies.into_iter();
+            while let Some((request, send)) = handle.next_request().await {
+                calls.push(format!("{} {}", request.method(), request.uri().path()));
+                let (status, body) = replies.next().unwrap();
+                let response = http::Response::builder()
+                    .status(status)
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+            calls
+        });
+        let api: Api<Lease> = Api::namespaced(Client::new(service, "default"), "tiergate-system");
+        let config = LeaseConfig::new("tiergate-leader".to_owned(), "tiergate-system".to_owned(), "me".to_owned());
+        let result = acquire_or_renew_lease(&api, &config, observation).await;
+        drop(api);
+        (result, server.await.unwrap())
+    }
+
+    fn lease_json(holder: &str) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "tiergate-leader", "namespace": "tiergate-system", "resourceVersion": "5"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "renewTime": "2026-01-01T00:00:00.000000Z"},
+        })
+    }
+
+    fn status(code: u16, reason: &str) -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason, "message": reason})
+    }
+
+    #[tokio::test]
+    async fn missing_lease_is_created_holding_it() {
+        let replies = vec![(404, status(404, "NotFound")), (201, lease_json("me"))];
+        let (result, calls) = lease_calls(replies, &mut LeaseObservation::default()).await;
+        assert!(result.unwrap());
+        let path = "/apis/coordination.k8s.io/v1/namespaces/tiergate-system/leases";
+        assert_eq!(calls, vec![format!("GET {path}/tiergate-leader"), format!("POST {path}")]);
+    }
+
+    #[tokio::test]
+    async fn lease_renewed_by_another_replica_is_only_read() {
+        let (result, calls) = lease_calls(vec![(200, lease_json("other"))], &mut LeaseObservation::default()).await;
+        assert!(!result.unwrap());
+        assert_eq!(calls.len(), 1, "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn losing_the_race_for_a_released_lease_is_not_an_error() {
+        let replies = vec![(200, lease_json("")), (409, status(409, "Conflict"))];
+        let (result, calls) = lease_calls(replies, &mut LeaseObservation::default()).await;
+        assert!(!result.unwrap());
+        assert!(calls[1].starts_with("PUT "), "{calls:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn gate_closes_by_itself_when_renewals_stop() {
         let gate = WriteGate::new();
