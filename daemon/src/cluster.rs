@@ -648,6 +648,62 @@ mod tests {
         assert_eq!(queue.data["spec"], json!({"clusterQueue": "cq"}));
     }
 
+    /// Answers every list with `items_for(path)` and holds every watch open (a quiet cluster).
+    fn quiet_cluster(items_for: fn(&str) -> Vec<serde_json::Value>) -> Client {
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        tokio::spawn(async move {
+            let mut open_watches = Vec::new();
+            while let Some((request, send)) = handle.next_request().await {
+                if request.uri().query().unwrap_or_default().contains("watch=true") {
+                    open_watches.push(send);
+                    continue;
+                }
+                let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"},
+                                  "items": items_for(request.uri().path())});
+                let response = http::Response::builder()
+                    .status(200)
+                    .body(kube::client::Body::from(serde_json::to_vec(&list).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    fn one_tiered_namespace(path: &str) -> Vec<serde_json::Value> {
+        match path {
+            "/api/v1/namespaces" => vec![json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "team-a", "resourceVersion": "3", "labels": {"tenant.kubenexus.io/tier": "gold"},
+                             "managedFields": [{"manager": "kubectl"}]}})],
+            _ => vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn snapshot_is_synced_only_after_every_store_listed_and_then_signals_the_reconciler() {
+        let client = quiet_cluster(one_tiered_namespace);
+        let settings = CacheSettings {
+            policy_name: "default".to_owned(),
+            own_namespace: "tiergate-system".to_owned(),
+            debounce: Duration::from_millis(10),
+        };
+        let shutdown = CancellationToken::new();
+        let mut caches = start_caches(&client, settings, Arc::new(Metrics::new()), shutdown.clone());
+        assert!(!caches.snapshot.load().synced, "nothing has listed yet");
+        let synced = async {
+            while !caches.snapshot.load().synced {
+                caches.changes.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), synced).await.expect("the caches never synced (hang guard)");
+        let snapshot = caches.snapshot.load();
+        assert_eq!(snapshot.namespaces["team-a"].labels["tenant.kubenexus.io/tier"], "gold");
+        assert_eq!(caches.owned.len(), KueueKind::ALL.len());
+        assert!(*caches.changes.borrow() > 0);
+        shutdown.cancel();
+    }
+
     fn local_queue(stop_policy: &str, pending: i64, team: &str) -> DynamicObject {
         serde_json::from_value(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",

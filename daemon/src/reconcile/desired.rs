@@ -64,6 +64,21 @@ pub fn desired_objects(policy: &TierPolicy, view: &ClusterView) -> Result<Vec<Dy
     standin::build_objects(policy, view)
 }
 
+/// Typed objects (anything serializing to a Kubernetes object with `apiVersion` and `kind`, e.g. the
+/// `tiergate-kueue` structs) as dynamic objects, for [`desired_objects`].
+pub fn build_dynamic_objects<T: serde::Serialize>(
+    objects: impl IntoIterator<Item = T>,
+) -> Result<Vec<DynamicObject>, DesiredError> {
+    objects
+        .into_iter()
+        .map(|object| {
+            serde_json::to_value(object)
+                .and_then(serde_json::from_value)
+                .map_err(|error| DesiredError::Translate(format!("failed to convert a translated object: {error}")))
+        })
+        .collect()
+}
+
 /// The policy's problems (empty when valid). The one call the lead swaps at merge for
 /// `crate::validation::validate(&policy.spec)` mapped to one message per problem.
 pub fn policy_problems(spec: &TierPolicySpec) -> Vec<String> {
@@ -274,6 +289,25 @@ mod tests {
             assert!(labels.contains_key(APPLIED_HASH_LABEL));
             assert!(desired.object.metadata.annotations.is_none(), "no empty annotation map is sent");
         }
+    }
+
+    #[test]
+    fn typed_objects_become_dynamic_objects_without_nulls() {
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Flavor {
+            api_version: &'static str,
+            kind: &'static str,
+            metadata: kube::core::ObjectMeta,
+        }
+        let flavor = Flavor {
+            api_version: "kueue.x-k8s.io/v1beta2",
+            kind: "ResourceFlavor",
+            metadata: kube::core::ObjectMeta { name: Some("h100".to_owned()), ..Default::default() },
+        };
+        let objects = build_dynamic_objects([flavor]).unwrap();
+        assert_eq!(KueueKind::of(&objects[0]), Some(KueueKind::ResourceFlavor));
+        assert!(!serde_json::to_string(&objects[0]).unwrap().contains("null"));
     }
 
     #[test]

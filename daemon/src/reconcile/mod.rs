@@ -263,7 +263,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context, snapshot: &Snapsho
         discover_kueue(&ctx.client).await?;
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
     }
-    let desired = match desired_objects(policy, &snapshot.cluster_view()) {
+    let desired = match desired_objects(policy, &build_translation_view(snapshot)) {
         Ok(objects) => build_desired_set(policy, objects)?,
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
@@ -282,6 +282,13 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context, snapshot: &Snapsho
     };
     writes::write_status(ctx, policy, &input).await?;
     Ok(Action::requeue(if retired.draining > 0 { DRAIN_RECHECK } else { RESYNC }))
+}
+
+/// The cluster view the translation sees: the snapshot's, without the daemon's own namespace.
+pub fn build_translation_view(snapshot: &Snapshot) -> crate::view::ClusterView {
+    let mut view = snapshot.cluster_view();
+    view.namespaces.retain(|namespace| snapshot.own_namespace.as_deref() != Some(namespace.name.as_str()));
+    view
 }
 
 /// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.

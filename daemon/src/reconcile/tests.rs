@@ -517,6 +517,16 @@ async fn other_policies_are_told_only_one_is_reconciled() {
     assert_eq!(calls[0].body["status"]["conditions"][0]["reason"], "NotReconciled");
 }
 
+#[test]
+fn the_daemons_own_namespace_is_never_translated() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("tiergate-system", "gold")]);
+    let mut with_own = (**snapshot.load()).clone();
+    with_own.own_namespace = Some("tiergate-system".to_owned());
+    let names: Vec<String> =
+        build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name).collect();
+    assert_eq!(names, vec!["team-a".to_owned()]);
+}
+
 #[tokio::test]
 async fn unsynced_caches_are_never_decided_from() {
     let policy = sample_policy();
