@@ -595,8 +595,12 @@ pub fn strip_kueue_object(object: &mut DynamicObject) {
     if let Some(data) = object.data.as_object_mut()
         && let Some(status) = data.remove("status")
     {
-        let kept: serde_json::Map<String, serde_json::Value> =
-            counts.iter().filter_map(|field| Some(((*field).to_owned(), status.get(*field)?.clone()))).collect();
+        // Zero counts are dropped too (absent reads as 0): an idle queue then carries no status map at all.
+        let kept: serde_json::Map<String, serde_json::Value> = counts
+            .iter()
+            .filter_map(|field| Some(((*field).to_owned(), status.get(*field)?.clone())))
+            .filter(|(_, count)| count.as_i64() != Some(0))
+            .collect();
         if !kept.is_empty() {
             data.insert("status".to_owned(), serde_json::Value::Object(kept));
         }
@@ -631,6 +635,19 @@ mod tests {
         assert_eq!(view.labels.get("gpu.nvidia.com/class").map(String::as_str), Some("h100"));
         assert_eq!(view.taints.len(), 1);
         assert_eq!(view.allocatable, BTreeMap::from([("nvidia.com/gpu".to_owned(), 8)]));
+    }
+
+    #[test]
+    fn idle_local_queue_keeps_no_status_at_all() {
+        let mut queue: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "q", "namespace": "a"},
+            "spec": {"clusterQueue": "cq"},
+            "status": {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0, "conditions": []},
+        }))
+        .unwrap();
+        strip_kueue_object(&mut queue);
+        assert!(queue.data.get("status").is_none());
     }
 
     #[test]
