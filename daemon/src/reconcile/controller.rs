@@ -40,7 +40,9 @@ pub async fn run_controller(ctx: Arc<Context>, changes: watch::Receiver<u64>, sh
 pub async fn run_while_leading(ctx: Arc<Context>, changes: watch::Receiver<u64>, shutdown: CancellationToken) {
     let mut leading = ctx.gate.subscribe();
     loop {
+        // `biased`: a shutdown wins over anything else that is ready at the same time.
         tokio::select! {
+            biased;
             () = shutdown.cancelled() => return,
             leads = async { leading.wait_for(|leading| *leading).await.is_ok() } => if !leads { return },
         }
@@ -49,7 +51,11 @@ pub async fn run_while_leading(ctx: Arc<Context>, changes: watch::Receiver<u64>,
         let controller = run_controller(ctx.clone(), changes.clone(), stop.clone());
         tokio::pin!(controller);
         tokio::select! {
-            () = &mut controller => {}
+            biased;
+            () = shutdown.cancelled() => {
+                controller.await;
+                return;
+            }
             lost = async { leading.wait_for(|leading| !*leading).await.is_ok() } => {
                 if lost {
                     tracing::warn!("leadership lost: stopping the controller");
@@ -57,9 +63,12 @@ pub async fn run_while_leading(ctx: Arc<Context>, changes: watch::Receiver<u64>,
                 stop.cancel();
                 controller.await;
             }
-            () = shutdown.cancelled() => {
-                controller.await;
-                return;
+            () = &mut controller => {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                tracing::warn!("the controller stopped by itself; restarting it");
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
     }
