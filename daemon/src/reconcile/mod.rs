@@ -144,12 +144,7 @@ pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Act
         tracing::info!(policy = %policy.name_any(), "policy is being deleted; the garbage collector removes its objects");
         return Ok(Action::await_change());
     }
-    let snapshot = ctx.snapshot.load_full();
-    if !snapshot.synced {
-        tracing::debug!("caches not synced yet; not deciding");
-        return Ok(Action::requeue(UNSYNCED_RETRY));
-    }
-    match reconcile_active(&policy, &ctx, &snapshot).await {
+    match reconcile_active(&policy, &ctx).await {
         Ok(action) => {
             ctx.reset_backoff(&policy.name_any());
             Ok(action)
@@ -174,7 +169,7 @@ pub fn error_policy(policy: Arc<TierPolicy>, error: &ReconcileError, ctx: Arc<Co
     Action::requeue(delay)
 }
 
-async fn reconcile_active(policy: &TierPolicy, ctx: &Context, snapshot: &Snapshot) -> Result<Action, ReconcileError> {
+async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, ReconcileError> {
     let problems = policy_problems(&policy.spec);
     if !problems.is_empty() {
         return reject_policy(policy, ctx, &problems.join("; ")).await;
@@ -183,6 +178,13 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context, snapshot: &Snapsho
         discover_kueue(&ctx.client).await?;
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
     }
+    // Discovery comes first so a missing Kueue is reported in the status, not only as caches that never sync.
+    let snapshot = ctx.snapshot.load_full();
+    if !snapshot.synced {
+        tracing::debug!("caches not synced yet; not deciding");
+        return Ok(Action::requeue(UNSYNCED_RETRY));
+    }
+    let snapshot = snapshot.as_ref();
     let desired = match desired_objects(policy, &build_translation_view(snapshot)) {
         Ok(objects) => build_desired_set(policy, objects)?,
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,

@@ -553,3 +553,25 @@ async fn policy_being_deleted_is_left_to_the_garbage_collector() {
     assert_eq!(action, Action::await_change());
     assert!(api.finish(ctx).await.is_empty(), "nothing is re-created for a terminating policy");
 }
+
+#[tokio::test]
+async fn missing_kueue_is_reported_in_the_status_even_before_the_caches_sync() {
+    let policy = sample_policy();
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| {
+        if call.path == "/apis" {
+            return (StatusCode::OK, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}));
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let unsynced = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+    let ctx = context(client, unsynced, stores_with(vec![]), WriteGate::always_open());
+
+    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.reason(), "kueue_not_installed");
+    let calls = api.finish(ctx).await;
+    let status = calls.iter().find(|call| call.path.ends_with("/status")).unwrap();
+    assert_eq!(status.body["status"]["conditions"][0]["reason"], "KueueNotInstalled");
+    assert!(status.body["status"]["lastError"].as_str().unwrap().contains("install Kueue v0.15"));
+}
