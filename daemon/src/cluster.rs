@@ -32,6 +32,10 @@ use crate::view::{NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
 pub const PLACEMENT_RULE_LABEL: &str = "tiergate.io/placement-rule";
 /// Pod label naming a job type (seed 000), used for co-location scoring.
 pub const JOB_TYPE_LABEL: &str = "app.kubernetes.io/job-type";
+/// List page sizes for the kinds whose raw objects are large (a node with its image list is ~30 kB of structs
+/// before trimming): smaller pages keep the memory of the initial list low.
+const NODE_PAGE_SIZE: u32 = 50;
+const POD_PAGE_SIZE: u32 = 100;
 /// Annotation kubectl copies whole objects into; never kept in caches.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -148,19 +152,20 @@ pub fn start_caches(
         "Node",
         Trigger::Always,
         Writer::default(),
-        watcher(Api::all(client.clone()), config()).modify(strip_node),
+        watcher(Api::all(client.clone()), config().page_size(NODE_PAGE_SIZE)).modify(strip_node),
     );
     let placed_pods = spawner.watch(
         "Pod(placement)",
         Trigger::Never,
         Writer::default(),
-        watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL)).modify(strip_pod),
+        watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL).page_size(POD_PAGE_SIZE))
+            .modify(strip_pod),
     );
     let typed_pods = spawner.watch(
         "Pod(job-type)",
         Trigger::Never,
         Writer::default(),
-        watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL)).modify(strip_pod),
+        watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL).page_size(POD_PAGE_SIZE)).modify(strip_pod),
     );
     let replica_sets = spawner.watch(
         "ReplicaSet",
