@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::client::Body;
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tiergate::cluster::{SnapshotInputs, build_snapshot, strip_kueue_object, strip_namespace, strip_node};
+use tiergate::cluster::{NodeLite, SnapshotInputs, build_snapshot, strip_kueue_object, strip_namespace, strip_node};
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::desired::{build_desired_set, desired_objects};
@@ -156,7 +156,8 @@ fn raw_namespace(index: usize) -> PartialObjectMeta<Namespace> {
     .unwrap_or_default()
 }
 
-fn raw_node(index: usize) -> Node {
+/// A node as the API server sends it, decoded the way the cache decodes it (only what tiergate reads).
+fn raw_node(index: usize) -> NodeLite {
     let mut labels = serde_json::Map::new();
     for label in 0..30 {
         labels.insert(format!("node.example.com/label-{label}"), json!(format!("value-{label}-{}", index % 7)));
@@ -197,7 +198,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         namespaces.apply_watcher_event(&watcher::Event::Apply(namespace));
     }
     println!("  namespaces store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
-    let mut nodes = Writer::<Node>::default();
+    let mut nodes = Writer::<NodeLite>::default();
     for index in 0..2_000 {
         let mut node = raw_node(index);
         strip_node(&mut node);

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, NodeSpec, NodeStatus, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::core::{DynamicObject, ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, Lookup, Store, store::Writer};
@@ -117,7 +118,7 @@ impl Signals {
 struct Readers {
     policies: Store<TierPolicy>,
     namespaces: Store<PartialObjectMeta<Namespace>>,
-    nodes: Store<Node>,
+    nodes: Store<NodeLite>,
     local_queues: Store<DynamicObject>,
     placed_pods: Store<Pod>,
     typed_pods: Store<Pod>,
@@ -429,7 +430,7 @@ pub struct SnapshotInputs<'a> {
     /// Namespace metadata.
     pub namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>,
     /// Trimmed nodes.
-    pub nodes: Vec<Arc<Node>>,
+    pub nodes: Vec<Arc<NodeLite>>,
     /// LocalQueues.
     pub local_queues: Vec<Arc<DynamicObject>>,
     /// Pods with a placement or job-type label (may repeat).
@@ -489,22 +490,17 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
     }
 }
 
-fn build_node_view(node: &Node) -> NodeView {
+fn build_node_view(node: &NodeLite) -> NodeView {
     let allocatable = node
         .status
-        .as_ref()
-        .and_then(|status| status.allocatable.as_ref())
-        .map(|allocatable| {
-            allocatable
-                .iter()
-                .filter_map(|(name, quantity)| Some((name.clone(), quantity.0.parse::<i64>().ok()?)))
-                .collect()
-        })
-        .unwrap_or_default();
+        .allocatable
+        .iter()
+        .filter_map(|(name, quantity)| Some((name.clone(), quantity.0.parse::<i64>().ok()?)))
+        .collect();
     NodeView {
         name: node.name_any(),
         labels: node.metadata.labels.clone().unwrap_or_default(),
-        taints: node.spec.as_ref().and_then(|spec| spec.taints.clone()).unwrap_or_default(),
+        taints: node.spec.taints.clone(),
         allocatable,
     }
 }
@@ -556,13 +552,64 @@ fn strip_to_labels(meta: &mut ObjectMeta) {
     };
 }
 
-/// Keeps a node's labels, taints and allocatable resources.
-pub fn strip_node(node: &mut Node) {
+/// A node as tiergate reads it: deserialized from the Node API with only labels, taints and allocatable, so a
+/// node's images, conditions and the rest are never materialized (they dominate a raw node's size).
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct NodeLite {
+    /// Metadata (trimmed to name and labels by [`strip_node`]).
+    pub metadata: ObjectMeta,
+    /// `spec.taints` only.
+    #[serde(default)]
+    pub spec: NodeLiteSpec,
+    /// `status.allocatable` only.
+    #[serde(default)]
+    pub status: NodeLiteStatus,
+}
+
+/// The part of `NodeSpec` tiergate reads.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct NodeLiteSpec {
+    /// Node taints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+/// The part of `NodeStatus` tiergate reads.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct NodeLiteStatus {
+    /// Allocatable resources.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub allocatable: BTreeMap<String, Quantity>,
+}
+
+impl kube::Resource for NodeLite {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Node as kube::Resource>::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Node as kube::Resource>::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Node as kube::Resource>::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Node as kube::Resource>::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// Keeps a node's name and labels (spec and status are already only taints and allocatable).
+pub fn strip_node(node: &mut NodeLite) {
     strip_to_labels(&mut node.metadata);
-    let taints = node.spec.as_mut().and_then(|spec| spec.taints.take());
-    node.spec = Some(NodeSpec { taints, ..NodeSpec::default() });
-    let allocatable = node.status.as_mut().and_then(|status| status.allocatable.take());
-    node.status = Some(NodeStatus { allocatable, ..NodeStatus::default() });
+    node.metadata.uid = None;
 }
 
 /// Keeps a pod's identity, labels, annotations, owners and node name.
@@ -617,7 +664,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn node() -> Node {
+    fn node() -> NodeLite {
         serde_json::from_value(json!({
             "metadata": {"name": "gpu-1", "labels": {"gpu.nvidia.com/class": "h100"},
                          "annotations": {"big": "x"}, "managedFields": [{"manager": "kubelet"}]},
@@ -634,8 +681,9 @@ mod tests {
         strip_node(&mut node);
         assert!(node.metadata.managed_fields.is_none());
         assert!(node.metadata.annotations.is_none());
-        assert!(node.status.as_ref().unwrap().images.is_none());
-        assert!(node.spec.as_ref().unwrap().pod_cidr.is_none());
+        let kept = serde_json::to_value(&node).unwrap();
+        assert!(kept["status"].get("images").is_none(), "{kept}");
+        assert!(kept["spec"].get("podCIDR").is_none(), "{kept}");
         let view = build_node_view(&node);
         assert_eq!(view.labels.get("gpu.nvidia.com/class").map(String::as_str), Some("h100"));
         assert_eq!(view.taints.len(), 1);
