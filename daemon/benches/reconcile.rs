@@ -9,13 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use http::{Request, Response};
-use k8s_openapi::api::core::v1::Namespace;
 use kube::client::Body;
-use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::core::DynamicObject;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tiergate::cluster::{NodeLite, SnapshotInputs, build_snapshot, strip_kueue_object, strip_namespace, strip_node};
+use tiergate::cluster::{NamespaceLite, NodeLite, SnapshotInputs, build_snapshot, strip_kueue_object};
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::desired::{build_desired_set, desired_objects};
@@ -140,7 +139,8 @@ fn resident_bytes() -> u64 {
     pages * 4096
 }
 
-fn raw_namespace(index: usize) -> PartialObjectMeta<Namespace> {
+/// A namespace as the API server sends it, decoded the way the cache decodes it.
+fn raw_namespace(index: usize) -> NamespaceLite {
     serde_json::from_value(json!({
         "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
         "metadata": {
@@ -191,17 +191,15 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     let queues_raw: Vec<DynamicObject> =
         objects.into_iter().filter(|object| KueueKind::of(object) == Some(KueueKind::LocalQueue)).collect();
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
-    let mut namespaces = Writer::<PartialObjectMeta<Namespace>>::default();
+    let mut namespaces = Writer::<NamespaceLite>::default();
     for index in 0..10_000 {
-        let mut namespace = raw_namespace(index);
-        strip_namespace(&mut namespace);
+        let namespace = raw_namespace(index);
         namespaces.apply_watcher_event(&watcher::Event::Apply(namespace));
     }
     println!("  namespaces store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
     let mut nodes = Writer::<NodeLite>::default();
     for index in 0..2_000 {
-        let mut node = raw_node(index);
-        strip_node(&mut node);
+        let node = raw_node(index);
         nodes.apply_watcher_event(&watcher::Event::Apply(node));
     }
     println!("  + nodes store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);

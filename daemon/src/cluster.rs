@@ -117,7 +117,7 @@ impl Signals {
 #[derive(Clone, Debug)]
 struct Readers {
     policies: Store<TierPolicy>,
-    namespaces: Store<PartialObjectMeta<Namespace>>,
+    namespaces: Store<NamespaceLite>,
     nodes: Store<NodeLite>,
     local_queues: Store<DynamicObject>,
     placed_pods: Store<Pod>,
@@ -147,13 +147,13 @@ pub fn start_caches(
         "Namespace",
         Trigger::Always,
         Writer::default(),
-        watcher(Api::<PartialObjectMeta<Namespace>>::all(client.clone()), config()).modify(strip_namespace),
+        watcher(Api::<NamespaceLite>::all(client.clone()), config()),
     );
     let nodes = spawner.watch(
         "Node",
         Trigger::Always,
         Writer::default(),
-        watcher(Api::all(client.clone()), config().page_size(NODE_PAGE_SIZE)).modify(strip_node),
+        watcher(Api::<NodeLite>::all(client.clone()), config().page_size(NODE_PAGE_SIZE)),
     );
     let placed_pods = spawner.watch(
         "Pod(placement)",
@@ -428,7 +428,7 @@ pub struct SnapshotInputs<'a> {
     /// TierPolicies.
     pub policies: Vec<Arc<TierPolicy>>,
     /// Namespace metadata.
-    pub namespaces: Vec<Arc<PartialObjectMeta<Namespace>>>,
+    pub namespaces: Vec<Arc<NamespaceLite>>,
     /// Trimmed nodes.
     pub nodes: Vec<Arc<NodeLite>>,
     /// LocalQueues.
@@ -530,16 +530,6 @@ fn strip_metadata<K: kube::Resource>(object: &mut K) {
     }
 }
 
-/// Keeps a namespace's name and labels.
-pub fn strip_namespace(namespace: &mut PartialObjectMeta<Namespace>) {
-    namespace.types = None;
-    let deletion = namespace.metadata.deletion_timestamp.take();
-    strip_to_labels(&mut namespace.metadata);
-    namespace.metadata.deletion_timestamp = deletion;
-    namespace.metadata.uid = None;
-    namespace.metadata.resource_version = None;
-}
-
 /// Keeps only identity and labels.
 fn strip_to_labels(meta: &mut ObjectMeta) {
     *meta = ObjectMeta {
@@ -552,11 +542,69 @@ fn strip_to_labels(meta: &mut ObjectMeta) {
     };
 }
 
+/// Object metadata as the caches decode it: name, namespace, labels and deletion time only, so managedFields,
+/// annotations (kubectl's last-applied copy) and the rest are never materialized.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+}
+
+fn deserialize_lean_meta<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    let lean = <LeanMeta as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(ObjectMeta {
+        name: lean.name,
+        namespace: lean.namespace,
+        labels: lean.labels,
+        deletion_timestamp: lean.deletion_timestamp,
+        ..ObjectMeta::default()
+    })
+}
+
+/// A namespace as tiergate reads it (metadata-only watch): name, labels, deletion time.
+#[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+pub struct NamespaceLite {
+    /// Name, labels and deletion time only.
+    #[serde(default, deserialize_with = "deserialize_lean_meta")]
+    pub metadata: ObjectMeta,
+}
+
+impl kube::Resource for NamespaceLite {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Namespace as kube::Resource>::kind(dt)
+    }
+    fn group(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Namespace as kube::Resource>::group(dt)
+    }
+    fn version(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Namespace as kube::Resource>::version(dt)
+    }
+    fn plural(dt: &()) -> std::borrow::Cow<'_, str> {
+        <Namespace as kube::Resource>::plural(dt)
+    }
+    fn metadata_api() -> bool {
+        true
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// A node as tiergate reads it: deserialized from the Node API with only labels, taints and allocatable, so a
-/// node's images, conditions and the rest are never materialized (they dominate a raw node's size).
+/// node's images, conditions, annotations and managedFields are never materialized (they dominate its size).
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
 pub struct NodeLite {
-    /// Metadata (trimmed to name and labels by [`strip_node`]).
+    /// Name and labels only.
+    #[serde(default, deserialize_with = "deserialize_lean_meta")]
     pub metadata: ObjectMeta,
     /// `spec.taints` only.
     #[serde(default)]
@@ -604,12 +652,6 @@ impl kube::Resource for NodeLite {
     fn meta_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
-}
-
-/// Keeps a node's name and labels (spec and status are already only taints and allocatable).
-pub fn strip_node(node: &mut NodeLite) {
-    strip_to_labels(&mut node.metadata);
-    node.metadata.uid = None;
 }
 
 /// Keeps a pod's identity, labels, annotations, owners and node name.
@@ -676,9 +718,8 @@ mod tests {
     }
 
     #[test]
-    fn stripped_node_keeps_labels_taints_and_integer_allocatable() {
-        let mut node = node();
-        strip_node(&mut node);
+    fn decoded_node_keeps_only_labels_taints_and_integer_allocatable() {
+        let node = node();
         assert!(node.metadata.managed_fields.is_none());
         assert!(node.metadata.annotations.is_none());
         let kept = serde_json::to_value(&node).unwrap();
@@ -799,18 +840,17 @@ mod tests {
     #[test]
     fn snapshot_folds_stores_and_finds_the_named_policy() {
         let policy = Arc::new(crate::inputs::load_policy(None).unwrap());
-        let namespace: PartialObjectMeta<Namespace> = serde_json::from_value(json!({
+        let namespace: NamespaceLite = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "team-a", "labels": {"tenant.kubenexus.io/tier": "gold"}},
         }))
         .unwrap();
-        let mut terminating: PartialObjectMeta<Namespace> = serde_json::from_value(json!({
+        let terminating: NamespaceLite = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "leaving", "deletionTimestamp": "2026-01-01T00:00:00Z",
                          "labels": {"tenant.kubenexus.io/tier": "gold"}},
         }))
         .unwrap();
-        strip_namespace(&mut terminating);
         let pod: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "team-a", "uid": "u1", "labels": {"app.kubernetes.io/job-type": "train"}},
             "spec": {"containers": [], "nodeName": "gpu-1"},
