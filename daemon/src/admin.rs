@@ -2,12 +2,20 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
 use crate::view::SharedSnapshot;
+
+/// Content type of `/metrics` (prometheus-client encodes OpenMetrics text).
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the admin endpoints report on.
 #[derive(Clone, Debug)]
@@ -22,10 +30,107 @@ pub struct AdminState {
 
 /// Serves the admin endpoints until `shutdown` is cancelled.
 pub async fn serve_admin(
-    _listen: SocketAddr,
-    _state: AdminState,
+    listen: SocketAddr,
+    state: AdminState,
     shutdown: CancellationToken,
 ) -> Result<(), std::io::Error> {
-    shutdown.cancelled().await;
-    Ok(())
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    tracing::info!(%listen, "admin server listening (/healthz, /readyz, /metrics)");
+    axum::serve(listener, build_admin_router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+/// The admin routes, without a listener (tests drive it directly).
+pub fn build_admin_router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(handle_healthz))
+        .route("/readyz", get(handle_readyz))
+        .route("/metrics", get(handle_metrics))
+        .with_state(state)
+}
+
+async fn handle_healthz() -> &'static str {
+    "ok"
+}
+
+/// Why the replica is not ready, if it is not.
+pub fn unready_reason(state: &AdminState) -> Option<&'static str> {
+    if state.draining.load(Ordering::Relaxed) {
+        Some("draining: shutting down")
+    } else if !state.snapshot.load().synced {
+        Some("caches not synced yet")
+    } else {
+        None
+    }
+}
+
+async fn handle_readyz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
+    match unready_reason(&state) {
+        None => (StatusCode::OK, "ok"),
+        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
+async fn handle_metrics(State(state): State<AdminState>) -> Response {
+    match state.metrics.encode() {
+        Ok(text) => ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], text).into_response(),
+        Err(error) => {
+            tracing::warn!(%error, "failed to encode metrics");
+            (StatusCode::INTERNAL_SERVER_ERROR, "failed to encode metrics").into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::Snapshot;
+    use axum::body::Body;
+    use http::Request;
+    use tower::ServiceExt;
+
+    fn state(synced: bool, draining: bool) -> AdminState {
+        AdminState {
+            metrics: Arc::new(Metrics::new()),
+            snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { synced, ..Snapshot::default() })),
+            draining: Arc::new(AtomicBool::new(draining)),
+        }
+    }
+
+    async fn get_path(state: AdminState, path: &str) -> (StatusCode, String, Option<String>) {
+        let response =
+            build_admin_router(state).oneshot(Request::get(path).body(Body::empty()).unwrap()).await.unwrap();
+        let status = response.status();
+        let content_type = response.headers().get(header::CONTENT_TYPE).map(|value| value.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap(), content_type)
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_synced_caches() {
+        let (status, body, _) = get_path(state(false, false), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("not synced"));
+        let (status, _, _) = get_path(state(true, false), "/readyz").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn readyz_turns_false_while_draining_but_healthz_stays_ok() {
+        let (status, body, _) = get_path(state(true, true), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("draining"));
+        let (status, body, _) = get_path(state(true, true), "/healthz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics_text_with_tiergate_families() {
+        let state = state(true, false);
+        state.metrics.reconciles.inc();
+        let (status, body, content_type) = get_path(state, "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(content_type.as_deref(), Some(METRICS_CONTENT_TYPE));
+        assert!(body.contains("tiergate_reconciles_total 1"), "{body}");
+        assert!(body.trim_end().ends_with("# EOF"));
+    }
 }

@@ -40,7 +40,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     },
     "bring-your-own-account": {
         "serviceAccount": {"create": False, "name": "platform-tiergate"},
-        "rbac": {"create": False, "placementOwnerLookup": False},
+        "rbac": {"create": False},
         "fullnameOverride": "gate",
     },
     "everything": {

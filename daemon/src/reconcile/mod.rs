@@ -1,1 +1,265 @@
 //! The controller: watches, server-side apply of the desired objects, pruning, status, leader election; does I/O.
+//!
+//! One reconcile of the active policy: validate -> discover Kueue -> translate -> apply what differs from the
+//! watch cache (in kind order) -> retire owned objects no longer desired -> status and events. Every write goes
+//! through [`writes`], which checks the Lease write gate first. See docs/reconcile.md.
+
+mod controller;
+pub mod desired;
+pub mod diff;
+pub mod discovery;
+mod error;
+mod events;
+pub mod kinds;
+pub mod lease;
+pub mod migration;
+mod prune;
+pub mod runtime;
+pub mod status;
+mod writes;
+
+pub use self::controller::{run_controller, run_while_leading};
+pub use self::error::ReconcileError;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use backon::BackoffBuilder;
+use kube::core::DynamicObject;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+
+use self::desired::{DesiredSet, build_desired_set, desired_objects, policy_problems};
+use self::diff::build_apply_need;
+use self::discovery::discover_kueue;
+use self::kinds::{KueueKind, display_name};
+use self::lease::WriteGate;
+use self::status::StatusInput;
+use crate::metrics::{KindLabels, Metrics, ReasonLabels};
+use crate::policy::TierPolicy;
+use crate::view::{SharedSnapshot, Snapshot};
+
+/// Live Kueue objects as the watches show them, per kind (LocalQueues: all of them; other kinds: owned ones).
+pub type OwnedStores = BTreeMap<KueueKind, Store<DynamicObject>>;
+
+/// How long to wait before re-checking when the caches have not synced yet.
+const UNSYNCED_RETRY: Duration = Duration::from_secs(2);
+/// Safety-net resync of a converged policy (a steady-state reconcile makes no writes).
+const RESYNC: Duration = Duration::from_secs(300);
+/// Re-check of draining LocalQueues (their status changes also trigger a reconcile).
+const DRAIN_RECHECK: Duration = Duration::from_secs(30);
+
+/// Fixed settings of the reconciler.
+#[derive(Clone, Debug)]
+pub struct ReconcilerSettings {
+    /// The one TierPolicy reconciled (`--policy-name`).
+    pub policy_name: String,
+    /// This replica's identity, used as the event reporter instance.
+    pub identity: String,
+}
+
+/// Everything a reconcile reads and writes through. Cheap to share behind an `Arc`.
+pub struct Context {
+    client: Client,
+    settings: ReconcilerSettings,
+    snapshot: SharedSnapshot,
+    live: OwnedStores,
+    gate: Arc<WriteGate>,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+    kueue_discovered: AtomicBool,
+    backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Context").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context over the given client, caches, write gate and metrics.
+    pub fn new(
+        client: Client,
+        settings: ReconcilerSettings,
+        snapshot: SharedSnapshot,
+        live: OwnedStores,
+        gate: Arc<WriteGate>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        let reporter = Reporter { controller: "tiergate".to_owned(), instance: Some(settings.identity.clone()) };
+        Arc::new(Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            settings,
+            snapshot,
+            live,
+            gate,
+            metrics,
+            kueue_discovered: AtomicBool::new(false),
+            backoffs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Skips Kueue discovery (tests that mock only the object calls).
+    pub fn assume_kueue_discovered(&self) {
+        self.kueue_discovered.store(true, Ordering::Relaxed);
+    }
+
+    fn next_backoff(&self, key: &str) -> Duration {
+        let Ok(mut backoffs) = self.backoffs.lock() else { return RESYNC };
+        let backoff = backoffs.entry(key.to_owned()).or_insert_with(|| {
+            backon::ExponentialBuilder::new()
+                .with_min_delay(Duration::from_secs(1))
+                .with_max_delay(RESYNC)
+                .with_factor(2.0)
+                .with_jitter()
+                .without_max_times()
+                .build()
+        });
+        backoff.next().unwrap_or(RESYNC)
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        if let Ok(mut backoffs) = self.backoffs.lock() {
+            backoffs.remove(key);
+        }
+    }
+}
+
+/// Reconciles one TierPolicy (the controller calls this; tests call it directly).
+pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Action, ReconcileError> {
+    ctx.metrics.reconciles.inc();
+    ctx.metrics.queue_depth.set(0);
+    if policy.name_any() != ctx.settings.policy_name {
+        let input = StatusInput::NotReconciled { active: ctx.settings.policy_name.clone() };
+        writes::write_status(&ctx, &policy, &input).await?;
+        return Ok(Action::await_change());
+    }
+    if policy.metadata.deletion_timestamp.is_some() {
+        tracing::info!(policy = %policy.name_any(), "policy is being deleted; the garbage collector removes its objects");
+        return Ok(Action::await_change());
+    }
+    match reconcile_active(&policy, &ctx).await {
+        Ok(action) => {
+            ctx.reset_backoff(&policy.name_any());
+            Ok(action)
+        }
+        Err(error) => {
+            if !matches!(error, ReconcileError::WriteWithoutLease { .. }) {
+                let input = StatusInput::Failed { reason: error.reason(), message: error.to_string() };
+                if let Err(status_error) = writes::write_status(&ctx, &policy, &input).await {
+                    tracing::warn!(error = %status_error, "failed to record the reconcile error in the status");
+                }
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Requeues a failed reconcile after a capped exponential backoff (1 s doubling to 5 min, jittered).
+pub fn error_policy(policy: Arc<TierPolicy>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_errors.get_or_create(&ReasonLabels { reason: error.reason() }).inc();
+    let delay = ctx.next_backoff(&policy.name_any());
+    tracing::warn!(policy = %policy.name_any(), reason = error.reason(), %error, ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, ReconcileError> {
+    let problems = policy_problems(policy);
+    if !problems.is_empty() {
+        return reject_policy(policy, ctx, &problems.join("; ")).await;
+    }
+    if !ctx.kueue_discovered.load(Ordering::Relaxed) {
+        discover_kueue(&ctx.client).await?;
+        ctx.kueue_discovered.store(true, Ordering::Relaxed);
+    }
+    // Discovery comes first so a missing Kueue is reported in the status, not only as caches that never sync.
+    let snapshot = ctx.snapshot.load_full();
+    if !snapshot.synced {
+        tracing::debug!("caches not synced yet; not deciding");
+        return Ok(Action::requeue(UNSYNCED_RETRY));
+    }
+    let snapshot = snapshot.as_ref();
+    let desired = match desired_objects(policy, &build_translation_view(snapshot)) {
+        Ok(objects) => build_desired_set(policy, objects)?,
+        Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
+    };
+    let applied = apply_desired(ctx, &desired).await?;
+    let retired = prune::retire_orphans(ctx, &desired).await?;
+    let object_counts = build_object_counts(&desired);
+    for kind in KueueKind::ALL {
+        let count = object_counts.get(kind.name()).copied().unwrap_or(0);
+        ctx.metrics.owned_objects.get_or_create(&KindLabels { kind: kind.name() }).set(i64::from(count));
+    }
+    events::publish_outcome_events(ctx, policy, &applied, &retired).await;
+    let input = StatusInput::Applied {
+        tier_count: i32::try_from(policy.spec.tiers.len()).unwrap_or(i32::MAX),
+        object_counts,
+        migrations: retired.migrations.clone(),
+    };
+    writes::write_status(ctx, policy, &input).await?;
+    Ok(Action::requeue(if retired.draining > 0 { DRAIN_RECHECK } else { RESYNC }))
+}
+
+/// The cluster view the translation sees: the snapshot's, without the daemon's own namespace.
+pub fn build_translation_view(snapshot: &Snapshot) -> crate::view::ClusterView {
+    let mut view = snapshot.cluster_view();
+    view.namespaces.retain(|namespace| snapshot.own_namespace.as_deref() != Some(namespace.name.as_str()));
+    view
+}
+
+/// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
+async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Result<Action, ReconcileError> {
+    tracing::warn!(policy = %policy.name_any(), %message, "invalid TierPolicy; keeping the last applied state");
+    let input = StatusInput::Invalid { message: message.to_owned() };
+    if writes::write_status(ctx, policy, &input).await? {
+        writes::publish_event(ctx, policy, EventType::Warning, "InvalidPolicy", message.to_owned()).await;
+    }
+    Ok(Action::await_change())
+}
+
+/// Live objects of one kind by (namespace, name).
+fn build_live_index(store: Option<&Store<DynamicObject>>) -> HashMap<(Option<String>, String), Arc<DynamicObject>> {
+    store
+        .map(|store| {
+            store.state().into_iter().map(|object| ((object.namespace(), object.name_any()), object)).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Applies every desired object the cache shows as missing, changed or drifted, in apply order.
+async fn apply_desired(ctx: &Context, desired: &DesiredSet) -> Result<Vec<String>, ReconcileError> {
+    let mut applied = Vec::new();
+    let mut index_kind = None;
+    let mut index = HashMap::new();
+    for object in &desired.objects {
+        if index_kind != Some(object.kind) {
+            index = build_live_index(ctx.live.get(&object.kind));
+            index_kind = Some(object.kind);
+        }
+        let key = (object.object.namespace(), object.object.name_any());
+        let need = build_apply_need(&object.object, index.get(&key).map(Arc::as_ref));
+        if need.needs_write() {
+            tracing::info!(kind = object.kind.name(), name = %display_name(&object.object), ?need, "applying");
+            writes::apply_object(ctx, object.kind, &object.object).await?;
+            applied.push(format!("{} {}", object.kind.name(), display_name(&object.object)));
+        }
+    }
+    Ok(applied)
+}
+
+fn build_object_counts(desired: &DesiredSet) -> BTreeMap<String, i32> {
+    let mut counts = BTreeMap::new();
+    for object in &desired.objects {
+        *counts.entry(object.kind.name().to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests;

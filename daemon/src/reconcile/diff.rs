@@ -1,0 +1,124 @@
+//! Whether an object must be (re)applied: compares the desired body with the live object the watch shows, on
+//! the fields tiergate manages only, so a steady state (and a restart) makes zero writes; no I/O.
+
+use kube::core::DynamicObject;
+use serde_json::Value;
+
+use super::kinds::APPLIED_HASH_LABEL;
+
+/// Why an object is (or is not) applied; logged and counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyNeed {
+    /// The live object matches: no write.
+    UpToDate,
+    /// No live object.
+    Missing,
+    /// The desired body changed since tiergate last applied it (the hash label differs).
+    Changed,
+    /// Someone changed a field tiergate manages (the live value no longer contains the desired one).
+    Drifted,
+}
+
+impl ApplyNeed {
+    /// Whether this needs a write.
+    pub fn needs_write(self) -> bool {
+        !matches!(self, Self::UpToDate)
+    }
+}
+
+/// Compares `desired` (hash-labelled by [`super::desired::build_desired_set`]) with the cached `live` object.
+pub fn build_apply_need(desired: &DynamicObject, live: Option<&DynamicObject>) -> ApplyNeed {
+    let Some(live) = live else {
+        return ApplyNeed::Missing;
+    };
+    if hash_of(desired) != hash_of(live) {
+        return ApplyNeed::Changed;
+    }
+    let metadata_contained = contains_map(&desired.metadata.labels, &live.metadata.labels)
+        && contains_map(&desired.metadata.annotations, &live.metadata.annotations)
+        && desired.metadata.owner_references.as_ref().is_none_or(|wanted| {
+            live.metadata.owner_references.as_ref().is_some_and(|have| wanted.iter().all(|owner| have.contains(owner)))
+        });
+    if metadata_contained && is_contained(&desired.data, &live.data) { ApplyNeed::UpToDate } else { ApplyNeed::Drifted }
+}
+
+fn hash_of(object: &DynamicObject) -> Option<&str> {
+    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
+}
+
+fn contains_map(
+    wanted: &Option<std::collections::BTreeMap<String, String>>,
+    have: &Option<std::collections::BTreeMap<String, String>>,
+) -> bool {
+    let Some(wanted) = wanted else { return true };
+    let Some(have) = have else { return wanted.is_empty() };
+    wanted.iter().all(|(key, value)| have.get(key) == Some(value))
+}
+
+/// Whether every field of `wanted` is present in `have` with a containing value. Objects may have extra keys
+/// (server defaults, other managers' fields); lists must match item for item; `status` is never compared.
+pub fn is_contained(wanted: &Value, have: &Value) -> bool {
+    match (wanted, have) {
+        (Value::Object(wanted), Value::Object(have)) => wanted
+            .iter()
+            .filter(|(key, _)| key.as_str() != "status")
+            .all(|(key, value)| have.get(key).is_some_and(|have| is_contained(value, have))),
+        (Value::Array(wanted), Value::Array(have)) => {
+            wanted.len() == have.len() && wanted.iter().zip(have).all(|(wanted, have)| is_contained(wanted, have))
+        }
+        (Value::Number(wanted), Value::Number(have)) => wanted.as_f64() == have.as_f64(),
+        _ => wanted == have,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn queue(cluster_queue: &str, hash: &str) -> Value {
+        json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+            "metadata": {"name": "tiergate-gold", "namespace": "team-a",
+                         "labels": {"app.kubernetes.io/managed-by": "tiergate", "tiergate.io/applied-hash": hash}},
+            "spec": {"clusterQueue": cluster_queue},
+        })
+    }
+
+    #[test]
+    fn live_object_with_server_defaults_and_status_is_up_to_date() {
+        let desired = object(queue("tiergate-gold", "h1"));
+        let mut live = queue("tiergate-gold", "h1");
+        live["spec"]["stopPolicy"] = json!("None");
+        live["status"] = json!({"pendingWorkloads": 3});
+        live["metadata"]["labels"]["extra"] = json!("kept");
+        assert_eq!(build_apply_need(&desired, Some(&object(live))), ApplyNeed::UpToDate);
+    }
+
+    #[test]
+    fn missing_changed_and_drifted_objects_need_a_write() {
+        let desired = object(queue("tiergate-gold", "h1"));
+        assert_eq!(build_apply_need(&desired, None), ApplyNeed::Missing);
+        assert_eq!(build_apply_need(&desired, Some(&object(queue("tiergate-gold", "h0")))), ApplyNeed::Changed);
+        assert_eq!(build_apply_need(&desired, Some(&object(queue("edited-by-hand", "h1")))), ApplyNeed::Drifted);
+    }
+
+    #[test]
+    fn removed_label_counts_as_drift() {
+        let desired = object(queue("tiergate-gold", "h1"));
+        let mut live = queue("tiergate-gold", "h1");
+        live["metadata"]["labels"] = json!({"tiergate.io/applied-hash": "h1"});
+        assert_eq!(build_apply_need(&desired, Some(&object(live))), ApplyNeed::Drifted);
+    }
+
+    #[test]
+    fn lists_must_match_item_for_item() {
+        assert!(is_contained(&json!([{"a": 1}]), &json!([{"a": 1, "b": 2}])));
+        assert!(!is_contained(&json!([{"a": 1}]), &json!([{"a": 1}, {"a": 2}])));
+        assert!(is_contained(&json!({"value": 100}), &json!({"value": 100.0})));
+    }
+}

@@ -1,0 +1,46 @@
+//! The Events a reconcile publishes for what it changed (`Applied`, `Pruned`, `QueueMigrated`); none in a steady
+//! state; does I/O through [`super::writes`].
+
+use kube::runtime::events::EventType;
+
+use super::prune::Retired;
+use super::{Context, writes};
+use crate::policy::TierPolicy;
+
+/// Events for what this reconcile changed (none in a steady state).
+pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, applied: &[String], retired: &Retired) {
+    if !applied.is_empty() {
+        let note = build_list_note(&format!("applied {} objects", applied.len()), applied);
+        writes::publish_event(ctx, policy, EventType::Normal, "Applied", note).await;
+    }
+    if !retired.deleted.is_empty() {
+        let note = build_list_note(&format!("pruned {} objects", retired.deleted.len()), &retired.deleted);
+        writes::publish_event(ctx, policy, EventType::Normal, "Pruned", note).await;
+    }
+    for migration in &retired.stopped {
+        let note = if migration.remaining_workloads == 0 {
+            format!(
+                "namespace {} moved to LocalQueue {}; deleted the empty LocalQueue {}",
+                migration.namespace, migration.to_queue, migration.from_queue
+            )
+        } else {
+            format!(
+                "namespace {} moved to LocalQueue {}; stopped LocalQueue {} (stopPolicy Hold), deleted once its {} workloads are gone",
+                migration.namespace, migration.to_queue, migration.from_queue, migration.remaining_workloads
+            )
+        };
+        writes::publish_event(ctx, policy, EventType::Normal, "QueueMigrated", note).await;
+    }
+}
+
+/// `summary: a, b, c (+N more)`, kept well under the 1 kB event note limit.
+fn build_list_note(summary: &str, items: &[String]) -> String {
+    const SHOWN: usize = 8;
+    let shown: Vec<&str> = items.iter().take(SHOWN).map(String::as_str).collect();
+    let more = items.len().saturating_sub(SHOWN);
+    if more > 0 {
+        format!("{summary}: {} (+{more} more)", shown.join(", "))
+    } else {
+        format!("{summary}: {}", shown.join(", "))
+    }
+}

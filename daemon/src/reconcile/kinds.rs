@@ -1,0 +1,161 @@
+//! The Kueue kinds tiergate owns: their API resources (kueue.x-k8s.io/v1beta2), scope, apply order and the
+//! ownership labels that select them for pruning; no I/O.
+
+use std::collections::BTreeMap;
+
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ResourceExt};
+
+/// Kueue's API group.
+pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+/// The Kueue API version tiergate writes (Kueue >= v0.15).
+pub const KUEUE_VERSION: &str = "v1beta2";
+/// The oldest Kueue release that serves `kueue.x-k8s.io/v1beta2`.
+pub const MIN_KUEUE_RELEASE: &str = "v0.15";
+/// The single server-side-apply field manager of every tiergate write.
+pub const FIELD_MANAGER: &str = "tiergate";
+/// Label marking an object as written by tiergate.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on tiergate's objects.
+pub const MANAGED_BY_VALUE: &str = "tiergate";
+/// Label naming the TierPolicy an object belongs to.
+pub const POLICY_LABEL: &str = "tiergate.io/policy";
+/// Label holding a stable hash of the body tiergate last applied (zero-write steady state). A label, not an
+/// annotation, so cached objects need no annotation map at all (memory with 10,000 LocalQueues).
+pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
+
+/// A Kueue kind tiergate creates, in apply order (dependencies first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KueueKind {
+    /// `ResourceFlavor`, one per GPU class or placement rule (cluster-scoped).
+    ResourceFlavor,
+    /// `WorkloadPriorityClass`, one per priority bucket (cluster-scoped).
+    WorkloadPriorityClass,
+    /// `ProvisioningRequestConfig`, one per tier with provisioning (cluster-scoped).
+    ProvisioningRequestConfig,
+    /// `AdmissionCheck`, one per tier with provisioning (cluster-scoped).
+    AdmissionCheck,
+    /// `ClusterQueue`, one per tier (cluster-scoped).
+    ClusterQueue,
+    /// `LocalQueue`, one per tiered namespace (namespaced).
+    LocalQueue,
+}
+
+impl KueueKind {
+    /// Every kind, in apply order; prune runs in the reverse order.
+    pub const ALL: [Self; 6] = [
+        Self::ResourceFlavor,
+        Self::WorkloadPriorityClass,
+        Self::ProvisioningRequestConfig,
+        Self::AdmissionCheck,
+        Self::ClusterQueue,
+        Self::LocalQueue,
+    ];
+
+    /// The kind's name, e.g. `ClusterQueue`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::ResourceFlavor => "ResourceFlavor",
+            Self::WorkloadPriorityClass => "WorkloadPriorityClass",
+            Self::ProvisioningRequestConfig => "ProvisioningRequestConfig",
+            Self::AdmissionCheck => "AdmissionCheck",
+            Self::ClusterQueue => "ClusterQueue",
+            Self::LocalQueue => "LocalQueue",
+        }
+    }
+
+    /// The lower-case plural used in API paths and RBAC rules.
+    pub fn plural(self) -> &'static str {
+        match self {
+            Self::ResourceFlavor => "resourceflavors",
+            Self::WorkloadPriorityClass => "workloadpriorityclasses",
+            Self::ProvisioningRequestConfig => "provisioningrequestconfigs",
+            Self::AdmissionCheck => "admissionchecks",
+            Self::ClusterQueue => "clusterqueues",
+            Self::LocalQueue => "localqueues",
+        }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        matches!(self, Self::LocalQueue)
+    }
+
+    /// The kind whose `kind` field is `kind`, if tiergate owns it.
+    pub fn from_kind(kind: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|candidate| candidate.name() == kind)
+    }
+
+    /// The kind of a dynamic object, from its `kind` field.
+    pub fn of(object: &DynamicObject) -> Option<Self> {
+        object.types.as_ref().and_then(|types| Self::from_kind(&types.kind))
+    }
+
+    /// The API resource for `kueue.x-k8s.io/v1beta2`.
+    pub fn api_resource(self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, self.name()),
+            self.plural(),
+        )
+    }
+}
+
+/// The labels every object of policy `policy_name` carries; they alone select objects for pruning.
+pub fn build_ownership_labels(policy_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned()),
+        (POLICY_LABEL.to_owned(), policy_name.to_owned()),
+    ])
+}
+
+/// The label selector matching every object of policy `policy_name` (for watches and lists).
+pub fn build_ownership_selector(policy_name: &str) -> String {
+    format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{POLICY_LABEL}={policy_name}")
+}
+
+/// Whether `object` carries both ownership labels for `policy_name`.
+pub fn is_owned_by(object: &DynamicObject, policy_name: &str) -> bool {
+    let labels = object.labels();
+    labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+        && labels.get(POLICY_LABEL).map(String::as_str) == Some(policy_name)
+}
+
+/// `namespace/name` or `name`: how objects are named in logs, events and status.
+pub fn display_name(object: &DynamicObject) -> String {
+    match object.namespace() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_order_puts_flavors_first_and_local_queues_last() {
+        assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::ResourceFlavor));
+        assert_eq!(KueueKind::ALL.last(), Some(&KueueKind::LocalQueue));
+        let mut sorted = KueueKind::ALL;
+        sorted.sort();
+        assert_eq!(sorted, KueueKind::ALL, "Ord must follow apply order");
+    }
+
+    #[test]
+    fn api_resources_use_kueue_v1beta2() {
+        let resource = KueueKind::ClusterQueue.api_resource();
+        assert_eq!(resource.api_version, "kueue.x-k8s.io/v1beta2");
+        assert_eq!(resource.plural, "clusterqueues");
+        assert_eq!(KueueKind::from_kind("LocalQueue"), Some(KueueKind::LocalQueue));
+        assert_eq!(KueueKind::from_kind("Workload"), None);
+    }
+
+    #[test]
+    fn ownership_needs_both_labels() {
+        let mut object = DynamicObject::new("gold", &KueueKind::ClusterQueue.api_resource());
+        object.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())]));
+        assert!(!is_owned_by(&object, "default"));
+        object.metadata.labels = Some(build_ownership_labels("default"));
+        assert!(is_owned_by(&object, "default"));
+        assert!(!is_owned_by(&object, "other"));
+    }
+}

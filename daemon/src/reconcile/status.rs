@@ -1,0 +1,184 @@
+//! The TierPolicy status a reconcile outcome implies: Ready/Degraded conditions with reasons, counts, the last
+//! error and queue migrations; built so an unchanged outcome yields an identical status (no write); no I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::policy::{QueueMigration, TierPolicyStatus};
+
+/// Condition type: the policy is applied as written.
+pub const READY: &str = "Ready";
+/// Condition type: something keeps the cluster from matching the policy.
+pub const DEGRADED: &str = "Degraded";
+
+/// What the last reconcile achieved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StatusInput {
+    /// Every desired object is applied and orphans pruned.
+    Applied {
+        /// Tiers in the policy.
+        tier_count: i32,
+        /// Desired (= applied) objects per kind.
+        object_counts: BTreeMap<String, i32>,
+        /// LocalQueues still draining after a tier change.
+        migrations: Vec<QueueMigration>,
+    },
+    /// The policy is invalid; the last applied state stays in the cluster.
+    Invalid {
+        /// Every problem, one per line.
+        message: String,
+    },
+    /// The reconcile failed; it is retried with backoff.
+    Failed {
+        /// Fixed reason (an error's `reason()`).
+        reason: &'static str,
+        /// The error text.
+        message: String,
+    },
+    /// Another policy is the one this daemon reconciles.
+    NotReconciled {
+        /// The `--policy-name` being reconciled.
+        active: String,
+    },
+}
+
+/// The status for `input`, carrying over `previous` counts on failure and condition times when unchanged.
+pub fn build_status(
+    previous: Option<&TierPolicyStatus>,
+    generation: Option<i64>,
+    input: &StatusInput,
+    now: &Time,
+) -> TierPolicyStatus {
+    let kept = previous.cloned().unwrap_or_default();
+    let (ready, degraded, mut status) = match input {
+        StatusInput::Applied { tier_count, object_counts, migrations } => {
+            let ready = ("True", "Applied".to_owned(), format!("{tier_count} tiers applied"));
+            let degraded = if migrations.is_empty() {
+                ("False", "AsExpected".to_owned(), "the cluster matches the policy".to_owned())
+            } else {
+                (
+                    "False",
+                    "QueueMigrationInProgress".to_owned(),
+                    format!("{} LocalQueues drain after a tier change", migrations.len()),
+                )
+            };
+            let status = TierPolicyStatus {
+                tier_count: Some(*tier_count),
+                object_counts: object_counts.clone(),
+                queue_migrations: migrations.clone(),
+                last_error: None,
+                ..TierPolicyStatus::default()
+            };
+            (ready, degraded, status)
+        }
+        StatusInput::Invalid { message } => {
+            let ready = ("False", "InvalidPolicy".to_owned(), format!("policy not applied: {message}"));
+            let degraded = ("True", "InvalidPolicy".to_owned(), "the last valid policy stays applied".to_owned());
+            (ready, degraded, TierPolicyStatus { last_error: Some(message.clone()), ..kept })
+        }
+        StatusInput::Failed { reason, message } => {
+            let reason = build_condition_reason(reason);
+            let ready = ("False", reason.clone(), message.clone());
+            let degraded = ("True", reason, "retrying with backoff".to_owned());
+            (ready, degraded, TierPolicyStatus { last_error: Some(message.clone()), ..kept })
+        }
+        StatusInput::NotReconciled { active } => {
+            let message = format!("only TierPolicy {active:?} (--policy-name) is reconciled; this one is ignored");
+            let ready = ("False", "NotReconciled".to_owned(), message);
+            let degraded = ("False", "NotReconciled".to_owned(), "ignored".to_owned());
+            (ready, degraded, TierPolicyStatus::default())
+        }
+    };
+    status.observed_generation = generation;
+    let previous_conditions = previous.map(|status| status.conditions.as_slice()).unwrap_or_default();
+    status.conditions = vec![
+        build_condition(READY, ready, generation, previous_conditions, now),
+        build_condition(DEGRADED, degraded, generation, previous_conditions, now),
+    ];
+    status
+}
+
+fn build_condition(
+    type_: &str,
+    (status, reason, message): (&str, String, String),
+    generation: Option<i64>,
+    previous: &[Condition],
+    now: &Time,
+) -> Condition {
+    let earlier = previous.iter().find(|condition| condition.type_ == type_);
+    let last_transition_time = match earlier {
+        Some(earlier) if earlier.status == status => earlier.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason,
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// `apply_object` -> `ApplyObject`: fixed snake_case reasons as Kubernetes condition reasons.
+pub fn build_condition_reason(reason: &str) -> String {
+    reason
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn at(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn applied() -> StatusInput {
+        StatusInput::Applied {
+            tier_count: 3,
+            object_counts: BTreeMap::from([("LocalQueue".to_owned(), 2)]),
+            migrations: vec![],
+        }
+    }
+
+    fn condition<'a>(status: &'a TierPolicyStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|condition| condition.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn same_outcome_later_yields_an_identical_status() {
+        let first = build_status(None, Some(4), &applied(), &at(100));
+        let second = build_status(Some(&first), Some(4), &applied(), &at(200));
+        assert_eq!(first, second);
+        assert_eq!(condition(&second, READY).status, "True");
+    }
+
+    #[test]
+    fn invalid_policy_keeps_the_last_applied_counts_and_says_why() {
+        let applied = build_status(None, Some(4), &applied(), &at(100));
+        let input = StatusInput::Invalid { message: "spec.tiers[0].gpuClass: unknown".to_owned() };
+        let invalid = build_status(Some(&applied), Some(5), &input, &at(200));
+        assert_eq!(invalid.tier_count, Some(3));
+        assert_eq!(invalid.object_counts, applied.object_counts);
+        assert_eq!(invalid.observed_generation, Some(5));
+        assert_eq!(condition(&invalid, READY).reason, "InvalidPolicy");
+        assert_eq!(condition(&invalid, READY).last_transition_time, at(200));
+        assert_eq!(condition(&invalid, DEGRADED).status, "True");
+        assert!(invalid.last_error.unwrap().contains("gpuClass"));
+    }
+
+    #[test]
+    fn failures_use_camel_case_reasons() {
+        let input = StatusInput::Failed { reason: "kueue_too_old", message: "failed to find v1beta2".to_owned() };
+        let failed = build_status(None, Some(1), &input, &at(1));
+        assert_eq!(condition(&failed, READY).reason, "KueueTooOld");
+    }
+}

@@ -1,0 +1,577 @@
+//! Mocked-API-server tests of the reconciler (tower-test, as kube-rs controller-rs does): which calls it makes,
+//! in which order, and that a steady state makes none.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use kube::core::DynamicObject;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+
+use super::desired::{build_desired_set, desired_objects};
+use super::kinds::KueueKind;
+use super::lease::WriteGate;
+use super::status::{StatusInput, build_status};
+use super::*;
+use crate::inputs::load_policy;
+use crate::view::NamespaceView;
+
+/// One request the reconciler sent.
+#[derive(Clone, Debug)]
+struct Call {
+    method: String,
+    path: String,
+    query: String,
+    body: Value,
+}
+
+impl Call {
+    fn is_write(&self) -> bool {
+        self.method != "GET"
+    }
+
+    fn summary(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+type Responder = Box<dyn FnMut(&Call) -> (StatusCode, Value) + Send>;
+
+/// A mocked API server answering with `responder` and recording every call.
+struct MockApi {
+    calls: Arc<Mutex<Vec<Call>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MockApi {
+    fn start(mut responder: Responder) -> (kube::Client, Self) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let recorded = calls.clone();
+        let task = tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.unwrap();
+                let call = Call {
+                    method: parts.method.to_string(),
+                    path: parts.uri.path().to_owned(),
+                    query: parts.uri.query().unwrap_or_default().to_owned(),
+                    body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                };
+                let (status, reply) = responder(&call);
+                recorded.lock().unwrap().push(call);
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+        });
+        (kube::Client::new(service, "default"), Self { calls, task })
+    }
+
+    /// The calls made, once the client (inside the context) is gone.
+    async fn finish(self, ctx: Arc<Context>) -> Vec<Call> {
+        drop(ctx);
+        self.task.await.unwrap();
+        Arc::try_unwrap(self.calls).unwrap().into_inner().unwrap()
+    }
+}
+
+/// Answers like a well-behaved API server: applies and status patches echo, deletes succeed, events are created.
+fn echo_server(policy: TierPolicy) -> impl FnMut(&Call) -> (StatusCode, Value) + Send {
+    move |call| match call.method.as_str() {
+        "PATCH" if call.path.ends_with("/status") => {
+            let mut echoed = serde_json::to_value(&policy).unwrap();
+            echoed["status"] = call.body["status"].clone();
+            (StatusCode::OK, echoed)
+        }
+        "PATCH" | "POST" => (StatusCode::OK, call.body.clone()),
+        "DELETE" => (StatusCode::OK, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})),
+        _ => not_found(),
+    }
+}
+
+fn not_found() -> (StatusCode, Value) {
+    (
+        StatusCode::NOT_FOUND,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+    )
+}
+
+fn conflict() -> (StatusCode, Value) {
+    (
+        StatusCode::CONFLICT,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+    )
+}
+
+const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+
+fn sample_policy() -> TierPolicy {
+    let mut policy = load_policy(None).unwrap();
+    policy.metadata.uid = Some("policy-uid".to_owned());
+    policy.metadata.generation = Some(1);
+    policy
+}
+
+fn snapshot_with(namespaces: &[(&str, &str)]) -> SharedSnapshot {
+    let namespaces = namespaces
+        .iter()
+        .map(|(name, tier)| {
+            let labels = BTreeMap::from([(TIER_LABEL.to_owned(), (*tier).to_owned())]);
+            ((*name).to_owned(), NamespaceView { name: (*name).to_owned(), labels })
+        })
+        .collect();
+    Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { namespaces, synced: true, ..Snapshot::default() }))
+}
+
+/// Stores as the watches would fill them with `objects`.
+fn stores_with(objects: Vec<DynamicObject>) -> OwnedStores {
+    let mut writers: BTreeMap<KueueKind, Writer<DynamicObject>> =
+        KueueKind::ALL.into_iter().map(|kind| (kind, Writer::new(kind.api_resource()))).collect();
+    for writer in writers.values_mut() {
+        writer.apply_watcher_event(&watcher::Event::Init);
+    }
+    for mut object in objects {
+        let kind = KueueKind::of(&object).unwrap();
+        crate::cluster::strip_kueue_object(&mut object);
+        writers.get_mut(&kind).unwrap().apply_watcher_event(&watcher::Event::InitApply(object));
+    }
+    writers
+        .into_iter()
+        .map(|(kind, mut writer)| {
+            writer.apply_watcher_event(&watcher::Event::InitDone);
+            (kind, writer.as_reader())
+        })
+        .collect()
+}
+
+/// What the API server returns for an applied object: our body plus identity, defaults and status.
+fn as_live(mut object: DynamicObject) -> DynamicObject {
+    let name = object.metadata.name.clone().unwrap();
+    object.metadata.uid = Some(format!("uid-{name}"));
+    object.metadata.resource_version = Some("42".to_owned());
+    if KueueKind::of(&object) == Some(KueueKind::LocalQueue) {
+        object.data["spec"]["stopPolicy"] = json!("None");
+        object.data["status"] = json!({"pendingWorkloads": 0, "admittedWorkloads": 0});
+    }
+    object
+}
+
+/// The objects a converged cluster holds for `policy` over `snapshot`.
+fn converged_objects(policy: &TierPolicy, snapshot: &SharedSnapshot) -> Vec<DynamicObject> {
+    let objects = desired_objects(policy, &snapshot.load().cluster_view()).unwrap();
+    build_desired_set(policy, objects).unwrap().objects.into_iter().map(|desired| as_live(desired.object)).collect()
+}
+
+/// `policy` with the status a converged reconcile leaves on it.
+fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> TierPolicy {
+    let objects = desired_objects(&policy, &snapshot.load().cluster_view()).unwrap();
+    let set = build_desired_set(&policy, objects).unwrap();
+    let input = StatusInput::Applied { tier_count: 3, object_counts: build_object_counts(&set), migrations: vec![] };
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));
+    policy
+}
+
+fn context(client: kube::Client, snapshot: SharedSnapshot, live: OwnedStores, gate: Arc<WriteGate>) -> Arc<Context> {
+    let settings = ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned() };
+    Context::new(client, settings, snapshot, live, gate, Arc::new(Metrics::new()))
+}
+
+fn kind_of_path(path: &str) -> Option<KueueKind> {
+    KueueKind::ALL.into_iter().find(|kind| path.contains(&format!("/{}", kind.plural())))
+}
+
+fn contains_null(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Array(items) => items.iter().any(contains_null),
+        Value::Object(map) => map.values().any(contains_null),
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn cold_start_applies_every_object_in_kind_order_then_status_then_an_applied_event() {
+    let policy = sample_policy();
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "bronze")]);
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let applies: Vec<&Call> = calls.iter().filter(|call| kind_of_path(&call.path).is_some()).collect();
+    assert!(
+        applies.iter().all(|call| call.method == "PATCH"),
+        "{:?}",
+        calls.iter().map(Call::summary).collect::<Vec<_>>()
+    );
+    assert!(
+        applies.iter().all(|call| call.query.contains("fieldManager=tiergate") && call.query.contains("force=true"))
+    );
+    assert!(applies.iter().all(|call| !contains_null(&call.body)), "apply bodies must not carry nulls");
+    let kinds: Vec<KueueKind> = applies.iter().filter_map(|call| kind_of_path(&call.path)).collect();
+    let mut sorted = kinds.clone();
+    sorted.sort();
+    assert_eq!(kinds, sorted, "objects must be applied flavors first, LocalQueues last");
+    assert_eq!(kinds.iter().filter(|kind| **kind == KueueKind::LocalQueue).count(), 2);
+    assert!(
+        applies
+            .iter()
+            .any(|call| call.path == "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/tiergate-gold")
+    );
+
+    let after: Vec<String> = calls[applies.len()..].iter().map(Call::summary).collect();
+    assert_eq!(
+        after,
+        vec![
+            "POST /apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+            "PATCH /apis/tiergate.io/v1alpha1/tierpolicies/default/status".to_owned(),
+        ]
+    );
+    let event = &calls[applies.len()];
+    assert_eq!(event.body["reason"], "Applied");
+    let status = &calls[applies.len() + 1].body["status"];
+    assert_eq!(status["objectCounts"]["LocalQueue"], 2);
+    assert_eq!(status["conditions"][0]["type"], "Ready");
+    assert_eq!(status["conditions"][0]["status"], "True");
+}
+
+#[tokio::test]
+async fn steady_state_makes_no_calls_at_all() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&policy, &snapshot));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    assert!(
+        calls.is_empty(),
+        "steady state must not call the API: {:?}",
+        calls.iter().map(Call::summary).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn restart_over_an_unchanged_cluster_only_reads_discovery() {
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&policy, &snapshot));
+    let resources: Vec<Value> = KueueKind::ALL
+        .into_iter()
+        .map(|kind| json!({"name": kind.plural(), "singularName": "", "namespaced": kind.namespaced(), "kind": kind.name(), "verbs": ["get"]}))
+        .collect();
+    let responder = move |call: &Call| match call.path.as_str() {
+        "/apis" => (
+            StatusCode::OK,
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "kueue.x-k8s.io", "versions": [
+                {"groupVersion": "kueue.x-k8s.io/v1beta2", "version": "v1beta2"},
+                {"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}]}]}),
+        ),
+        "/apis/kueue.x-k8s.io/v1beta2" => (
+            StatusCode::OK,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "kueue.x-k8s.io/v1beta2", "resources": resources}),
+        ),
+        _ => not_found(),
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
+    assert_eq!(summaries, vec!["GET /apis".to_owned(), "GET /apis/kueue.x-k8s.io/v1beta2".to_owned()]);
+    assert!(!calls.iter().any(Call::is_write));
+}
+
+fn owned(kind: KueueKind, namespace: Option<&str>, name: &str, policy_label: Option<&str>) -> DynamicObject {
+    let mut labels = json!({});
+    if let Some(policy) = policy_label {
+        labels = json!({"app.kubernetes.io/managed-by": "tiergate", "tiergate.io/policy": policy});
+    }
+    let spec = if kind == KueueKind::LocalQueue { json!({"clusterQueue": "tiergate-gold"}) } else { json!({}) };
+    let mut metadata = json!({"name": name, "labels": labels, "uid": format!("uid-{name}"), "resourceVersion": "7"});
+    if let Some(namespace) = namespace {
+        metadata["namespace"] = json!(namespace);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind.name(), "metadata": metadata, "spec": spec,
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn prune_deletes_only_objects_carrying_both_ownership_labels_local_queues_first() {
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let mut live = converged_objects(&policy, &snapshot);
+    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default")));
+    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-other", Some("other-policy")));
+    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-unlabelled", None));
+    live.push(owned(KueueKind::LocalQueue, Some("gone"), "tiergate-gold", Some("default")));
+    live.push(owned(KueueKind::LocalQueue, Some("users"), "their-queue", None));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let deletes: Vec<&Call> = calls.iter().filter(|call| call.method == "DELETE").collect();
+    let paths: Vec<&str> = deletes.iter().map(|call| call.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        vec![
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/gone/localqueues/tiergate-gold",
+            "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/tiergate-platinum",
+        ]
+    );
+    assert_eq!(deletes[1].body["preconditions"], json!({"uid": "uid-tiergate-platinum", "resourceVersion": "7"}));
+    assert!(calls.iter().all(|call| call.method != "PATCH" || call.path.ends_with("/status")), "nothing re-applied");
+    let pruned = calls.iter().find(|call| call.method == "POST").unwrap();
+    assert_eq!(pruned.body["reason"], "Pruned");
+}
+
+#[tokio::test]
+async fn tier_change_creates_the_new_queue_and_stops_the_occupied_old_one() {
+    let before = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let mut live = converged_objects(&policy, &before);
+    for object in &mut live {
+        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
+            object.data["status"] = json!({"pendingWorkloads": 1, "admittedWorkloads": 2, "reservingWorkloads": 2});
+        }
+    }
+    let after = snapshot_with(&[("team-a", "silver")]);
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, after, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
+    let create = summaries.iter().position(|call| call.ends_with("/namespaces/team-a/localqueues/tiergate-silver"));
+    let stop = summaries.iter().position(|call| call.ends_with("/namespaces/team-a/localqueues/tiergate-gold"));
+    assert!(create.unwrap() < stop.unwrap(), "{summaries:?}");
+    let stop_body = &calls[stop.unwrap()].body;
+    assert_eq!(calls[stop.unwrap()].method, "PATCH");
+    assert_eq!(stop_body["spec"], json!({"clusterQueue": "tiergate-gold", "stopPolicy": "Hold"}));
+    assert!(!calls.iter().any(|call| call.method == "DELETE"), "an occupied queue is not deleted");
+    let migrated = calls.iter().find(|call| call.method == "POST" && call.body["reason"] == "QueueMigrated");
+    assert!(migrated.is_some(), "{summaries:?}");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert_eq!(
+        status["queueMigrations"],
+        json!([{"namespace": "team-a", "fromQueue": "tiergate-gold", "toQueue": "tiergate-silver", "remainingWorkloads": 3}])
+    );
+}
+
+#[tokio::test]
+async fn drained_old_queue_is_deleted_with_preconditions() {
+    let before = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let mut live = converged_objects(&policy, &before);
+    for object in &mut live {
+        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
+            object.data["spec"]["stopPolicy"] = json!("Hold");
+        }
+    }
+    let after = snapshot_with(&[("team-a", "silver")]);
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, after, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let delete = calls.iter().find(|call| call.method == "DELETE").unwrap();
+    assert_eq!(delete.path, "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/tiergate-gold");
+    assert_eq!(delete.body["preconditions"]["resourceVersion"], "42");
+}
+
+#[tokio::test]
+async fn apply_conflict_rereads_the_object_and_retries() {
+    let policy = sample_policy();
+    let snapshot = snapshot_with(&[]);
+    let target = "/apis/kueue.x-k8s.io/v1beta2/resourceflavors/h100";
+    let mut echo = echo_server(policy.clone());
+    let mut conflicted = false;
+    let responder = move |call: &Call| {
+        if call.method == "PATCH" && call.path == target && !conflicted {
+            conflicted = true;
+            return conflict();
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let on_target: Vec<&str> =
+        calls.iter().filter(|call| call.path == target).map(|call| call.method.as_str()).collect();
+    assert_eq!(on_target, vec!["PATCH", "GET", "PATCH"]);
+}
+
+#[tokio::test]
+async fn cluster_serving_only_v1beta1_fails_naming_kueue_v0_15_and_writes_nothing_else() {
+    let policy = sample_policy();
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| {
+        if call.path == "/apis" {
+            return (
+                StatusCode::OK,
+                json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "kueue.x-k8s.io", "versions": [
+                    {"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}]}]}),
+            );
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
+
+    let error = reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.reason(), "kueue_too_old");
+    assert!(error.to_string().contains("v0.15"), "{error}");
+    let action = error_policy(Arc::new(policy), &error, ctx.clone());
+    assert_ne!(action, Action::await_change(), "a missing Kueue is retried");
+    let calls = api.finish(ctx).await;
+
+    assert!(calls.iter().all(|call| kind_of_path(&call.path).is_none()), "no Kueue object is written");
+    let status = calls.iter().find(|call| call.path.ends_with("/status")).unwrap();
+    assert_eq!(status.body["status"]["conditions"][0]["reason"], "KueueTooOld");
+}
+
+#[tokio::test]
+async fn invalid_policy_keeps_the_applied_objects_and_says_why() {
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let valid = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&valid, &snapshot));
+    let mut invalid = valid.clone();
+    invalid.spec.tiers[0].gpu_class = "b200".to_owned();
+    invalid.metadata.generation = Some(2);
+    let (client, api) = MockApi::start(Box::new(echo_server(invalid.clone())));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(invalid), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
+    assert_eq!(
+        summaries,
+        vec![
+            "PATCH /apis/tiergate.io/v1alpha1/tierpolicies/default/status".to_owned(),
+            "POST /apis/events.k8s.io/v1/namespaces/default/events".to_owned(),
+        ]
+    );
+    let status = &calls[0].body["status"];
+    assert_eq!(status["conditions"][0]["reason"], "InvalidPolicy");
+    assert!(status["lastError"].as_str().unwrap().contains("spec.tiers[0].gpuClass"));
+    assert_eq!(status["objectCounts"]["LocalQueue"], 1, "the last applied counts stay");
+    assert_eq!(calls[1].body["reason"], "InvalidPolicy");
+}
+
+#[tokio::test]
+async fn replica_without_the_lease_sends_nothing() {
+    let policy = sample_policy();
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::new());
+    ctx.assume_kueue_discovered();
+
+    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.reason(), "write_without_lease");
+    let calls = api.finish(ctx).await;
+    assert!(calls.is_empty(), "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn other_policies_are_told_only_one_is_reconciled() {
+    let mut other = sample_policy();
+    other.metadata.name = Some("second".to_owned());
+    let (client, api) = MockApi::start(Box::new(echo_server(other.clone())));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
+
+    reconcile(Arc::new(other), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].path, "/apis/tiergate.io/v1alpha1/tierpolicies/second/status");
+    assert_eq!(calls[0].body["status"]["conditions"][0]["reason"], "NotReconciled");
+}
+
+#[test]
+fn the_daemons_own_namespace_is_never_translated() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("tiergate-system", "gold")]);
+    let mut with_own = (**snapshot.load()).clone();
+    with_own.own_namespace = Some("tiergate-system".to_owned());
+    let names: Vec<String> =
+        build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name).collect();
+    assert_eq!(names, vec!["team-a".to_owned()]);
+}
+
+#[tokio::test]
+async fn unsynced_caches_are_never_decided_from() {
+    let policy = sample_policy();
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let unsynced = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+    let ctx = context(client, unsynced, stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let action = reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(UNSYNCED_RETRY));
+    assert!(api.finish(ctx).await.is_empty());
+}
+
+#[tokio::test]
+async fn policy_being_deleted_is_left_to_the_garbage_collector() {
+    let mut policy = sample_policy();
+    policy.metadata.deletion_timestamp =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let action = reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(api.finish(ctx).await.is_empty(), "nothing is re-created for a terminating policy");
+}
+
+#[tokio::test]
+async fn missing_kueue_is_reported_in_the_status_even_before_the_caches_sync() {
+    let policy = sample_policy();
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| {
+        if call.path == "/apis" {
+            return (StatusCode::OK, json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}));
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let unsynced = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
+    let ctx = context(client, unsynced, stores_with(vec![]), WriteGate::always_open());
+
+    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.reason(), "kueue_not_installed");
+    let calls = api.finish(ctx).await;
+    let status = calls.iter().find(|call| call.path.ends_with("/status")).unwrap();
+    assert_eq!(status.body["status"]["conditions"][0]["reason"], "KueueNotInstalled");
+    assert!(status.body["status"]["lastError"].as_str().unwrap().contains("install Kueue v0.15"));
+}

@@ -1,0 +1,166 @@
+//! Every write the reconciler makes: server-side apply (one field manager, forced), guarded deletes, the
+//! status subresource and Events. Each checks the Lease write gate right before sending; does I/O.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::DynamicObject;
+use kube::runtime::events::{Event, EventType};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::diff::{build_apply_need, is_contained};
+use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
+use super::status::{StatusInput, build_status};
+use super::{Context, ReconcileError};
+use crate::metrics::KindLabels;
+use crate::policy::TierPolicy;
+
+/// How many times a conflicting apply or delete is re-read and retried before the reconcile fails.
+const CONFLICT_ATTEMPTS: u32 = 3;
+
+fn check_gate(ctx: &Context, what: impl FnOnce() -> String) -> Result<(), ReconcileError> {
+    if ctx.gate.is_open() { Ok(()) } else { Err(ReconcileError::WriteWithoutLease { what: what() }) }
+}
+
+fn count_write(ctx: &Context, kind: &'static str) {
+    ctx.metrics.api_writes.get_or_create(&KindLabels { kind }).inc();
+}
+
+fn object_api(ctx: &Context, kind: KueueKind, object: &DynamicObject) -> Api<DynamicObject> {
+    let resource = kind.api_resource();
+    match object.namespace() {
+        Some(namespace) if kind.namespaced() => Api::namespaced_with(ctx.client.clone(), &namespace, &resource),
+        _ => Api::all_with(ctx.client.clone(), &resource),
+    }
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// Server-side applies `object` with the `tiergate` field manager (forced). On 409 it re-reads the object and
+/// retries unless the re-read shows it already matches.
+pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &DynamicObject) -> Result<(), ReconcileError> {
+    let api = object_api(ctx, kind, object);
+    let name = object.name_any();
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    for _ in 0..CONFLICT_ATTEMPTS {
+        check_gate(ctx, || format!("{} {}", kind.name(), display_name(object)))?;
+        count_write(ctx, kind.name());
+        match api.patch(&name, &params, &Patch::Apply(object)).await {
+            Ok(returned) => {
+                if !is_contained(&object.data, &returned.data) {
+                    tracing::warn!(
+                        kind = kind.name(),
+                        name = %display_name(object),
+                        "the API server rewrote fields tiergate applies; the translation should emit the server's \
+                         canonical form, else this object is re-applied on every resync"
+                    );
+                }
+                return Ok(());
+            }
+            Err(error) if is_status(&error, 409) => {
+                tracing::info!(kind = kind.name(), name = %display_name(object), "apply conflicted; re-reading");
+                let live = api.get_opt(&name).await.map_err(|source| ReconcileError::ReadObject {
+                    kind: kind.name(),
+                    name: display_name(object),
+                    source,
+                })?;
+                if !build_apply_need(object, live.as_ref()).needs_write() {
+                    return Ok(());
+                }
+            }
+            Err(source) => {
+                return Err(ReconcileError::ApplyObject { kind: kind.name(), name: display_name(object), source });
+            }
+        }
+    }
+    Err(ReconcileError::ApplyConflict { kind: kind.name(), name: display_name(object), attempts: CONFLICT_ATTEMPTS })
+}
+
+/// Deletes `live` only if it is still the object decided on (uid and resourceVersion preconditions). On 409 it
+/// re-reads and deletes again only if `still_wanted` holds for the fresh object. `Ok(false)`: kept.
+pub(super) async fn delete_object(
+    ctx: &Context,
+    kind: KueueKind,
+    live: &DynamicObject,
+    still_wanted: impl Fn(&DynamicObject) -> bool,
+) -> Result<bool, ReconcileError> {
+    let api = object_api(ctx, kind, live);
+    let name = live.name_any();
+    let mut current = live.clone();
+    for _ in 0..CONFLICT_ATTEMPTS {
+        check_gate(ctx, || format!("delete of {} {}", kind.name(), display_name(live)))?;
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: current.metadata.uid.clone(),
+                resource_version: current.metadata.resource_version.clone(),
+            }),
+            ..DeleteParams::background()
+        };
+        count_write(ctx, kind.name());
+        tracing::info!(kind = kind.name(), name = %display_name(live), "pruning");
+        match api.delete(&name, &params).await {
+            Ok(_) => return Ok(true),
+            Err(error) if is_status(&error, 404) => return Ok(true),
+            Err(error) if is_status(&error, 409) => {
+                let fresh = api.get_opt(&name).await.map_err(|source| ReconcileError::ReadObject {
+                    kind: kind.name(),
+                    name: display_name(live),
+                    source,
+                })?;
+                match fresh {
+                    None => return Ok(true),
+                    Some(fresh) if still_wanted(&fresh) && fresh.metadata.uid == live.metadata.uid => current = fresh,
+                    Some(_) => return Ok(false),
+                }
+            }
+            Err(source) => {
+                return Err(ReconcileError::DeleteObject { kind: kind.name(), name: display_name(live), source });
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// Writes the status `input` implies via the status subresource (server-side apply), only when it differs from
+/// what the policy shows. `Ok(true)` when it wrote.
+pub(super) async fn write_status(
+    ctx: &Context,
+    policy: &TierPolicy,
+    input: &StatusInput,
+) -> Result<bool, ReconcileError> {
+    let now = Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH));
+    let status = build_status(policy.status.as_ref(), policy.metadata.generation, input, &now);
+    if policy.status.as_ref() == Some(&status) {
+        return Ok(false);
+    }
+    let name = policy.name_any();
+    check_gate(ctx, || format!("status of TierPolicy {name}"))?;
+    let body = json!({
+        "apiVersion": TierPolicy::api_version(&()),
+        "kind": TierPolicy::kind(&()),
+        "metadata": { "name": name },
+        "status": status,
+    });
+    count_write(ctx, "TierPolicy");
+    let api: Api<TierPolicy> = Api::all(ctx.client.clone());
+    api.patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
+        .await
+        .map_err(|source| ReconcileError::WriteStatus { name: name.clone(), source })?;
+    Ok(true)
+}
+
+/// Publishes an Event on the policy; failures are logged, never fail the reconcile.
+pub(super) async fn publish_event(ctx: &Context, policy: &TierPolicy, type_: EventType, reason: &str, note: String) {
+    if check_gate(ctx, || format!("event {reason}")).is_err() {
+        return;
+    }
+    let event =
+        Event { type_, reason: reason.to_owned(), note: Some(note), action: reason.to_owned(), secondary: None };
+    count_write(ctx, "Event");
+    if let Err(error) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+        tracing::warn!(%error, reason, "failed to publish an Event");
+    }
+}

@@ -1,0 +1,271 @@
+//! Reusable end-to-end harness: a reachable cluster or a clear skip, random names, cleanup guards, polling
+//! helpers and an in-process daemon. Shared by the daemon, webhook, placement and scoring e2e tests; does I/O.
+
+use std::error::Error;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, ObjectMeta};
+use kube::{Client, CustomResourceExt};
+use tiergate::metrics::Metrics;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::runtime::{ReconcilerOptions, RunningReconciler, start_reconciler};
+use tokio_util::sync::CancellationToken;
+
+/// Boxed error for harness results.
+pub type HarnessError = Box<dyn Error + Send + Sync + 'static>;
+
+/// Field manager the harness writes with (distinct from the daemon's `tiergate`).
+pub const HARNESS_MANAGER: &str = "tiergate-e2e";
+
+/// Prints the skip line every e2e test uses, so CI logs show why nothing ran.
+pub fn skip(test: &str, reason: &str) {
+    println!("skipped: {test}: {reason}");
+}
+
+/// A client for the cluster `KUBECONFIG` points to, or `None` (after printing why) when it is unset or
+/// unreachable.
+pub async fn connect_or_skip(test: &str) -> Option<Client> {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        skip(test, "KUBECONFIG is not set; point it at a cluster with Kueue v0.15+ installed to run this test");
+        return None;
+    }
+    let client = match Client::try_default().await {
+        Ok(client) => client,
+        Err(error) => {
+            skip(test, &format!("failed to build a client from KUBECONFIG: {error}"));
+            return None;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(5), client.apiserver_version()).await {
+        Ok(Ok(_)) => Some(client),
+        Ok(Err(error)) => {
+            skip(test, &format!("the cluster in KUBECONFIG is unreachable: {error}"));
+            None
+        }
+        Err(_) => {
+            skip(test, "the cluster in KUBECONFIG did not answer within 5 s");
+            None
+        }
+    }
+}
+
+/// Whether the cluster serves Kueue's `kueue.x-k8s.io/v1beta2` (prints a skip line when it does not).
+pub async fn kueue_served_or_skip(client: &Client, test: &str) -> bool {
+    match tiergate::reconcile::discovery::discover_kueue(client).await {
+        Ok(()) => true,
+        Err(error) => {
+            skip(test, &format!("Kueue CRDs are not usable: {error}"));
+            false
+        }
+    }
+}
+
+/// `prefix-xxxxxxxx`, unique enough for parallel runs on one cluster.
+pub fn random_name(prefix: &str) -> String {
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |elapsed| elapsed.subsec_nanos());
+    let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mixed = nanos ^ std::process::id().rotate_left(16) ^ count.wrapping_mul(0x9e37_79b9);
+    format!("{prefix}-{mixed:08x}")
+}
+
+/// Polls `check` every 200 ms until it yields `Some`, or fails naming `what` after `timeout`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, HarnessError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("failed to observe {what} within {timeout:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// One object to delete at cleanup.
+#[derive(Clone, Debug)]
+struct Tracked {
+    resource: ApiResource,
+    namespace: Option<String>,
+    name: String,
+}
+
+/// Deletes everything tracked, in reverse order, when [`Cleanup::run`] is awaited or (as a fallback) on drop.
+/// Drop needs a multi-thread runtime: use `#[tokio::test(flavor = "multi_thread")]`.
+pub struct Cleanup {
+    client: Client,
+    tracked: Mutex<Vec<Tracked>>,
+}
+
+impl std::fmt::Debug for Cleanup {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Cleanup").field("tracked", &self.tracked).finish_non_exhaustive()
+    }
+}
+
+impl Cleanup {
+    /// An empty guard.
+    pub fn new(client: Client) -> Self {
+        Self { client, tracked: Mutex::new(Vec::new()) }
+    }
+
+    /// Deletes `name` (of `resource`, in `namespace` when namespaced) at cleanup.
+    pub fn track(&self, resource: ApiResource, namespace: Option<&str>, name: &str) {
+        if let Ok(mut tracked) = self.tracked.lock() {
+            tracked.push(Tracked { resource, namespace: namespace.map(str::to_owned), name: name.to_owned() });
+        }
+    }
+
+    /// Deletes every tracked object now (missing ones are fine).
+    pub async fn run(&self) {
+        let tracked = self.tracked.lock().map(|mut tracked| std::mem::take(&mut *tracked)).unwrap_or_default();
+        for item in tracked.into_iter().rev() {
+            let api: Api<DynamicObject> = match &item.namespace {
+                Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &item.resource),
+                None => Api::all_with(self.client.clone(), &item.resource),
+            };
+            if let Err(error) = api.delete(&item.name, &DeleteParams::background()).await
+                && !matches!(&error, kube::Error::Api(status) if status.code == 404)
+            {
+                println!("cleanup: failed to delete {} {}: {error}", item.resource.kind, item.name);
+            }
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let pending = self.tracked.lock().map(|tracked| !tracked.is_empty()).unwrap_or(false);
+        if pending && let Ok(handle) = tokio::runtime::Handle::try_current() {
+            tokio::task::block_in_place(|| handle.block_on(self.run()));
+        }
+    }
+}
+
+/// Creates a namespace with `labels`, tracked for cleanup.
+pub async fn create_namespace(
+    client: &Client,
+    cleanup: &Cleanup,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Result<(), HarnessError> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await?;
+    cleanup.track(ApiResource::erase::<Namespace>(&()), None, name);
+    Ok(())
+}
+
+/// Installs (server-side applies) the TierPolicy CRD and waits until it is established. Returns whether it
+/// was absent before (then the caller should remove it at cleanup).
+pub async fn install_tierpolicy_crd(client: &Client) -> Result<bool, HarnessError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = TierPolicy::crd();
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let existed = crds.get_opt(&name).await?.is_some();
+    crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
+    wait_for("the TierPolicy CRD to be established", Duration::from_secs(30), || {
+        let crds = crds.clone();
+        let name = name.clone();
+        async move {
+            let crd = crds.get_opt(&name).await.ok()??;
+            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        }
+    })
+    .await?;
+    Ok(!existed)
+}
+
+/// The reconciling half of the daemon running inside the test process, with its own metrics.
+#[derive(Debug)]
+pub struct InProcessDaemon {
+    /// The daemon's metrics (e.g. `tiergate_api_writes_total`).
+    pub metrics: Arc<Metrics>,
+    running: RunningReconciler,
+    shutdown: CancellationToken,
+}
+
+impl InProcessDaemon {
+    /// Starts caches, leader election and the controller for `policy_name`, its Lease in `namespace`.
+    pub fn start(client: &Client, policy_name: &str, namespace: &str, lease_name: &str) -> Self {
+        let metrics = Arc::new(Metrics::new());
+        let shutdown = CancellationToken::new();
+        let options = ReconcilerOptions {
+            policy_name: policy_name.to_owned(),
+            namespace: namespace.to_owned(),
+            lease_name: lease_name.to_owned(),
+            identity: random_name("e2e-daemon"),
+            debounce: Duration::from_millis(100),
+            ledger: None,
+        };
+        let running = start_reconciler(client, options, metrics.clone(), &shutdown);
+        Self { metrics, running, shutdown }
+    }
+
+    /// Whether the caches have synced and this daemon holds the Lease.
+    pub fn is_leading_and_synced(&self) -> bool {
+        self.running.snapshot.load().synced && self.running.gate.is_open()
+    }
+
+    /// Stops it (releasing the Lease) and waits until it has stopped.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        self.running.stopped().await;
+    }
+
+    /// Sum of every series of the counter or gauge `family` (e.g. `tiergate_api_writes_total`).
+    pub fn metric_sum(&self, family: &str) -> f64 {
+        metric_sum(&self.metrics, family)
+    }
+}
+
+/// Sum of every series of `family` in the metrics' text exposition.
+pub fn metric_sum(metrics: &Metrics, family: &str) -> f64 {
+    let text = metrics.encode().unwrap_or_default();
+    text.lines()
+        .filter(|line| line.starts_with(family) && !line.starts_with('#'))
+        .filter(|line| line[family.len()..].starts_with(['{', ' ']))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_names_differ_and_are_dns_labels() {
+        let first = random_name("tg");
+        let second = random_name("tg");
+        assert_ne!(first, second);
+        assert!(first.len() <= 63 && first.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'));
+    }
+
+    #[test]
+    fn metric_sum_adds_every_series_of_one_family_only() {
+        let metrics = Metrics::new();
+        metrics.api_writes.get_or_create(&tiergate::metrics::KindLabels { kind: "LocalQueue" }).inc_by(2);
+        metrics.api_writes.get_or_create(&tiergate::metrics::KindLabels { kind: "ClusterQueue" }).inc();
+        metrics.reconciles.inc();
+        assert_eq!(metric_sum(&metrics, "tiergate_api_writes_total"), 3.0);
+        assert_eq!(metric_sum(&metrics, "tiergate_reconciles_total"), 1.0);
+    }
+}

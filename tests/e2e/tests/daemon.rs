@@ -1,0 +1,200 @@
+//! End-to-end test of `tiergate run`'s reconciler against a real cluster with Kueue: objects appear, follow a
+//! relabel and a policy edit, survive a restart with zero writes, and are pruned with the policy. Skipped (and
+//! passing) when KUBECONFIG is unset/unreachable or Kueue's v1beta2 CRDs are absent. See docs/reconcile.md.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
+use tiergate_e2e::{
+    Cleanup, HARNESS_MANAGER, HarnessError, InProcessDaemon, connect_or_skip, create_namespace, install_tierpolicy_crd,
+    kueue_served_or_skip, random_name, wait_for,
+};
+
+/// How long Kueue objects may take to appear after a change (the issue's bar).
+const CONVERGE: Duration = Duration::from_secs(10);
+/// Garbage collection after the policy is deleted runs in the controller-manager, not in tiergate.
+const GARBAGE_COLLECTION: Duration = Duration::from_secs(60);
+const TIER_LABEL: &str = "e2e.tiergate.io/tier";
+
+struct Names {
+    policy: String,
+    prefix: String,
+    lease: String,
+}
+
+impl Names {
+    fn cluster_queue(&self, tier: &str) -> String {
+        format!("tiergate-{}-{tier}", self.prefix)
+    }
+    fn local_queue(&self, tier: &str) -> String {
+        format!("tiergate-{}-{tier}", self.prefix)
+    }
+}
+
+/// The sample policy with tiers and classes renamed so nothing collides with a real installation.
+fn build_policy(names: &Names) -> Result<TierPolicy, HarnessError> {
+    let mut policy = tiergate::inputs::load_policy(None)?;
+    policy.metadata.name = Some(names.policy.clone());
+    policy.spec.tier_label = TIER_LABEL.to_owned();
+    for class in &mut policy.spec.gpu_classes {
+        class.name = format!("{}-{}", names.prefix, class.name);
+    }
+    for bucket in &mut policy.spec.priority_buckets {
+        bucket.name = format!("{}-{}", names.prefix, bucket.name);
+    }
+    for tier in &mut policy.spec.tiers {
+        tier.gpu_class = format!("{}-{}", names.prefix, tier.gpu_class);
+        tier.name = format!("{}-{}", names.prefix, tier.name);
+    }
+    Ok(policy)
+}
+
+fn api_for(client: &Client, kind: KueueKind, namespace: Option<&str>) -> Api<DynamicObject> {
+    let resource = kind.api_resource();
+    match namespace {
+        Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+async fn get_object(client: &Client, kind: KueueKind, namespace: Option<&str>, name: &str) -> Option<DynamicObject> {
+    api_for(client, kind, namespace).get_opt(name).await.ok().flatten()
+}
+
+/// Every owned object of the policy, with its resourceVersion.
+async fn owned_versions(client: &Client, policy: &str) -> Result<BTreeMap<String, String>, HarnessError> {
+    let mut versions = BTreeMap::new();
+    let params = ListParams::default().labels(&build_ownership_selector(policy));
+    for kind in KueueKind::ALL {
+        for object in api_for(client, kind, None).list(&params).await?.items {
+            let key = format!("{} {}/{}", kind.name(), object.namespace().unwrap_or_default(), object.name_any());
+            versions.insert(key, object.resource_version().unwrap_or_default());
+        }
+    }
+    Ok(versions)
+}
+
+async fn apply_policy(client: &Client, policy: &TierPolicy) -> Result<(), HarnessError> {
+    let api: Api<TierPolicy> = Api::all(client.clone());
+    let mut body = serde_json::to_value(policy)?;
+    if let Some(object) = body.as_object_mut() {
+        object.remove("status");
+    }
+    api.patch(&policy.name_any(), &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(body)).await?;
+    Ok(())
+}
+
+async fn label_namespace(client: &Client, namespace: &str, tier: &str) -> Result<(), HarnessError> {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {TIER_LABEL: tier}}});
+    api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn daemon_converges_follows_changes_restarts_without_writes_and_prunes_with_the_policy() {
+    const TEST: &str = "daemon_converges_follows_changes_restarts_without_writes_and_prunes_with_the_policy";
+    let Some(client) = connect_or_skip(TEST).await else { return };
+    if !kueue_served_or_skip(&client, TEST).await {
+        return;
+    }
+    let cleanup = Cleanup::new(client.clone());
+    let result = run_scenario(&client, &cleanup).await;
+    cleanup.run().await;
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e");
+    let names = Names { policy: prefix.clone(), prefix: prefix.clone(), lease: format!("{prefix}-lease") };
+    if install_tierpolicy_crd(client).await? {
+        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
+    }
+    let system = format!("{prefix}-system");
+    create_namespace(client, cleanup, &system, &[]).await?;
+    let (gold, bronze) = (format!("{prefix}-gold"), format!("{prefix}-bronze"));
+    let mut policy = build_policy(&names)?;
+    let daemon = InProcessDaemon::start(client, &names.policy, &system, &names.lease);
+
+    // 1. The sample policy and two tiered namespaces converge within 10 s.
+    apply_policy(client, &policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &names.policy);
+    create_namespace(client, cleanup, &gold, &[(TIER_LABEL, &format!("{prefix}-gold"))]).await?;
+    create_namespace(client, cleanup, &bronze, &[(TIER_LABEL, &format!("{prefix}-bronze"))]).await?;
+    wait_for("the gold and bronze LocalQueues", CONVERGE, || async {
+        let gold_queue = get_object(client, KueueKind::LocalQueue, Some(&gold), &names.local_queue("gold")).await?;
+        get_object(client, KueueKind::LocalQueue, Some(&bronze), &names.local_queue("bronze")).await?;
+        (gold_queue.data["spec"]["clusterQueue"] == json!(names.cluster_queue("gold"))).then_some(())
+    })
+    .await?;
+    for tier in ["gold", "silver", "bronze"] {
+        get_object(client, KueueKind::ClusterQueue, None, &names.cluster_queue(tier))
+            .await
+            .ok_or_else(|| format!("ClusterQueue {} is missing", names.cluster_queue(tier)))?;
+    }
+
+    // 2. A relabel moves the namespace: new queue created, the empty old one deleted.
+    label_namespace(client, &gold, &format!("{prefix}-silver")).await?;
+    wait_for("the relabeled namespace's LocalQueue to move to silver", CONVERGE, || async {
+        get_object(client, KueueKind::LocalQueue, Some(&gold), &names.local_queue("silver")).await?;
+        get_object(client, KueueKind::LocalQueue, Some(&gold), &names.local_queue("gold")).await.is_none().then_some(())
+    })
+    .await?;
+
+    // 3. A policy edit converges: bronze's GPU quota drops to 8.
+    let bronze_tier =
+        policy.spec.tiers.iter_mut().find(|tier| tier.name.ends_with("-bronze")).ok_or("no bronze tier")?;
+    if let Some(quota) = bronze_tier.quotas.get_mut("nvidia.com/gpu") {
+        quota.nominal = k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".to_owned());
+    }
+    apply_policy(client, &policy).await?;
+    wait_for("the bronze ClusterQueue to carry the edited quota", CONVERGE, || async {
+        let queue = get_object(client, KueueKind::ClusterQueue, None, &names.cluster_queue("bronze")).await?;
+        let text = queue.data["spec"]["resourceGroups"].to_string();
+        text.contains(r#""name":"nvidia.com/gpu","nominalQuota":"8""#).then_some(())
+    })
+    .await?;
+
+    // 4. A restart over an unchanged cluster makes zero writes.
+    wait_for("the policy to report Ready", CONVERGE, || async {
+        let api: Api<TierPolicy> = Api::all(client.clone());
+        let status = api.get_opt(&names.policy).await.ok()??.status?;
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == Some(2))
+            .then_some(())
+    })
+    .await?;
+    let before = owned_versions(client, &names.policy).await?;
+    daemon.stop().await;
+    let restarted = InProcessDaemon::start(client, &names.policy, &system, &names.lease);
+    wait_for("the restarted daemon to lead, sync and reconcile", Duration::from_secs(30), || async {
+        let reconciled = restarted.metric_sum("tiergate_owned_objects") > 0.0;
+        (restarted.is_leading_and_synced() && reconciled).then_some(())
+    })
+    .await?;
+    let writes = restarted.metric_sum("tiergate_api_writes_total");
+    let after = owned_versions(client, &names.policy).await?;
+    if writes != 0.0 || before != after {
+        return Err(format!("restart made {writes} writes; resourceVersions before {before:?} after {after:?}").into());
+    }
+
+    // 5. Deleting the policy prunes everything it owned (owner references -> garbage collector).
+    Api::<TierPolicy>::all(client.clone()).delete(&names.policy, &DeleteParams::background()).await?;
+    wait_for("every owned Kueue object to be removed", GARBAGE_COLLECTION, || async {
+        owned_versions(client, &names.policy).await.ok()?.is_empty().then_some(())
+    })
+    .await?;
+    restarted.stop().await;
+    Ok(())
+}
