@@ -88,7 +88,7 @@ pub fn webhook_endpoint_or_skip(test: &str) -> Result<Option<WebhookEndpoint>, H
             test,
             &format!(
                 "{HOST_ENV} is not set; set it to an address of this machine the API server can reach (kind: \
-                 `docker network inspect kind -f '{{{{(index .IPAM.Config 0).Gateway}}}}'`), and {PORT_ENV} if \
+                 the IPv4 gateway in `docker network inspect kind`, e.g. 172.18.0.1), and {PORT_ENV} if \
                  {DEFAULT_PORT} is taken"
             ),
         );
