@@ -118,7 +118,7 @@ pub fn build_test_certificates(host: &str) -> Result<(String, String, String), H
 pub struct InProcessWebhook {
     /// The CA that signed the serving certificate (the webhook configuration's `caBundle`).
     pub ca_pem: String,
-    /// Where it listens.
+    /// Where it listens (the bound port, also when the endpoint asked for port 0).
     pub listen: SocketAddr,
     stop_on_drop: DropGuard,
     task: JoinHandle<Result<(), ServeError>>,
@@ -138,6 +138,7 @@ impl InProcessWebhook {
         let listener = std::net::TcpListener::bind(listen)
             .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
             .map_err(|error| format!("failed to listen on {listen}: {error}; set {PORT_ENV} to a free port"))?;
+        let listen = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let task = tokio::spawn(async move { serve_webhook_on(listener, &cert, &key, state, token).await });
@@ -275,6 +276,59 @@ mod tests {
         let (_, parsed) = x509_parser::parse_x509_certificate(&der).unwrap();
         let names = parsed.subject_alternative_name().unwrap().unwrap().value.general_names.clone();
         assert_eq!(names, [GeneralName::IPAddress(&[172, 18, 0, 1])]);
+    }
+
+    /// What the API server does, on loopback: TLS verified against the CA bundle at the IP address in the URL,
+    /// ALPN h2 offered, an AdmissionReview posted and its uid answered.
+    #[tokio::test]
+    async fn the_in_process_webhook_answers_over_tls_verified_at_its_ip_with_the_ca_it_hands_out() {
+        use rustls_pki_types::pem::PemObject;
+        let state = AdmissionState {
+            snapshot: std::sync::Arc::default(),
+            scorer: std::sync::Arc::default(),
+            ledger: std::sync::Arc::default(),
+            metrics: std::sync::Arc::new(tiergate::metrics::Metrics::new()),
+        };
+        let webhook =
+            InProcessWebhook::start(&WebhookEndpoint { host: "127.0.0.1".to_owned(), port: 0 }, state).unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(rustls_pki_types::CertificateDer::from_pem_slice(webhook.ca_pem.as_bytes()).unwrap()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let client = reqwest::Client::builder().tls_backend_preconfigured(tls).build().unwrap();
+        let url = format!("https://127.0.0.1:{}/mutate", webhook.listen.port());
+        let review = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "e2e-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "name": "p", "namespace": "n",
+                "operation": "CREATE", "userInfo": {"username": "e2e"}, "dryRun": true,
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n"}}
+            }
+        });
+        let mut answer = None;
+        for _ in 0..100 {
+            match client.post(&url).json(&review).send().await {
+                Ok(response) => {
+                    answer = Some(response);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+        let response = answer.expect("the webhook never answered over verified TLS");
+        assert_eq!(response.version(), reqwest::Version::HTTP_2);
+        let body: serde_json::Value = response.json().await.unwrap();
+        assert_eq!(
+            (body["response"]["uid"].as_str(), body["response"]["allowed"].as_bool()),
+            (Some("e2e-1"), Some(true))
+        );
+        webhook.stop().await;
     }
 
     #[test]
