@@ -168,16 +168,21 @@ async fn wait_until_mutating(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &run.bronze);
     let job: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
     let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    let last = Mutex::new(String::from("every dry-run create came back unmutated"));
+    let last = Mutex::new(String::new());
+    let record = |message: String| {
+        if let Ok(mut last) = last.lock() {
+            *last = message;
+        }
+    };
     let waited = wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
         match jobs.create(&dry_run, &job).await {
             Ok(stored) if labels(&stored.metadata).contains_key(QUEUE_NAME_LABEL) => return Some(()),
-            Ok(_) => {}
-            Err(error) => {
-                if let Ok(mut last) = last.lock() {
-                    *last = format!("the last dry-run create failed: {error}");
-                }
-            }
+            Ok(_) => record(
+                "the last dry-run create came back unmutated (the configuration is not active yet, \
+                              or the daemon's snapshot does not show the namespace)"
+                    .to_owned(),
+            ),
+            Err(error) => record(format!("the last dry-run create failed: {error}")),
         }
         None
     })
