@@ -10,17 +10,27 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, ObjectMeta};
-use kube::{Client, CustomResourceExt};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use serde::de::DeserializeOwned;
+use tiergate::admission::server::AdmissionState;
 use tiergate::metrics::Metrics;
+use tiergate::placement::PlacementLedger;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::runtime::{ReconcilerOptions, RunningReconciler, start_reconciler};
+use tiergate::scoring::Scorer;
+use tiergate::view::SharedSnapshot;
 use tokio_util::sync::CancellationToken;
+
+pub mod webhook;
 
 /// Boxed error for harness results.
 pub type HarnessError = Box<dyn Error + Send + Sync + 'static>;
 
 /// Field manager the harness writes with (distinct from the daemon's `tiergate`).
 pub const HARNESS_MANAGER: &str = "tiergate-e2e";
+
+/// Namespace label naming a namespace's tier in the e2e policy (never the label a real installation uses).
+pub const E2E_TIER_LABEL: &str = "e2e.tiergate.io/tier";
 
 /// Prints the skip line every e2e test uses, so CI logs show why nothing ran.
 pub fn skip(test: &str, reason: &str) {
@@ -194,19 +204,74 @@ pub async fn install_tierpolicy_crd(client: &Client) -> Result<bool, HarnessErro
     Ok(!existed)
 }
 
+/// `<prefix>-<name>`: how the e2e policy renames tiers, GPU classes and priority buckets.
+pub fn prefixed(prefix: &str, name: &str) -> String {
+    format!("{prefix}-{name}")
+}
+
+/// The sample policy (`samples/kubenexus`) named `prefix`, with its tiers, GPU classes and priority buckets
+/// renamed `<prefix>-<name>` and tiers chosen by [`E2E_TIER_LABEL`], so its Kueue objects never collide with a
+/// real installation's or another run's. A namespace joins tier `bronze` with `E2E_TIER_LABEL:
+/// <prefix>-bronze`; the GPU classes keep their node labels.
+pub fn build_prefixed_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
+    let mut policy = tiergate::inputs::load_policy(None)?;
+    policy.metadata.name = Some(prefix.to_owned());
+    policy.spec.tier_label = E2E_TIER_LABEL.to_owned();
+    for class in &mut policy.spec.gpu_classes {
+        class.name = prefixed(prefix, &class.name);
+    }
+    for bucket in &mut policy.spec.priority_buckets {
+        bucket.name = prefixed(prefix, &bucket.name);
+    }
+    for tier in &mut policy.spec.tiers {
+        tier.gpu_class = prefixed(prefix, &tier.gpu_class);
+        tier.fallback_gpu_classes = tier.fallback_gpu_classes.iter().map(|class| prefixed(prefix, class)).collect();
+        if let Some(class) = &tier.default_priority_class {
+            tier.default_priority_class = Some(prefixed(prefix, class));
+        }
+        tier.name = prefixed(prefix, &tier.name);
+    }
+    Ok(policy)
+}
+
+/// Server-side applies `policy` (without status) as the harness's field manager.
+pub async fn apply_policy(client: &Client, policy: &TierPolicy) -> Result<(), HarnessError> {
+    let api: Api<TierPolicy> = Api::all(client.clone());
+    let mut body = serde_json::to_value(policy)?;
+    if let Some(object) = body.as_object_mut() {
+        object.remove("status");
+    }
+    api.patch(&policy.name_any(), &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(body)).await?;
+    Ok(())
+}
+
+/// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.
+pub fn load_sample_workload<T: DeserializeOwned>(file: &str, namespace: &str) -> Result<T, HarnessError> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/workloads").join(file);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("failed to read {}: {error}", path.display()))?;
+    let mut value: serde_json::Value =
+        serde_saphyr::from_str(&text).map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
+    value["metadata"]["namespace"] = namespace.into();
+    serde_json::from_value(value)
+        .map_err(|error| format!("failed to read {} as its kind: {error}", path.display()).into())
+}
+
 /// The reconciling half of the daemon running inside the test process, with its own metrics.
 #[derive(Debug)]
 pub struct InProcessDaemon {
     /// The daemon's metrics (e.g. `tiergate_api_writes_total`).
     pub metrics: Arc<Metrics>,
+    ledger: Arc<PlacementLedger>,
     running: RunningReconciler,
     shutdown: CancellationToken,
 }
 
 impl InProcessDaemon {
-    /// Starts caches, leader election and the controller for `policy_name`, its Lease in `namespace`.
+    /// Starts caches, leader election and the controller for `policy_name`, its Lease in `namespace`, with a
+    /// placement ledger kept in step with the pod cache (as `tiergate run` wires it).
     pub fn start(client: &Client, policy_name: &str, namespace: &str, lease_name: &str) -> Self {
         let metrics = Arc::new(Metrics::new());
+        let ledger = Arc::new(PlacementLedger::new(metrics.clone()));
         let shutdown = CancellationToken::new();
         let options = ReconcilerOptions {
             policy_name: policy_name.to_owned(),
@@ -214,10 +279,26 @@ impl InProcessDaemon {
             lease_name: lease_name.to_owned(),
             identity: random_name("e2e-daemon"),
             debounce: Duration::from_millis(100),
-            ledger: None,
+            ledger: Some(ledger.clone()),
         };
         let running = start_reconciler(client, options, metrics.clone(), &shutdown);
-        Self { metrics, running, shutdown }
+        Self { metrics, ledger, running, shutdown }
+    }
+
+    /// The snapshot the daemon's caches feed.
+    pub fn snapshot(&self) -> SharedSnapshot {
+        self.running.snapshot.clone()
+    }
+
+    /// What the webhook serves from, wired as `tiergate run` does: this daemon's snapshot, ledger and metrics
+    /// and the built-in scorer (no `--agent-url`; the policy's `spec.scoring.url` still applies).
+    pub fn admission_state(&self) -> AdmissionState {
+        AdmissionState {
+            snapshot: self.snapshot(),
+            scorer: Arc::new(Scorer::new(None, self.metrics.clone())),
+            ledger: self.ledger.clone(),
+            metrics: self.metrics.clone(),
+        }
     }
 
     /// Whether the caches have synced and this daemon holds the Lease.

@@ -13,15 +13,14 @@ use serde_json::json;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
 use tiergate_e2e::{
-    Cleanup, HARNESS_MANAGER, HarnessError, InProcessDaemon, connect_or_skip, create_namespace, install_tierpolicy_crd,
-    kueue_served_or_skip, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, connect_or_skip,
+    create_namespace, install_tierpolicy_crd, kueue_served_or_skip, random_name, wait_for,
 };
 
 /// How long Kueue objects may take to appear after a change (the bar).
 const CONVERGE: Duration = Duration::from_secs(10);
 /// Garbage collection after the policy is deleted runs in the controller-manager, not in tiergate.
 const GARBAGE_COLLECTION: Duration = Duration::from_secs(60);
-const TIER_LABEL: &str = "e2e.tiergate.io/tier";
 
 struct Names {
     policy: String,
@@ -36,24 +35,6 @@ impl Names {
     fn local_queue(&self, tier: &str) -> String {
         format!("tiergate-{}-{tier}", self.prefix)
     }
-}
-
-/// The sample policy with tiers and classes renamed so nothing collides with a real installation.
-fn build_policy(names: &Names) -> Result<TierPolicy, HarnessError> {
-    let mut policy = tiergate::inputs::load_policy(None)?;
-    policy.metadata.name = Some(names.policy.clone());
-    policy.spec.tier_label = TIER_LABEL.to_owned();
-    for class in &mut policy.spec.gpu_classes {
-        class.name = format!("{}-{}", names.prefix, class.name);
-    }
-    for bucket in &mut policy.spec.priority_buckets {
-        bucket.name = format!("{}-{}", names.prefix, bucket.name);
-    }
-    for tier in &mut policy.spec.tiers {
-        tier.gpu_class = format!("{}-{}", names.prefix, tier.gpu_class);
-        tier.name = format!("{}-{}", names.prefix, tier.name);
-    }
-    Ok(policy)
 }
 
 fn api_for(client: &Client, kind: KueueKind, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -81,19 +62,9 @@ async fn owned_versions(client: &Client, policy: &str) -> Result<BTreeMap<String
     Ok(versions)
 }
 
-async fn apply_policy(client: &Client, policy: &TierPolicy) -> Result<(), HarnessError> {
-    let api: Api<TierPolicy> = Api::all(client.clone());
-    let mut body = serde_json::to_value(policy)?;
-    if let Some(object) = body.as_object_mut() {
-        object.remove("status");
-    }
-    api.patch(&policy.name_any(), &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(body)).await?;
-    Ok(())
-}
-
 async fn label_namespace(client: &Client, namespace: &str, tier: &str) -> Result<(), HarnessError> {
     let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let patch = json!({"metadata": {"labels": {TIER_LABEL: tier}}});
+    let patch = json!({"metadata": {"labels": {E2E_TIER_LABEL: tier}}});
     api.patch(namespace, &PatchParams::default(), &Patch::Merge(&patch)).await?;
     Ok(())
 }
@@ -122,14 +93,14 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
     let system = format!("{prefix}-system");
     create_namespace(client, cleanup, &system, &[]).await?;
     let (gold, bronze) = (format!("{prefix}-gold"), format!("{prefix}-bronze"));
-    let mut policy = build_policy(&names)?;
+    let mut policy = build_prefixed_policy(&names.prefix)?;
     let daemon = InProcessDaemon::start(client, &names.policy, &system, &names.lease);
 
     // 1. The sample policy and two tiered namespaces converge within 10 s.
     apply_policy(client, &policy).await?;
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &names.policy);
-    create_namespace(client, cleanup, &gold, &[(TIER_LABEL, &format!("{prefix}-gold"))]).await?;
-    create_namespace(client, cleanup, &bronze, &[(TIER_LABEL, &format!("{prefix}-bronze"))]).await?;
+    create_namespace(client, cleanup, &gold, &[(E2E_TIER_LABEL, &format!("{prefix}-gold"))]).await?;
+    create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &format!("{prefix}-bronze"))]).await?;
     wait_for("the gold and bronze LocalQueues", CONVERGE, || async {
         let gold_queue = get_object(client, KueueKind::LocalQueue, Some(&gold), &names.local_queue("gold")).await?;
         get_object(client, KueueKind::LocalQueue, Some(&bronze), &names.local_queue("bronze")).await?;
