@@ -155,33 +155,34 @@ fn dropping_the_smart_scheduler_annotation_removes_the_normalized_strategy_from_
 
 // ---- Bursts ----
 
+/// One recorded burst, after its Deployment, admitted concurrently through a fresh pipeline (ten times over):
+/// every pod's selector is its rule's (`label: RULE`), its owner is the Deployment, and the split is `expected`.
+fn assert_burst_splits(deployment: &str, app: &str, pods: usize, label: &str, expected: &[(&str, usize)]) {
+    for _ in 0..10 {
+        let pipeline = Pipeline::new();
+        let requests = admitted_burst(&pipeline, deployment, app, pods);
+        let decisions = pipeline.decide_concurrently(&requests);
+        assert_eq!(split_of(&requests, &decisions, |rule| json!({ label: rule })), counts(expected));
+        for (request, decision) in requests.iter().zip(&decisions) {
+            let annotations = &patched(request, decision)["metadata"]["annotations"];
+            assert_eq!(annotations["tiergate.io/placement-owner"], format!("Deployment/ml-team-dev/{app}"));
+            assert_eq!(annotations["tiergate.io/placement-request"], json!(request.uid));
+        }
+    }
+}
+
 /// Seed 003's worked example through the whole webhook: 6 replicas -> 3 on-demand, 3 spot.
 #[test]
 fn web_app_burst_admitted_concurrently_after_its_deployment_splits_three_ondemand_three_spot() {
-    for _ in 0..10 {
-        let pipeline = Pipeline::new();
-        let requests = admitted_burst(&pipeline, "deployment-create-smart-scheduler-strategy.json", "web-app", 6);
-        let decisions = pipeline.decide_concurrently(&requests);
-        let split = split_of(&requests, &decisions, |rule| json!({"node-type": rule}));
-        assert_eq!(split, counts(&[("ondemand", 3), ("spot", 3)]));
-        for (request, decision) in requests.iter().zip(&decisions) {
-            let pod = patched(request, decision);
-            assert_eq!(pod["metadata"]["annotations"]["tiergate.io/placement-owner"], "Deployment/ml-team-dev/web-app");
-            assert_eq!(pod["metadata"]["annotations"]["tiergate.io/placement-request"], json!(request.uid));
-        }
-    }
+    let expected = [("ondemand", 3), ("spot", 3)];
+    assert_burst_splits("deployment-create-smart-scheduler-strategy.json", "web-app", 6, "node-type", &expected);
 }
 
 /// Seed 004's worked example through the whole webhook: 10 replicas -> 1 / 4 / 5.
 #[test]
 fn alpine_burst_admitted_concurrently_after_its_deployment_splits_one_four_five() {
-    for _ in 0..10 {
-        let pipeline = Pipeline::new();
-        let requests = admitted_burst(&pipeline, "deployment-create-custom-pod-strategy.json", "alpine", 10);
-        let decisions = pipeline.decide_concurrently(&requests);
-        let split = split_of(&requests, &decisions, |rule| json!({"nodesize": rule}));
-        assert_eq!(split, counts(&[("od4vcpu16gb", 1), ("spot4vcpu16gb", 4), ("spot8vcpu32gb", 5)]));
-    }
+    let expected = [("od4vcpu16gb", 1), ("spot4vcpu16gb", 4), ("spot8vcpu32gb", 5)];
+    assert_burst_splits("deployment-create-custom-pod-strategy.json", "alpine", 10, "nodesize", &expected);
 }
 
 #[test]
