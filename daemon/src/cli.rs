@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use tiergate_compat::namespaces::{NamespaceListError, parse_namespace_blocklist};
 
 /// tiergate: Kueue tiers, GPU classes and priorities from one TierPolicy.
 #[derive(Debug, Parser)]
@@ -91,6 +92,9 @@ pub struct ExplainArgs {
     /// The workload (YAML or JSON) to decide on, or an AdmissionReview.
     #[arg(env = "TIERGATE_WORKLOAD")]
     pub workload: PathBuf,
+    /// Placement flags.
+    #[command(flatten)]
+    pub placement: PlacementArgs,
 }
 
 /// TLS serving flags shared by `run` and `webhook`.
@@ -122,6 +126,9 @@ pub struct RunArgs {
     /// Scheduler agent base URL; overrides the policy's `spec.scoring.url`.
     #[arg(long, env = "TIERGATE_AGENT_URL")]
     pub agent_url: Option<String>,
+    /// Placement flags.
+    #[command(flatten)]
+    pub placement: PlacementArgs,
     /// The daemon's own namespace (always excluded from mutation).
     #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
     pub namespace: String,
@@ -173,6 +180,33 @@ pub struct WebhookArgs {
     /// Scheduler agent base URL; overrides the policy's `spec.scoring.url`.
     #[arg(long, env = "TIERGATE_AGENT_URL")]
     pub agent_url: Option<String>,
+    /// Placement flags.
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+}
+
+/// Placement flags shared by `run`, `webhook` and `explain`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct PlacementArgs {
+    /// Namespaces placement (base/weight strategies, GPU pinning) leaves alone, comma-separated, on top of the
+    /// policy's exclusions; seed 004's variable, e.g. `kube-system,kube-public,default`.
+    #[arg(long, env = "BLOCKLISTED_NAMESPACE_LIST", value_parser = parse_namespace_list)]
+    pub blocklisted_namespaces: Option<NamespaceList>,
+}
+
+impl PlacementArgs {
+    /// The namespaces to pass to `PlacementLedger::with_excluded_namespaces`.
+    pub fn excluded_namespaces(&self) -> Vec<String> {
+        self.blocklisted_namespaces.clone().unwrap_or_default().0
+    }
+}
+
+/// Namespace names from seed 004's `BLOCKLISTED_NAMESPACE_LIST` format.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceList(pub Vec<String>);
+
+fn parse_namespace_list(value: &str) -> Result<NamespaceList, NamespaceListError> {
+    parse_namespace_blocklist(value).map(NamespaceList)
 }
 
 /// `tiergate agent`.
@@ -197,6 +231,27 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_seed_004_blocklist_feeds_the_webhooks_placement_and_a_bad_entry_is_named() {
+        let parsed = Cli::try_parse_from([
+            "tiergate",
+            "webhook",
+            "--offline",
+            "--policy",
+            "policy.yaml",
+            "--blocklisted-namespaces",
+            "kube-public, default",
+        ])
+        .unwrap();
+        let Command::Webhook(args) = parsed.command else { panic!("not the webhook command") };
+        assert_eq!(args.placement.excluded_namespaces(), ["kube-public", "default"]);
+        let error =
+            Cli::try_parse_from(["tiergate", "explain", "--policy", "p", "w.yaml", "--blocklisted-namespaces", "a,,b"])
+                .unwrap_err()
+                .to_string();
+        assert!(error.contains("entry 2"), "{error}");
     }
 
     #[test]

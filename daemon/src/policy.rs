@@ -374,6 +374,12 @@ pub fn default_priority_buckets() -> Vec<PriorityBucket> {
 }
 
 impl GpuClass {
+    /// Whether `labels` (a node's labels or a nodeSelector) carry every node label of this class; never for a
+    /// class without labels.
+    pub fn is_selected_by(&self, labels: &BTreeMap<String, String>) -> bool {
+        !self.node_labels.is_empty() && self.node_labels.iter().all(|(key, value)| labels.get(key) == Some(value))
+    }
+
     /// Tolerations pods of this class need: the declared ones, or one per node taint.
     pub fn pod_tolerations(&self) -> Vec<Toleration> {
         if !self.tolerations.is_empty() {

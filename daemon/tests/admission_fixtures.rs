@@ -1,6 +1,10 @@
 //! Every recorded AdmissionReview in `shared/fixtures/admission/` through `mutate()` with the sample KubeNexus
 //! policy and cluster view: the decision, and the object after applying the returned JSON patch to the request.
+#![cfg(test)]
 
+mod placement_support;
+
+use placement_support::documented_row;
 use pretty_assertions::assert_eq;
 use support::*;
 
@@ -8,7 +12,6 @@ use support::*;
 #[cfg(test)]
 mod support {
     pub use std::collections::BTreeMap;
-    pub use std::path::PathBuf;
 
     pub use k8s_openapi::api::core::v1::Toleration;
     pub use kube::core::DynamicObject;
@@ -24,23 +27,7 @@ mod support {
     pub const GPU_TOLERATION: &str =
         r#"{"key":"nvidia.com/gpu","operator":"Equal","value":"present","effect":"NoSchedule"}"#;
 
-    pub fn fixtures_dir() -> PathBuf {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-        [root.join("../shared/fixtures/admission"), root.join("../../shared/fixtures/admission")]
-            .into_iter()
-            .find(|dir| dir.is_dir())
-            .unwrap_or_else(|| panic!("shared/fixtures/admission not found beside {}", root.display()))
-    }
-
-    pub fn every_fixture() -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.ends_with(".json"))
-            .collect();
-        names.sort();
-        names
-    }
+    pub use crate::placement_support::{every_fixture, fixtures_dir};
 
     /// The raw review and its parsed request.
     pub struct Fixture {
@@ -172,9 +159,10 @@ fn scored_bronze_job_is_queued_suspended_on_l4_with_the_score_applied() {
     for (key, value) in [
         ("tiergate.io/tier", "bronze"),
         ("tiergate.io/decision", "gpu-class: l4; queue: tiergate-bronze; priority: gpu-high"),
-        ("tiergate.io/score", "75"),
+        ("tiergate.io/priority-score", "75"),
         ("tiergate.io/chosen-gpu", "l4"),
-        ("tiergate.io/decision-time", "1699123456"),
+        ("tiergate.io/decision-timestamp", "1699123456"),
+        ("tiergate.io/score-source", "agent"),
         ("scheduler.radix.ai/priority-score", "75"),
         ("scheduler.radix.ai/chosen-gpu", "l4"),
         ("scheduler.radix.ai/decision-timestamp", "1699123456"),
@@ -182,6 +170,7 @@ fn scored_bronze_job_is_queued_suspended_on_l4_with_the_score_applied() {
         expected_annotations.insert(key.into(), value.into());
     }
     expected["spec"]["suspend"] = json!(true);
+    expected["spec"]["template"]["metadata"]["labels"] = json!({"app.kubernetes.io/job-type": "train-bert"});
     let pod_spec = &mut expected["spec"]["template"]["spec"];
     pod_spec["nodeSelector"] = json!({"gpu.nvidia.com/class": "l4"});
     pod_spec["tolerations"] = json!([gpu_toleration()]);
@@ -201,7 +190,8 @@ fn bronze_job_without_a_score_gets_queue_and_l4_but_no_priority_label() {
     assert_eq!(job["metadata"]["labels"], json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze"}));
     assert_eq!(job["spec"]["template"]["spec"]["nodeSelector"], json!({"gpu.nvidia.com/class": "l4"}));
     assert_eq!(annotations(&job)["tiergate.io/decision"], "gpu-class: l4; queue: tiergate-bronze");
-    assert!(annotations(&job).get("tiergate.io/score").is_none());
+    assert!(annotations(&job).get("tiergate.io/priority-score").is_none());
+    assert!(job["spec"]["template"]["metadata"].get("labels").is_none(), "unscored: no job-type label");
 }
 
 #[test]
@@ -211,6 +201,7 @@ fn scorer_choice_outside_the_tier_is_ignored_with_a_warning() {
     let job = fixture.patched(&decision);
     assert_eq!(job["spec"]["template"]["spec"]["nodeSelector"], json!({"gpu.nvidia.com/class": "l4"}));
     assert!(annotations(&job).get("tiergate.io/chosen-gpu").is_none());
+    assert!(annotations(&job).get("scheduler.radix.ai/chosen-gpu").is_none());
     assert!(decision.warnings.iter().any(|warning| warning.contains("h100") && warning.contains("bronze")));
 }
 
@@ -496,20 +487,9 @@ fn every_fixture_mutated_again_from_its_own_output_yields_an_empty_patch() {
 
 #[test]
 fn every_fixture_decision_matches_the_documented_table() {
-    let table =
-        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/admission.md")).unwrap();
     for name in every_fixture() {
-        let decision = decide(&Fixture::load(&name), &inputs_for(&name));
-        let outcome = match &decision.verdict {
-            Verdict::Skip { reason } => format!("skip ({reason})"),
-            Verdict::Allow => "mutate".to_owned(),
-            Verdict::Deny { reason, .. } => format!("deny ({reason})"),
-            other => format!("{other:?}"),
-        };
-        let row = table
-            .lines()
-            .find(|line| line.starts_with(&format!("| `{name}`")))
-            .unwrap_or_else(|| panic!("docs/admission.md has no row for {name}"));
+        let outcome = decide(&Fixture::load(&name), &inputs_for(&name)).verdict.outcome();
+        let row = documented_row(&name);
         assert!(row.contains(&format!("| {outcome} |")), "{name}: decided {outcome}, documented {row}");
     }
 }

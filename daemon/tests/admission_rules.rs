@@ -260,7 +260,8 @@ fn a_fallback_score_sets_priority_records_why_and_replaces_a_user_priority_with_
     );
     let object = patched(&request, &decision);
     assert_eq!(object["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-medium");
-    assert_eq!(object["metadata"]["annotations"]["tiergate.io/score-fallback"], "timeout");
+    assert_eq!(object["metadata"]["annotations"]["tiergate.io/score-fallback-reason"], "timeout");
+    assert_eq!(object["metadata"]["annotations"]["tiergate.io/score-source"], "fallback");
     assert!(decision.warnings.iter().any(|warning| warning.contains("gpu-ultra replaced")));
     assert!(decision.warnings.iter().any(|warning| warning == "scheduler agent timed out"));
 }

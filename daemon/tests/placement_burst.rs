@@ -5,7 +5,7 @@
 mod placement_support;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
@@ -17,26 +17,13 @@ use tiergate::placement::{
 };
 use tiergate::view::Snapshot;
 
-/// Admits every request at once from its own thread (released together by a barrier).
+/// Admits every request at once from its own thread.
 fn admit_concurrently(
     ledger: &PlacementLedger,
     requests: &[AdmissionRequest<DynamicObject>],
     snapshot: &Snapshot,
 ) -> Vec<PlacementOutcome> {
-    let barrier = Arc::new(Barrier::new(requests.len()));
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = requests
-            .iter()
-            .map(|request| {
-                let barrier = Arc::clone(&barrier);
-                scope.spawn(move || {
-                    barrier.wait();
-                    ledger.assign_for(request, snapshot).unwrap()
-                })
-            })
-            .collect();
-        handles.into_iter().map(|handle| handle.join().unwrap()).collect()
-    })
+    concurrently(requests, |request| ledger.assign_for(request, snapshot).unwrap())
 }
 
 #[test]

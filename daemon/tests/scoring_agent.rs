@@ -144,7 +144,9 @@ mod support {
     }
 
     pub(super) fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
-        let path = format!("{}/../../shared/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let dir = manifest.ancestors().map(|dir| dir.join("shared/fixtures/admission")).find(|dir| dir.is_dir());
+        let path = dir.unwrap().join(name);
         let review: AdmissionReview<DynamicObject> =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
         review.try_into().unwrap()

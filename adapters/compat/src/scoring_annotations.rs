@@ -96,6 +96,12 @@ impl ScoringAnnotationError {
     }
 }
 
+/// The declared job type as the value of the `app.kubernetes.io/job-type` pod label (what co-location and
+/// anti-affinity read), when it is a valid label value; `None` otherwise (no job type, or e.g. `train bert`).
+pub fn job_type_label_value(annotations: &BTreeMap<String, String>) -> Option<String> {
+    scoring_inputs(annotations).job_type.filter(|job_type| crate::labels::label_value_problem(job_type).is_none())
+}
+
 /// The scoring inputs declared by `annotations`, with every problem found.
 pub fn scoring_inputs(annotations: &BTreeMap<String, String>) -> ScoringInputs {
     let mut problems = Vec::new();
@@ -164,6 +170,14 @@ mod tests {
 
     fn annotations(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect()
+    }
+
+    #[test]
+    fn job_type_becomes_a_label_value_only_when_it_is_a_valid_one() {
+        assert_eq!(job_type_label_value(&annotations(&[(SEED_JOB_TYPE, "train-bert")])).as_deref(), Some("train-bert"));
+        assert_eq!(job_type_label_value(&annotations(&[(JOB_TYPE, "train bert")])), None);
+        assert_eq!(job_type_label_value(&annotations(&[(SEED_JOB_TYPE, &"x".repeat(64))])), None);
+        assert_eq!(job_type_label_value(&annotations(&[])), None);
     }
 
     #[test]

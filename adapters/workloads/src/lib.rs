@@ -4,6 +4,7 @@
 //! Every kind is one [`WorkloadAdapter`] row in [`ADAPTERS`]; adding a kind is adding one row. The functions work
 //! on the raw JSON object so no field tiergate does not know about is ever lost.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
 /// Label Kueue reads the LocalQueue name from.
@@ -118,15 +119,55 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
     },
 ];
 
+/// A kind whose pod template tiergate reads but never mutates (no row in [`ADAPTERS`]): placement validates the
+/// strategies on it at its admission. A ReplicaSet's template belongs to its Deployment (the Deployment controller
+/// would see a foreign template and roll out again); a CronJob stamps out Jobs, which tiergate admits itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TemplateOwner {
+    /// API group.
+    pub group: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Where the pod templates are.
+    pub templates: TemplateLayout,
+}
+
+/// Kinds with pod templates that tiergate only reads.
+pub static READ_ONLY_TEMPLATE_OWNERS: &[TemplateOwner] = &[
+    TemplateOwner { group: "apps", kind: "ReplicaSet", templates: TemplateLayout::Single("/spec/template") },
+    TemplateOwner {
+        group: "batch",
+        kind: "CronJob",
+        templates: TemplateLayout::Single("/spec/jobTemplate/spec/template"),
+    },
+];
+
 /// The adapter for a group/version/kind, if tiergate handles it.
 pub fn adapter_for(group: &str, version: &str, kind: &str) -> Option<&'static WorkloadAdapter> {
     ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.version == version && adapter.kind == kind)
 }
 
-impl WorkloadAdapter {
+/// Where a kind keeps its pod templates, for every kind tiergate knows: the rows of [`ADAPTERS`] (any version)
+/// and [`READ_ONLY_TEMPLATE_OWNERS`].
+pub fn template_layout(group: &str, kind: &str) -> Option<TemplateLayout> {
+    let adapter = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind);
+    adapter.map(|adapter| adapter.templates).or_else(|| {
+        READ_ONLY_TEMPLATE_OWNERS
+            .iter()
+            .find(|owner| owner.group == group && owner.kind == kind)
+            .map(|owner| owner.templates)
+    })
+}
+
+/// The controlling owner reference of an object (`controller: true`), if any.
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references.as_deref().unwrap_or_default().iter().find(|owner| owner.controller == Some(true))
+}
+
+impl TemplateLayout {
     /// The pod templates present in `object`, in document order.
-    pub fn pod_templates(&self, object: &Value) -> Vec<PodTemplatePointers> {
-        match self.templates {
+    pub fn pod_templates(self, object: &Value) -> Vec<PodTemplatePointers> {
+        match self {
             TemplateLayout::Pod => {
                 vec![PodTemplatePointers { metadata: "/metadata".to_owned(), spec: "/spec".to_owned() }]
             }
@@ -143,6 +184,28 @@ impl WorkloadAdapter {
                     .collect()
             }
         }
+    }
+
+    /// The pod specs present in `object`, in document order.
+    pub fn pod_specs(self, object: &Value) -> Vec<&Value> {
+        self.pod_templates(object).iter().filter_map(|template| object.pointer(&template.spec)).collect()
+    }
+
+    /// Whether any pod spec of `object` requests or limits one of `resources` (see [`requests_any`]).
+    pub fn requests_any(self, object: &Value, resources: &[&str]) -> bool {
+        self.pod_specs(object).into_iter().any(|spec| requests_any(spec, resources))
+    }
+}
+
+impl WorkloadAdapter {
+    /// The pod templates present in `object`, in document order.
+    pub fn pod_templates(&self, object: &Value) -> Vec<PodTemplatePointers> {
+        self.templates.pod_templates(object)
+    }
+
+    /// Whether tiergate queues this kind in Kueue itself (queue label and `suspend`).
+    pub fn is_queued(&self) -> bool {
+        matches!(self.queueing, Queueing::SuspendedWithQueueLabel { .. })
     }
 
     /// Whether `object` is suspended (false for kinds without `suspend`).
@@ -175,9 +238,15 @@ pub fn requests_any(pod_spec: &Value, resources: &[&str]) -> bool {
         .any(|(name, quantity)| resources.contains(&name.as_str()) && !is_zero_quantity(quantity))
 }
 
+/// A quantity whose number is zero (`0`, `00`, `0.0`, `0m`); also anything that is not a quantity, which the API
+/// server would have rejected.
 fn is_zero_quantity(quantity: &Value) -> bool {
     match quantity {
-        Value::String(text) => text.trim().trim_start_matches('+').trim_start_matches('0').is_empty(),
+        Value::String(text) => {
+            let number = text.trim().trim_start_matches('+');
+            let digits: Vec<char> = number.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+            digits.iter().all(|c| matches!(c, '0' | '.'))
+        }
         Value::Number(number) => number.as_f64() == Some(0.0),
         _ => true,
     }
@@ -304,6 +373,45 @@ mod tests {
             "initContainers": [{"name": "i", "resources": {"requests": {"nvidia.com/gpu": 2}}}]});
         assert!(requests_any(&init, gpu));
         assert!(!requests_any(&init, &["amd.com/gpu"]));
+    }
+
+    #[test]
+    fn zero_in_any_spelling_is_no_request_and_a_fraction_is_one() {
+        let spec = |quantity: &str| json!({"containers": [{"resources": {"limits": {"nvidia.com/gpu": quantity}}}]});
+        for zero in ["0", "00", "0.0", "0m", "+0", " 0 "] {
+            assert!(!requests_any(&spec(zero), &["nvidia.com/gpu"]), "{zero}");
+        }
+        for some in ["1", "500m", "0.5", "10"] {
+            assert!(requests_any(&spec(some), &["nvidia.com/gpu"]), "{some}");
+        }
+    }
+
+    #[test]
+    fn template_layout_knows_the_adapters_and_the_read_only_owners() {
+        assert_eq!(template_layout("batch", "Job"), Some(TemplateLayout::Single("/spec/template")));
+        assert_eq!(template_layout("apps", "ReplicaSet"), Some(TemplateLayout::Single("/spec/template")));
+        let cron = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}}}}});
+        let layout = template_layout("batch", "CronJob").unwrap();
+        assert_eq!(layout.pod_specs(&cron).len(), 1);
+        assert!(layout.requests_any(&cron, &["nvidia.com/gpu"]));
+        assert_eq!(template_layout("apps", "DaemonSet"), None);
+        assert_eq!(template_layout("", "Job"), None);
+    }
+
+    #[test]
+    fn controller_of_finds_only_the_controlling_owner() {
+        let owner = |name: &str, controller: Option<bool>| OwnerReference {
+            name: name.to_owned(),
+            controller,
+            ..OwnerReference::default()
+        };
+        let meta = ObjectMeta {
+            owner_references: Some(vec![owner("a", None), owner("b", Some(false)), owner("c", Some(true))]),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(controller_of(&meta).map(|owner| owner.name.as_str()), Some("c"));
+        assert_eq!(controller_of(&ObjectMeta::default()), None);
     }
 
     #[test]

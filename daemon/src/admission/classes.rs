@@ -73,9 +73,7 @@ pub(super) enum Selection<'p> {
 }
 
 pub(super) fn selection<'p>(policy: &'p TierPolicySpec, selector: &BTreeMap<String, String>) -> Selection<'p> {
-    let full = policy.gpu_classes.iter().find(|class| {
-        !class.node_labels.is_empty() && class.node_labels.iter().all(|(key, value)| selector.get(key) == Some(value))
-    });
+    let full = policy.gpu_classes.iter().find(|class| class.is_selected_by(selector));
     if let Some(class) = full {
         return Selection::Class(class);
     }

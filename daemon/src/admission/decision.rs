@@ -58,6 +58,21 @@ pub enum Verdict {
     },
 }
 
+impl Verdict {
+    /// Short form used in docs/admission.md's fixture table: `mutate`, `skip (REASON)`, `deny (REASON)`,
+    /// `invalid`, `fail-open (REASON)` or `fail-closed (REASON)`.
+    pub fn outcome(&self) -> String {
+        match self {
+            Self::Skip { reason } => format!("skip ({reason})"),
+            Self::Allow => "mutate".to_owned(),
+            Self::Deny { reason, .. } => format!("deny ({reason})"),
+            Self::Invalid { .. } => "invalid".to_owned(),
+            Self::Failed { reason, closed: false, .. } => format!("fail-open ({reason})"),
+            Self::Failed { reason, closed: true, .. } => format!("fail-closed ({reason})"),
+        }
+    }
+}
+
 /// A decision: the verdict, the JSON patch, warnings for the user and each reason (for `tiergate explain`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {

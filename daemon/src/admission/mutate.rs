@@ -9,40 +9,28 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
+use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
-    PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter, adapter_for, requests_any,
-    restore_pointers, set_pointer,
+    PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter,
+    adapter_for, controller_of, requests_any, restore_pointers, set_pointer,
 };
 
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::podspec::{self, ShapeError};
-use crate::placement::PlacementOutcome;
+use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass};
-use crate::scoring::{ScoreOutcome, ScoreSource};
+use crate::scoring::features::JOB_TYPE_LABEL;
+use crate::scoring::{
+    CHOSEN_GPU_ANNOTATION, DECIDED_AT_ANNOTATION, SEED_CHOSEN_GPU_ANNOTATION, SEED_DECIDED_AT_ANNOTATION, ScoreOutcome,
+    ScoreSource,
+};
 use crate::view::Snapshot;
 
 /// Annotation naming the tier the workload was decided for.
 pub const TIER_ANNOTATION: &str = "tiergate.io/tier";
 /// Annotation with a short summary of what was decided.
 pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
-/// Annotation with the score.
-pub const SCORE_ANNOTATION: &str = "tiergate.io/score";
-/// Annotation with the GPU class the scorer chose (when applied).
-pub const CHOSEN_GPU_ANNOTATION: &str = "tiergate.io/chosen-gpu";
-/// Annotation with the decision time (Unix seconds).
-pub const DECISION_TIME_ANNOTATION: &str = "tiergate.io/decision-time";
-/// Annotation saying why the score is the tier default (agent timeout, breaker open, ...).
-pub const SCORE_FALLBACK_ANNOTATION: &str = "tiergate.io/score-fallback";
-/// Seed 000's annotations, kept for dashboards built on them.
-pub const SEED_SCORE_ANNOTATION: &str = "scheduler.radix.ai/priority-score";
-/// Seed 000's chosen-GPU annotation.
-pub const SEED_CHOSEN_GPU_ANNOTATION: &str = "scheduler.radix.ai/chosen-gpu";
-/// Seed 000's decision-time annotation.
-pub const SEED_DECISION_TIME_ANNOTATION: &str = "scheduler.radix.ai/decision-timestamp";
-/// Env var set from a GPU pinning.
-pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
-
 /// tiergate failed while building the mutation (the object does not have the shape its kind promises).
 #[derive(Debug, thiserror::Error)]
 pub enum MutateError {
@@ -87,6 +75,12 @@ impl MutateError {
 pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
+        // Placement validates owners tiergate never mutates (ReplicaSet, CronJob); its "deny" still holds.
+        if let Err(error) = &inputs.placement {
+            let message = error.to_string();
+            let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
+            return Decision::unchanged("unknown", verdict, vec![message]);
+        }
         let reason = format!("tiergate does not handle {}/{} {}", kind.group, kind.version, kind.kind);
         return Decision::unchanged("unknown", Verdict::Skip { reason: "kind_not_handled" }, vec![reason]);
     };
@@ -256,11 +250,9 @@ impl Work {
                     podspec::require_hostname(spec, &pinning.node)?;
                     podspec::set_env_unless_present(spec, CUDA_VISIBLE_DEVICES, &pinning.cuda_visible_devices)
                 })?;
+                // Placement already warns about each of these containers; say it once.
                 for container in kept {
-                    self.warnings.push(format!(
-                        "container {container} sets {CUDA_VISIBLE_DEVICES} itself; kept instead of the pinned {}",
-                        pinning.cuda_visible_devices
-                    ));
+                    self.reasons.push(format!("container {container} keeps its own {CUDA_VISIBLE_DEVICES}"));
                 }
             }
             self.reasons.push(format!(
@@ -276,14 +268,29 @@ impl Work {
             })?;
             placed = true;
         }
-        if !placement.template_annotations.is_empty()
-            && self.adapter.templates != tiergate_workloads::TemplateLayout::Pod
-        {
+        let owner = self.adapter.templates != TemplateLayout::Pod;
+        if owner && !placement.template_annotations.is_empty() {
             for template in &templates {
                 self.edit(&template.metadata, |metadata| {
                     podspec::merge_string_map(metadata, "annotations", &placement.template_annotations)
                 })?;
             }
+            placed = true;
+        }
+        let mut removed = false;
+        for template in templates.iter().filter(|_| owner) {
+            for key in &placement.removed_template_annotations {
+                let pointer = format!("{}/annotations/{}", template.metadata, escape_token(key));
+                if self.after.pointer(&pointer).is_some() {
+                    removed |= set_pointer(&mut self.after, &pointer, None);
+                }
+            }
+        }
+        if removed {
+            self.reasons.push(format!(
+                "removed {} from the pod template (its source annotation is gone)",
+                placement.removed_template_annotations.join(", ")
+            ));
             placed = true;
         }
         self.warnings.extend(placement.warnings.iter().cloned());
@@ -374,7 +381,7 @@ impl Work {
         if let Some(why) = context.foreign_allowed_for_requester() {
             return Some(why);
         }
-        if let Some(owner) = self.trusted_owner(context.snapshot) {
+        if let Some(owner) = self.trusted_owner(context.request, context.snapshot) {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
@@ -392,21 +399,17 @@ impl Work {
     }
 
     /// A Pod whose controller is a kind tiergate admits itself (its template was checked there).
-    fn trusted_owner(&self, snapshot: &Snapshot) -> Option<String> {
-        if self.adapter.templates != tiergate_workloads::TemplateLayout::Pod {
+    fn trusted_owner(&self, request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot) -> Option<String> {
+        if self.adapter.templates != TemplateLayout::Pod {
             return None;
         }
-        let owners = self.before.pointer("/metadata/ownerReferences")?.as_array()?;
-        let controller = owners.iter().find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?;
-        let kind = controller.get("kind").and_then(Value::as_str)?;
-        let name = controller.get("name").and_then(Value::as_str).unwrap_or_default();
-        let api_version = controller.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let controller = controller_of(&request.object.as_ref()?.metadata)?;
+        let (kind, name) = (controller.kind.as_str(), controller.name.as_str());
+        let (group, version) = controller.api_version.split_once('/').unwrap_or(("", &controller.api_version));
         if adapter_for(group, version, kind).is_some() {
             return Some(format!("{kind} {name}"));
         }
-        let uid = controller.get("uid").and_then(Value::as_str)?;
-        let (namespace, deployment) = snapshot.replica_set_owners.get(uid)?;
+        let (namespace, deployment) = snapshot.replica_set_owners.get(&controller.uid)?;
         (kind == "ReplicaSet").then(|| format!("Deployment {namespace}/{deployment}"))
     }
 
@@ -448,30 +451,59 @@ impl Work {
         if !score.avoid_job_types.is_empty() {
             self.reasons.push(format!("avoids nodes running job types {}", score.avoid_job_types.join(", ")));
         }
-        let mut annotations = BTreeMap::new();
-        if let Some(value) = score.score {
-            annotations.insert(SCORE_ANNOTATION.to_owned(), value.to_string());
-            annotations.insert(SEED_SCORE_ANNOTATION.to_owned(), value.to_string());
-        }
-        match score.chosen_gpu_class.as_deref() {
-            Some(chosen) if context.in_tier(chosen) => {
-                annotations.insert(CHOSEN_GPU_ANNOTATION.to_owned(), chosen.to_owned());
-                annotations.insert(SEED_CHOSEN_GPU_ANNOTATION.to_owned(), chosen.to_owned());
-            }
-            Some(chosen) => self.warnings.push(format!(
+        let mut annotations = score.annotations();
+        if let Some(chosen) = score.chosen_gpu_class.as_deref().filter(|chosen| !context.in_tier(chosen)) {
+            self.warnings.push(format!(
                 "the scorer chose GPU class {chosen}, outside tier {} ({}); ignored",
                 context.tier.name,
                 context.class_names()
-            )),
-            None => {}
+            ));
+            annotations.remove(CHOSEN_GPU_ANNOTATION);
+            annotations.remove(SEED_CHOSEN_GPU_ANNOTATION);
         }
-        annotations.insert(DECISION_TIME_ANNOTATION.to_owned(), score.decided_at_unix.to_string());
-        annotations.insert(SEED_DECISION_TIME_ANNOTATION.to_owned(), score.decided_at_unix.to_string());
         if let ScoreSource::Fallback { reason } = score.source {
-            annotations.insert(SCORE_FALLBACK_ANNOTATION.to_owned(), reason.to_owned());
             self.reasons.push(format!("scoring fell back to the tier default priority ({reason})"));
         }
-        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))
+        // The same decision already recorded keeps its time: a reinvoked webhook (or `explain` on its own output)
+        // scores again, and an unchanged answer must not rewrite the object.
+        let recorded = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "annotations");
+        let time_keys = [DECIDED_AT_ANNOTATION, SEED_DECIDED_AT_ANNOTATION];
+        let unchanged = annotations
+            .iter()
+            .filter(|(key, _)| !time_keys.contains(&key.as_str()))
+            .all(|(key, value)| recorded.get(key) == Some(value));
+        if unchanged {
+            for key in time_keys {
+                if let Some(time) = recorded.get(key) {
+                    annotations.insert(key.to_owned(), time.clone());
+                }
+            }
+        }
+        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))?;
+        self.label_job_type(gpu_templates)
+    }
+
+    /// Labels the pod templates with the job type (when it is a valid label value and the template has no such
+    /// label yet), so the anti-affinity of later jobs and the scorer's co-located job types see these pods.
+    fn label_job_type(&mut self, gpu_templates: &[PodTemplatePointers]) -> Result<(), MutateError> {
+        let annotations = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "annotations");
+        let Some(job_type) = job_type_label_value(&annotations) else {
+            return Ok(());
+        };
+        let mut labelled = false;
+        for template in gpu_templates {
+            let pointer = format!("{}/labels/{}", template.metadata, escape_token(JOB_TYPE_LABEL));
+            if self.after.pointer(&pointer).is_none() {
+                self.edit(&template.metadata, |metadata| {
+                    podspec::set_string(metadata, "labels", JOB_TYPE_LABEL, &job_type)
+                })?;
+                labelled = true;
+            }
+        }
+        if labelled {
+            self.reasons.push(format!("pods labelled {JOB_TYPE_LABEL}={job_type} (seen by other jobs' anti-affinity)"));
+        }
+        Ok(())
     }
 
     fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
@@ -647,6 +679,11 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
     }
     map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
     Ok(Value::Object(map))
+}
+
+/// `key` as one JSON-pointer token (`/` -> `~1`).
+fn escape_token(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn object_name(object: &Value) -> String {

@@ -16,7 +16,7 @@ pub struct ShapeError {
 }
 
 /// Label key whose values name the job types a workload should avoid sharing a node with.
-pub const JOB_TYPE_LABEL: &str = "app.kubernetes.io/job-type";
+pub use crate::scoring::features::JOB_TYPE_LABEL;
 /// Node label the pinning affinity selects on.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 

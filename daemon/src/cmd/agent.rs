@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use super::CmdError;
+use super::{CmdError, shutdown_signal};
 use crate::cli::AgentArgs;
 use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
 use crate::scoring::agent_server::{BuiltinAgent, serve_agent};
@@ -25,33 +25,4 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, CmdError> {
     serve_agent(listener, agent, shutdown_signal()).await?;
     tracing::info!("agent stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Completes on SIGTERM (Unix) or ctrl-c.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(error) = tokio::signal::ctrl_c().await {
-            tracing::warn!(%error, "failed to listen for ctrl-c");
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "failed to listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
-    }
-    tracing::info!("shutting down");
 }

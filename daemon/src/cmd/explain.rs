@@ -32,7 +32,9 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     if args.cluster.is_none() {
         eprintln!("note: no --cluster given, so no namespace has a tier; pass the cluster view to see tier decisions");
     }
-    let (ledger, scorer) = (PlacementLedger::default(), Scorer::default());
+    let excluded = args.placement.excluded_namespaces();
+    let ledger = PlacementLedger::default().with_excluded_namespaces(excluded);
+    let scorer = Scorer::default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
     print!("{}", render(&decision, original.as_ref())?);

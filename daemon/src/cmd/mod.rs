@@ -32,3 +32,32 @@ pub fn run(command: Command) -> Result<ExitCode, CmdError> {
 fn block_on<F: std::future::Future<Output = Result<ExitCode, CmdError>>>(future: F) -> Result<ExitCode, CmdError> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(future)
 }
+
+/// Completes on SIGTERM (Unix) or ctrl-c; a signal that cannot be listened for is logged and never completes.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "failed to listen for ctrl-c");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "failed to listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -10,13 +10,15 @@ use arc_swap::ArcSwap;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use tokio_util::sync::CancellationToken;
 
-use super::CmdError;
+use super::{CmdError, shutdown_signal};
 use crate::admin::{AdminState, serve_admin};
 use crate::admission::build_static_snapshot;
 use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
 use crate::cli::WebhookArgs;
 use crate::inputs::{load_cluster_view, load_policy};
 use crate::metrics::Metrics;
+use crate::placement::PlacementLedger;
+use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
 /// Runs `tiergate webhook` until SIGTERM.
@@ -34,9 +36,6 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
             ClusterView::default()
         }
     };
-    if args.agent_url.is_some() {
-        tracing::warn!("--agent-url is not used by the offline webhook yet; the built-in scorer decides");
-    }
     let snapshot = Arc::new(ArcSwap::from_pointee(build_static_snapshot(policy, view, None)));
     let _generated; // keeps a generated certificate's directory alive while serving
     let (tls_cert, tls_key) = match (args.tls.tls_cert, args.tls.tls_key) {
@@ -54,10 +53,14 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone(), draining.clone()));
 
+    let excluded = args.placement.excluded_namespaces();
+    if !excluded.is_empty() {
+        tracing::info!(namespaces = ?excluded, "placement leaves these namespaces alone (BLOCKLISTED_NAMESPACE_LIST)");
+    }
     let state = AdmissionState {
         snapshot: snapshot.clone(),
-        scorer: Arc::default(),
-        ledger: Arc::default(),
+        scorer: Arc::new(Scorer::new(args.agent_url, metrics.clone())),
+        ledger: Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(excluded)),
         metrics: metrics.clone(),
     };
     let config = WebhookConfig { listen: args.listen, tls_cert, tls_key };
@@ -72,28 +75,10 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
 
 /// Waits for SIGTERM or ctrl-c, marks the process draining (so `/readyz` turns false) and cancels `shutdown`.
 async fn cancel_on_signal(shutdown: CancellationToken, draining: Arc<AtomicBool>) {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "failed to listen for SIGTERM; only ctrl-c stops the webhook");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
     tokio::select! {
-        () = terminate => {}
-        result = tokio::signal::ctrl_c() => {
-            if let Err(error) = result {
-                tracing::warn!(%error, "failed to listen for ctrl-c");
-                return;
-            }
-        }
+        () = shutdown_signal() => {}
         () = shutdown.cancelled() => return,
     }
-    tracing::info!("shutdown requested");
     draining.store(true, Ordering::SeqCst);
     shutdown.cancel();
 }

@@ -28,7 +28,7 @@ use crate::metrics::{Metrics, ReasonLabels};
 use crate::policy::ALWAYS_EXCLUDED_NAMESPACES;
 use crate::view::Snapshot;
 use ledger::{InFlight, observed_pods};
-use owner::{pod_owner_key, template_path};
+use owner::pod_owner_key;
 use owner_admission::check_owner;
 use pinning::pod_pinning;
 use sources::{ResolvedStrategy, declared_strategies};
@@ -181,10 +181,12 @@ impl PlacementLedger {
             Operation::Create if kind == "Pod" && request.kind.group.is_empty() => {
                 Ok(self.place_pod(request, object, namespace, snapshot, now))
             }
-            Operation::Create | Operation::Update if kind != "Pod" => match template_path(kind) {
-                Some(path) => check_owner(request, object, path, snapshot),
-                None => Ok(PlacementOutcome::default()),
-            },
+            Operation::Create | Operation::Update if kind != "Pod" => {
+                match tiergate_workloads::template_layout(&request.kind.group, kind) {
+                    Some(layout) => check_owner(request, object, layout, snapshot),
+                    None => Ok(PlacementOutcome::default()),
+                }
+            }
             _ => Ok(PlacementOutcome::default()),
         }
     }

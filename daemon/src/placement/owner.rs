@@ -1,10 +1,11 @@
-//! Which workload owns a pod (the ledger key, e.g. `Deployment/ns/web-app`), where each owner kind keeps its pod
-//! template, and a StatefulSet pod's ordinal; pure, no I/O.
+//! Which workload owns a pod (the ledger key, e.g. `Deployment/ns/web-app`), an owner's pod-template metadata, and
+//! a StatefulSet pod's ordinal; pure, no I/O. Where each kind keeps its pod templates is `tiergate_workloads`'.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
+use tiergate_workloads::controller_of;
 
 use crate::view::Snapshot;
 
@@ -13,20 +14,6 @@ const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 /// Label the StatefulSet controller puts on its pods (Kubernetes 1.28+).
 const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
-/// Owner kinds whose pod template placement validates, and the path to that template.
-const TEMPLATE_PATHS: &[(&str, &[&str])] = &[
-    ("Deployment", &["spec", "template"]),
-    ("ReplicaSet", &["spec", "template"]),
-    ("StatefulSet", &["spec", "template"]),
-    ("Job", &["spec", "template"]),
-    ("CronJob", &["spec", "jobTemplate", "spec", "template"]),
-];
-
-/// The path to `kind`'s pod template inside the object, if placement handles that kind.
-pub(crate) fn template_path(kind: &str) -> Option<&'static [&'static str]> {
-    TEMPLATE_PATHS.iter().find(|(known, _)| *known == kind).map(|(_, path)| *path)
-}
-
 /// Labels and annotations of a pod template.
 #[derive(Debug, Default)]
 pub(crate) struct TemplateMeta {
@@ -34,9 +21,10 @@ pub(crate) struct TemplateMeta {
     pub annotations: BTreeMap<String, String>,
 }
 
-/// Reads the template's labels and annotations (non-string values are skipped; the API server never sends them).
-pub(crate) fn template_meta(data: &Value, path: &[&str]) -> TemplateMeta {
-    let metadata = path.iter().fold(data, |value, key| &value[*key]).get("metadata");
+/// Reads the labels and annotations of the template whose metadata is at `pointer` (non-string values are
+/// skipped; the API server never sends them).
+pub(crate) fn template_meta(data: &Value, pointer: &str) -> TemplateMeta {
+    let metadata = data.pointer(pointer);
     let strings = |field: &str| -> BTreeMap<String, String> {
         metadata
             .and_then(|meta| meta.get(field))
@@ -49,16 +37,11 @@ pub(crate) fn template_meta(data: &Value, path: &[&str]) -> TemplateMeta {
     TemplateMeta { labels: strings("labels"), annotations: strings("annotations") }
 }
 
-/// The controlling owner reference, if any.
-pub(crate) fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
-    meta.owner_references.as_deref().unwrap_or_default().iter().find(|owner| owner.controller == Some(true))
-}
-
 /// The ledger key of the workload that owns a pod: a ReplicaSet's pods count under its Deployment (from the
 /// snapshot's ReplicaSet owners, else the ReplicaSet name minus `-<pod-template-hash>`); other controllers under
 /// themselves; a bare pod under its generateName (or name).
 pub(crate) fn pod_owner_key(namespace: &str, meta: &ObjectMeta, snapshot: &Snapshot) -> String {
-    let Some(owner) = controller(meta) else {
+    let Some(owner) = controller_of(meta) else {
         let name = meta.generate_name.as_deref().filter(|name| !name.is_empty()).or(meta.name.as_deref());
         return format!("Pod/{namespace}/{}", name.unwrap_or_default());
     };
@@ -80,7 +63,7 @@ pub(crate) fn ordinal(meta: &ObjectMeta) -> Option<u32> {
     if let Some(index) = meta.labels.as_ref().and_then(|labels| labels.get(POD_INDEX_LABEL)) {
         return index.parse().ok();
     }
-    if controller(meta).is_some_and(|owner| owner.kind == "StatefulSet") {
+    if controller_of(meta).is_some_and(|owner| owner.kind == "StatefulSet") {
         return meta.name.as_deref()?.rsplit_once('-')?.1.parse().ok();
     }
     None
@@ -89,6 +72,7 @@ pub(crate) fn ordinal(meta: &ObjectMeta) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
     fn pod(owner_kind: &str, owner_name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
         ObjectMeta {

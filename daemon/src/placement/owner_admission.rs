@@ -1,12 +1,13 @@
-//! An owner's admission (Deployment, ReplicaSet, StatefulSet, Job, CronJob): every strategy and GPU map on it or
-//! its pod template must parse, and a smart-scheduler strategy on its metadata is copied onto its pod template in
-//! canonical form; pure, no I/O.
+//! An owner's admission (every kind with pod templates `tiergate_workloads` knows: Deployment, ReplicaSet,
+//! StatefulSet, Job, JobSet, CronJob): every strategy and GPU map on it or its pod templates must parse, and a
+//! smart-scheduler strategy on its metadata is copied onto its pod templates in canonical form; pure, no I/O.
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use tiergate_compat::strategy::{SMART_SCHEDULER_ANNOTATION, parse_schedule_strategy};
+use tiergate_workloads::{TemplateLayout, controller_of};
 
-use super::owner::{controller, template_meta};
+use super::owner::{TemplateMeta, template_meta};
 use super::pinning::check_owner_map;
 use super::sources::declared_strategies;
 use super::{PLACEMENT_ANNOTATION, PlacementError, PlacementOutcome, STRATEGY_ANNOTATION};
@@ -18,12 +19,16 @@ use crate::view::Snapshot;
 pub(super) fn check_owner(
     request: &AdmissionRequest<DynamicObject>,
     object: &DynamicObject,
-    path: &[&str],
+    layout: TemplateLayout,
     snapshot: &Snapshot,
 ) -> Result<PlacementOutcome, PlacementError> {
     let kind = request.kind.kind.as_str();
     let meta = &object.metadata;
-    let template = template_meta(&object.data, path);
+    let templates: Vec<TemplateMeta> = layout
+        .pod_templates(&object.data)
+        .iter()
+        .map(|template| template_meta(&object.data, &template.metadata))
+        .collect();
     let owner_annotations = meta.annotations.clone().unwrap_or_default();
     let owner_labels = meta.labels.clone().unwrap_or_default();
     let mut outcome = PlacementOutcome::default();
@@ -36,9 +41,10 @@ pub(super) fn check_owner(
     // A controlled owner's template belongs to its controller (the Deployment controller compares ReplicaSet
     // templates with its own; a CronJob stamps out Jobs), and a Job's template is immutable after creation, so
     // those templates are only read.
-    let controlled_by = controller(meta).map(|owner| owner.kind.clone());
+    let controlled_by = controller_of(meta).map(|owner| owner.kind.clone());
     let may_edit_template = controlled_by.is_none() && !(kind == "Job" && request.operation == Operation::Update);
-    let mut effective = template.annotations.clone();
+    // What each template's annotations will be once the outcome is applied.
+    let mut effective: Vec<_> = templates.iter().map(|template| template.annotations.clone()).collect();
     match owner_annotations.get(SMART_SCHEDULER_ANNOTATION) {
         Some(value) => {
             let canonical = parse_schedule_strategy(value)
@@ -49,8 +55,10 @@ pub(super) fn check_owner(
                 .to_string();
             if may_edit_template {
                 outcome.template_annotations.insert(STRATEGY_ANNOTATION.to_owned(), canonical.clone());
-                effective.insert(STRATEGY_ANNOTATION.to_owned(), canonical);
-            } else if effective.get(STRATEGY_ANNOTATION) != Some(&canonical) {
+                for annotations in &mut effective {
+                    annotations.insert(STRATEGY_ANNOTATION.to_owned(), canonical.clone());
+                }
+            } else if effective.iter().any(|annotations| annotations.get(STRATEGY_ANNOTATION) != Some(&canonical)) {
                 outcome.warnings.push(match &controlled_by {
                     Some(controller) => format!(
                         "{SMART_SCHEDULER_ANNOTATION} on a {kind} controlled by a {controller} is not copied to its \
@@ -63,17 +71,30 @@ pub(super) fn check_owner(
                 });
             }
         }
-        None if may_edit_template && effective.remove(STRATEGY_ANNOTATION).is_some() => {
-            outcome.removed_template_annotations.push(STRATEGY_ANNOTATION.to_owned());
+        None if may_edit_template => {
+            let mut removed = false;
+            for annotations in &mut effective {
+                removed |= annotations.remove(STRATEGY_ANNOTATION).is_some();
+            }
+            if removed {
+                outcome.removed_template_annotations.push(STRATEGY_ANNOTATION.to_owned());
+            }
         }
         None => {}
     }
-    let declarations = declared_strategies(&effective, &template.labels, snapshot.policy.as_deref().map(|p| &p.spec));
-    if let Some(error) = declarations.strategies.into_iter().find_map(Result::err) {
-        return Err(error);
-    }
-    outcome.warnings.extend(declarations.warnings);
+    let policy = snapshot.policy.as_deref().map(|policy| &policy.spec);
     let replicas = object.data["spec"]["replicas"].as_i64();
-    check_owner_map(kind, &template.annotations, replicas, &mut outcome.warnings)?;
+    for (template, annotations) in templates.iter().zip(&effective) {
+        let declarations = declared_strategies(annotations, &template.labels, policy);
+        if let Some(error) = declarations.strategies.into_iter().find_map(Result::err) {
+            return Err(error);
+        }
+        for warning in declarations.warnings {
+            if !outcome.warnings.contains(&warning) {
+                outcome.warnings.push(warning);
+            }
+        }
+        check_owner_map(kind, &template.annotations, replicas, &mut outcome.warnings)?;
+    }
     Ok(outcome)
 }

@@ -73,10 +73,7 @@ pub fn build_answer(
             known
         }
         (None, Some(selector)) => {
-            let known = candidates
-                .iter()
-                .find(|class| class.node_labels.iter().all(|(key, value)| selector.get(key) == Some(value)))
-                .map(|class| class.name.clone());
+            let known = candidates.iter().find(|class| class.is_selected_by(selector)).map(|class| class.name.clone());
             if known.is_none() {
                 warnings.push(format!(
                     "the scheduler agent's gpu_selector {selector:?} matches no GPU class of tier {tier} (allowed: \

@@ -3,7 +3,7 @@
 //!
 //! A workload is scored when all of these hold:
 //! - the operation is CREATE (an UPDATE is never rescored, so a priority never changes under a running job);
-//! - its kind is in [`SCORABLE_KINDS`] (Job, JobSet, and Pods without a controlling owner: a Job's own pods are
+//! - its kind passes [`is_scored_kind`] (Job, JobSet, and Pods without a controlling owner: a Job's own pods are
 //!   not queued by Kueue, their Job is);
 //! - its namespace is not excluded and has a tier;
 //! - some container (or init container) requests or limits the GPU resource of one of the tier's classes;
@@ -13,51 +13,21 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
-use serde_json::Value;
 use tiergate_compat::scoring_annotations::scoring_inputs;
+use tiergate_workloads::{TemplateLayout, WorkloadAdapter, adapter_for, controller_of};
 
 use crate::policy::{GpuClass, Tier, TierPolicySpec};
 use crate::scoring::wire::{ScoreFeatures, ScoreRequest};
 use crate::view::{NodeView, Snapshot};
 
 /// Pod label whose value names a running pod's job type (read for `colocated_job_types`).
-pub const JOB_TYPE_LABEL: &str = "app.kubernetes.io/job-type";
+pub const JOB_TYPE_LABEL: &str = tiergate_compat::scoring_annotations::SEED_JOB_TYPE;
 
-/// A workload kind that carries a Kueue priority label, and where its pod specs are.
-#[derive(Debug)]
-pub struct ScorableKind {
-    /// API group (`""` for core).
-    pub group: &'static str,
-    /// Kind.
-    pub kind: &'static str,
-    /// Whether an object with a controlling owner is scored (false for Pods: their owner is).
-    pub score_owned: bool,
-    /// The object's pod specs.
-    pub pod_specs: fn(&Value) -> Vec<&Value>,
-}
-
-/// Every kind scoring understands.
-pub const SCORABLE_KINDS: &[ScorableKind] = &[
-    ScorableKind { group: "batch", kind: "Job", score_owned: true, pod_specs: job_pod_specs },
-    ScorableKind { group: "jobset.x-k8s.io", kind: "JobSet", score_owned: true, pod_specs: jobset_pod_specs },
-    ScorableKind { group: "", kind: "Pod", score_owned: false, pod_specs: pod_pod_specs },
-];
-
-fn job_pod_specs(data: &Value) -> Vec<&Value> {
-    data.pointer("/spec/template/spec").into_iter().collect()
-}
-
-fn jobset_pod_specs(data: &Value) -> Vec<&Value> {
-    data.pointer("/spec/replicatedJobs")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|replicated| replicated.pointer("/template/spec/template/spec"))
-        .collect()
-}
-
-fn pod_pod_specs(data: &Value) -> Vec<&Value> {
-    data.get("spec").into_iter().collect()
+/// Whether objects of this kind are scored: kinds tiergate queues in Kueue itself (Job, JobSet: their
+/// `kueue.x-k8s.io/priority-class` label sets the Workload's priority), and Pods without a controlling owner
+/// (`owned` false). A Job's own pods are not queued by Kueue; their Job is.
+pub fn is_scored_kind(adapter: &WorkloadAdapter, owned: bool) -> bool {
+    adapter.is_queued() || (adapter.templates == TemplateLayout::Pod && !owned)
 }
 
 /// A workload that will be scored: its tier, the classes it may be offered and the request to send.
@@ -83,10 +53,8 @@ pub fn scoring_job<'a>(
         return None;
     }
     let object = request.object.as_ref()?;
-    let kind = SCORABLE_KINDS
-        .iter()
-        .find(|scorable| scorable.group == request.kind.group && scorable.kind == request.kind.kind)?;
-    if !kind.score_owned && has_controller(object) {
+    let adapter = adapter_for(&request.kind.group, &request.kind.version, &request.kind.kind)?;
+    if !is_scored_kind(adapter, controller_of(&object.metadata).is_some()) {
         return None;
     }
     let namespace = request.namespace.as_deref().or(object.metadata.namespace.as_deref())?;
@@ -95,8 +63,8 @@ pub fn scoring_job<'a>(
     }
     let tier = policy.tier_of(&snapshot.namespaces.get(namespace)?.labels)?;
     let candidates: Vec<&GpuClass> = tier.gpu_class_names().filter_map(|name| policy.gpu_class(name)).collect();
-    let gpu_resources: BTreeSet<&str> = candidates.iter().map(|class| class.resource_name.as_str()).collect();
-    if !(kind.pod_specs)(&object.data).into_iter().any(|spec| requests_any(spec, &gpu_resources)) {
+    let gpu_resources: Vec<&str> = candidates.iter().map(|class| class.resource_name.as_str()).collect();
+    if !adapter.templates.requests_any(&object.data, &gpu_resources) {
         return None;
     }
     let empty = BTreeMap::new();
@@ -118,7 +86,7 @@ pub fn scoring_job<'a>(
 
 /// Whether `node` carries every label of `class`.
 pub fn node_is_of_class(node: &NodeView, class: &GpuClass) -> bool {
-    class.node_labels.iter().all(|(key, value)| node.labels.get(key) == Some(value))
+    class.is_selected_by(&node.labels)
 }
 
 /// Job types (the `app.kubernetes.io/job-type` label) of cached pods running on nodes of the candidate classes,
@@ -140,31 +108,6 @@ pub fn colocated_job_types(snapshot: &Snapshot, candidates: &[&GpuClass]) -> Vec
         .into_iter()
         .map(str::to_owned)
         .collect()
-}
-
-fn has_controller(object: &DynamicObject) -> bool {
-    object.metadata.owner_references.iter().flatten().any(|owner| owner.controller == Some(true))
-}
-
-/// Whether a pod spec's containers or init containers request or limit more than zero of any of `resources`.
-fn requests_any(pod_spec: &Value, resources: &BTreeSet<&str>) -> bool {
-    ["containers", "initContainers"]
-        .iter()
-        .filter_map(|field| pod_spec.get(field).and_then(Value::as_array))
-        .flatten()
-        .filter_map(|container| container.get("resources"))
-        .flat_map(|container_resources| {
-            ["requests", "limits"].into_iter().filter_map(|field| container_resources.get(field))
-        })
-        .any(|amounts| resources.iter().any(|resource| amounts.get(*resource).is_some_and(is_positive_quantity)))
-}
-
-fn is_positive_quantity(value: &Value) -> bool {
-    match value {
-        Value::String(text) => text.trim().parse::<f64>().is_ok_and(|number| number > 0.0),
-        Value::Number(number) => number.as_f64().is_some_and(|number| number > 0.0),
-        _ => false,
-    }
 }
 
 #[cfg(test)]

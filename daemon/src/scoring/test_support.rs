@@ -9,10 +9,12 @@ use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
 use crate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use crate::view::Snapshot;
 
-/// The request of a recorded AdmissionReview in `../shared/fixtures/admission/` (beside the repository).
+/// The request of a recorded AdmissionReview in `shared/fixtures/admission/` (beside the repository, found from
+/// the crate upwards so a worktree one level deeper finds it too).
 pub fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
-    let path = format!("{}/../../shared/fixtures/admission/{name}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read_to_string(&path).unwrap();
+    let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = manifest.ancestors().map(|dir| dir.join("shared/fixtures/admission")).find(|dir| dir.is_dir()).unwrap();
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
     let review: AdmissionReview<DynamicObject> = serde_json::from_str(&text).unwrap();
     review.try_into().unwrap()
 }

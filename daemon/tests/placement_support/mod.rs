@@ -23,6 +23,43 @@ pub fn fixtures_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("no shared/fixtures/admission above {}", manifest.display()))
 }
 
+/// Every recorded fixture's file name, sorted.
+pub fn every_fixture() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fixtures_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The row of docs/admission.md's fixture table for `name`.
+pub fn documented_row(name: &str) -> String {
+    let docs = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/admission.md");
+    let text = std::fs::read_to_string(&docs).unwrap();
+    let row = text.lines().find(|line| line.starts_with(&format!("| `{name}`")));
+    row.unwrap_or_else(|| panic!("docs/admission.md has no row for {name}")).to_owned()
+}
+
+/// Runs `decide` on every item at once, each from its own thread (released together by a barrier).
+pub fn concurrently<I: Sync, O: Send>(items: &[I], decide: impl Fn(&I) -> O + Sync) -> Vec<O> {
+    let barrier = std::sync::Barrier::new(items.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let (barrier, decide) = (&barrier, &decide);
+                scope.spawn(move || {
+                    barrier.wait();
+                    decide(item)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|handle| handle.join().unwrap()).collect()
+    })
+}
+
 /// The recorded request in `name` (e.g. `pod-create-from-replicaset-web-app-1.json`).
 pub fn fixture(name: &str) -> AdmissionRequest<DynamicObject> {
     let path = fixtures_dir().join(name);
