@@ -31,7 +31,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     let certificates = args.self_managed_certs.then(|| CertConfig::from_run_args(&args)).transpose()?;
     let client = build_client(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::new());
-    let ledger = Arc::new(PlacementLedger::new(metrics.clone()));
+    let ledger =
+        Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(args.placement.excluded_namespaces()));
     let draining = Arc::new(AtomicBool::new(false));
     let shutdown = CancellationToken::new();
     let identity = build_identity();
