@@ -168,6 +168,12 @@ pub struct WebhookArgs {
     /// Kubeconfig file when not offline.
     #[arg(long, env = "TIERGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
+    /// Name of the TierPolicy to decide from when not offline.
+    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
+    pub policy_name: String,
+    /// The webhook's own namespace (always excluded from mutation) when not offline.
+    #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
+    pub namespace: String,
     /// HTTPS address.
     #[arg(long, env = "TIERGATE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,

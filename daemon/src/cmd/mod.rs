@@ -61,3 +61,18 @@ async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
+
+/// A client from `--kubeconfig`, or the default chain (in-cluster, then `KUBECONFIG`).
+pub(crate) async fn build_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, CmdError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .map_err(|error| format!("failed to read kubeconfig {}: {error}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|error| format!("failed to find a cluster (in-cluster config or KUBECONFIG): {error}"))?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube::Client;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
@@ -29,7 +27,7 @@ const SNAPSHOT_DEBOUNCE: Duration = Duration::from_millis(100);
 pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     let webhook = build_webhook_config(&args)?;
     let certificates = args.self_managed_certs.then(|| CertConfig::from_run_args(&args)).transpose()?;
-    let client = build_client(args.kubeconfig.as_deref()).await?;
+    let client = super::build_client(args.kubeconfig.as_deref()).await?;
     let metrics = Arc::new(Metrics::new());
     let ledger =
         Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(args.placement.excluded_namespaces()));
@@ -114,21 +112,6 @@ fn build_webhook_config(args: &RunArgs) -> Result<WebhookConfig, CmdError> {
                   own certificate to"
             .into()),
     }
-}
-
-/// A client from `--kubeconfig`, or the default chain (in-cluster, then `KUBECONFIG`).
-async fn build_client(kubeconfig: Option<&std::path::Path>) -> Result<Client, CmdError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = Kubeconfig::read_from(path)
-                .map_err(|error| format!("failed to read kubeconfig {}: {error}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|error| format!("failed to find a cluster (in-cluster config or KUBECONFIG): {error}"))?,
-    };
-    Ok(Client::try_from(config)?)
 }
 
 /// Resolves on SIGTERM or SIGINT with the signal's name.

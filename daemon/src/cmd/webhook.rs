@@ -1,5 +1,5 @@
-//! `tiergate webhook`: serves the admission webhook alone (today from files with `--offline`), with the admin
-//! server, until SIGTERM or ctrl-c; does I/O.
+//! `tiergate webhook`: serves the admission webhook alone — from the cluster's caches (no reconciler), or from
+//! files with `--offline` — with the admin server, until SIGTERM or ctrl-c; does I/O.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,28 +15,46 @@ use crate::admin::{AdminState, serve_admin};
 use crate::admission::build_static_snapshot;
 use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
 use crate::cli::WebhookArgs;
+use crate::cluster::{CacheSettings, start_caches};
 use crate::inputs::{load_cluster_view, load_policy};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
+/// Quiet time before the snapshot is rebuilt after a watch event.
+const SNAPSHOT_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Runs `tiergate webhook` until SIGTERM.
 pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
-    if !args.offline {
-        return Err("tiergate webhook without --offline needs the cluster caches: use `tiergate run` (daemon and \
-                    webhook), or `tiergate webhook --offline --policy FILE [--cluster FILE]`"
-            .into());
+    let metrics = Arc::new(Metrics::new());
+    let draining = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    let excluded = args.placement.excluded_namespaces();
+    if !excluded.is_empty() {
+        tracing::info!(namespaces = ?excluded, "placement leaves these namespaces alone (BLOCKLISTED_NAMESPACE_LIST)");
     }
-    let policy = load_policy(args.policy.as_deref())?;
-    let view = match &args.cluster {
-        Some(path) => load_cluster_view(path)?,
-        None => {
-            tracing::warn!("no --cluster given: no namespace has a tier, so only placement applies");
-            ClusterView::default()
-        }
+    let ledger = Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(excluded));
+    let snapshot = if args.offline {
+        let policy = load_policy(args.policy.as_deref())?;
+        let view = match &args.cluster {
+            Some(path) => load_cluster_view(path)?,
+            None => {
+                tracing::warn!("no --cluster given: no namespace has a tier, so only placement applies");
+                ClusterView::default()
+            }
+        };
+        Arc::new(ArcSwap::from_pointee(build_static_snapshot(policy, view, None)))
+    } else {
+        let client = super::build_client(args.kubeconfig.as_deref()).await?;
+        let settings = CacheSettings {
+            policy_name: args.policy_name.clone(),
+            own_namespace: args.namespace.clone(),
+            debounce: SNAPSHOT_DEBOUNCE,
+            ledger: Some(ledger.clone()),
+        };
+        start_caches(&client, settings, metrics.clone(), shutdown.clone()).snapshot
     };
-    let snapshot = Arc::new(ArcSwap::from_pointee(build_static_snapshot(policy, view, None)));
     let _generated; // keeps a generated certificate's directory alive while serving
     let (tls_cert, tls_key) = match (args.tls.tls_cert, args.tls.tls_key) {
         (Some(cert), Some(key)) => (cert, key),
@@ -48,19 +66,12 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
             (cert, key)
         }
     };
-    let metrics = Arc::new(Metrics::new());
-    let draining = Arc::new(AtomicBool::new(false));
-    let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone(), draining.clone()));
 
-    let excluded = args.placement.excluded_namespaces();
-    if !excluded.is_empty() {
-        tracing::info!(namespaces = ?excluded, "placement leaves these namespaces alone (BLOCKLISTED_NAMESPACE_LIST)");
-    }
     let state = AdmissionState {
         snapshot: snapshot.clone(),
         scorer: Arc::new(Scorer::new(args.agent_url, metrics.clone())),
-        ledger: Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(excluded)),
+        ledger,
         metrics: metrics.clone(),
     };
     let config = WebhookConfig { listen: args.listen, tls_cert, tls_key };
