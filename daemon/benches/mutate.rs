@@ -1,32 +1,20 @@
-//! `mutate()` on recorded fixtures: the pure decision and patch, without HTTP (target: ≤ 50 µs on the 10 KB Job).
+//! The pure core under criterion: `mutate()` on recorded fixtures and on the same Job grown to 100 KiB and 1 MiB
+//! (target: ≤ 50 µs on the 10 KB Job), `plan::desired` for 1,000 namespaces, and strategy parsing. Allocation
+//! counts for the same inputs are in the `allocations` bench.
 
-use std::path::PathBuf;
+mod support;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use support::{fixture, many_namespaces, score, sized_reviews};
 use tiergate::admission::{AdmissionInputs, build_static_snapshot, encode_review, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
-use tiergate::scoring::{ScoreOutcome, ScoreSource};
-
-fn fixture(name: &str) -> Vec<u8> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let dirs = [root.join("../shared/fixtures/admission"), root.join("../../shared/fixtures/admission")];
-    let dir = dirs.into_iter().find(|dir| dir.is_dir()).unwrap_or_default();
-    std::fs::read(dir.join(name)).unwrap_or_default()
-}
+use tiergate::plan::desired;
+use tiergate_compat::strategy::{parse_custom_pod_strategy, parse_schedule_strategy};
 
 fn bench_mutate(c: &mut Criterion) {
     let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").ok().unwrap_or_default();
     let Ok(policy) = load_policy(None) else { return };
     let snapshot = build_static_snapshot(policy, view, None);
-    let score = ScoreOutcome {
-        priority_class: "gpu-high".into(),
-        score: Some(75),
-        chosen_gpu_class: Some("l4".into()),
-        avoid_job_types: vec!["train-llama".into()],
-        source: ScoreSource::Agent,
-        warnings: Vec::new(),
-        decided_at_unix: 1_699_123_456,
-    };
     for (name, scored) in [
         ("job-update-bronze-add-label.json", true),
         ("job-create-bronze-gpu-scored.json", true),
@@ -35,7 +23,7 @@ fn bench_mutate(c: &mut Criterion) {
     ] {
         let body = fixture(name);
         let Ok(request) = parse_review(&body) else { continue };
-        let inputs = AdmissionInputs { score: scored.then(|| score.clone()), ..AdmissionInputs::default() };
+        let inputs = AdmissionInputs { score: scored.then(score), ..AdmissionInputs::default() };
         c.bench_function(&format!("mutate/{name}"), |b| b.iter(|| mutate(&request, &snapshot, &inputs)));
         c.bench_function(&format!("parse+mutate+encode/{name}"), |b| {
             b.iter(|| {
@@ -47,5 +35,42 @@ fn bench_mutate(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_mutate);
+fn bench_sizes(c: &mut Criterion) {
+    let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").ok().unwrap_or_default();
+    let Ok(policy) = load_policy(None) else { return };
+    let snapshot = build_static_snapshot(policy, view, None);
+    let inputs = AdmissionInputs { score: Some(score()), ..AdmissionInputs::default() };
+    let mut group = c.benchmark_group("decision-by-size");
+    for (name, body) in sized_reviews() {
+        let Ok(request) = parse_review(&body) else { continue };
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("mutate", &name), &request, |b, request| {
+            b.iter(|| mutate(request, &snapshot, &inputs))
+        });
+        group.bench_with_input(BenchmarkId::new("parse+mutate+encode", &name), &body, |b, body| {
+            b.iter(|| {
+                let Ok(request) = parse_review(body) else { return Vec::new() };
+                let decision = mutate(&request, &snapshot, &inputs);
+                encode_review(&decision.response(&request)).unwrap_or_default()
+            })
+        });
+    }
+    group.finish();
+}
+
+fn bench_translation(c: &mut Criterion) {
+    let Ok(policy) = load_policy(None) else { return };
+    let view = many_namespaces(&policy, 1_000);
+    c.bench_function("plan::desired/1000-namespaces-3-tiers", |b| b.iter(|| desired(&policy, &view)));
+}
+
+fn bench_strategies(c: &mut Criterion) {
+    let schedule = "base=1,weight=2,nodeSelector=zone:us-west-1a,node-type:ondemand;\
+                    weight=1,nodeSelector=zone:us-west-1b,node-type:spot";
+    let custom = "lc=od,base=2,weight=1:lc=spot,karpenter.sh/capacity-type=spot,weight=1";
+    c.bench_function("strategy/schedule-strategy (seed 003)", |b| b.iter(|| parse_schedule_strategy(schedule)));
+    c.bench_function("strategy/custom-pod-strategy (seed 004)", |b| b.iter(|| parse_custom_pod_strategy(custom)));
+}
+
+criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies);
 criterion_main!(benches);

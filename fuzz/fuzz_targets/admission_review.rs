@@ -1,0 +1,47 @@
+//! AdmissionReview bytes -> `parse_review` -> `mutate` and `decide_review` (placement, built-in scorer) on the
+//! sample snapshot -> `encode_review`. Besides "no panic": every patch tiergate returns applies to the object.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use tiergate::admission::{AdmissionInputs, build_static_snapshot, decide_review, encode_review, mutate, parse_review};
+use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+use tiergate::placement::PlacementLedger;
+use tiergate::scoring::Scorer;
+use tiergate::view::Snapshot;
+
+struct Fixed {
+    snapshot: Snapshot,
+    scorer: Scorer,
+    runtime: tokio::runtime::Runtime,
+}
+
+fn fixed() -> &'static Fixed {
+    static FIXED: OnceLock<Fixed> = OnceLock::new();
+    FIXED.get_or_init(|| {
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").expect("sample cluster parses");
+        let policy = load_policy(None).expect("sample policy parses");
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts");
+        Fixed { snapshot: build_static_snapshot(policy, view, None), scorer: Scorer::default(), runtime }
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let fixed = fixed();
+    let Ok(request) = parse_review(data) else { return };
+    let object = request.object.as_ref().map(|object| serde_json::to_value(object).expect("object serializes"));
+    for decision in [
+        mutate(&request, &fixed.snapshot, &AdmissionInputs::default()),
+        fixed.runtime.block_on(decide_review(&request, &fixed.snapshot, &PlacementLedger::default(), &fixed.scorer)),
+    ] {
+        if let Some(mut object) = object.clone()
+            && !decision.patch.0.is_empty()
+        {
+            let applied = json_patch::patch(&mut object, &decision.patch);
+            assert!(applied.is_ok(), "patch does not apply: {applied:?}\npatch: {:?}", decision.patch);
+        }
+        encode_review(&decision.response(&request)).expect("the answer encodes");
+    }
+});
