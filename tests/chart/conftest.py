@@ -1,9 +1,14 @@
 """Chart test fixtures; the helpers live in chart_helpers.py."""
 from __future__ import annotations
 
+import pathlib
+import sys
 from typing import Any, Callable
 
 import pytest
+
+# tests/ holds helpers shared with the other suites (daemon_harness); importable however pytest is started.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from chart_helpers import OPTIONS, render
 

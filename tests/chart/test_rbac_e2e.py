@@ -18,9 +18,7 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
-import time
 import uuid
 from typing import Any, Iterator
 
@@ -28,6 +26,7 @@ import pytest
 import yaml
 
 from chart_helpers import REPO, crds, render
+from daemon_harness import free_port, wait_until
 
 TIMEOUT_SECONDS = 60
 
@@ -64,20 +63,8 @@ SKIP_REASON = cluster_skip_reason()
 pytestmark = pytest.mark.skipif(SKIP_REASON is not None, reason=str(SKIP_REASON))
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_for(what: str, probe: Any) -> Any:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {TIMEOUT_SECONDS} s waiting for {what}")
+    return wait_until(what, probe, timeout=TIMEOUT_SECONDS, interval=1)
 
 
 @pytest.fixture(scope="module")
