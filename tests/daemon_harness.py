@@ -3,14 +3,15 @@ helpers that drive them (free ports, polling, HTTP probes). Used by tests/test_d
 end-to-end test and perf/cache_memory.py.
 
 It serves paged lists (`limit`/`continue`) of namespaces (metadata-only), nodes, the TierPolicy and whatever was
-applied, keeps watches open without events, answers Kueue discovery, stores applied objects and the Lease, and
-records every write. Object shapes follow what a real API server sends, including the parts tiergate trims
+applied, streams applied objects to open watches of their resource (as an API server would), answers Kueue
+discovery, stores applied objects and the Lease, and records every write. Object shapes follow what a real API server sends, including the parts tiergate trims
 (managedFields, node images and conditions, kubectl's last-applied annotation), so memory measured against it is
 what the caches keep, not what the fake leaves out."""
 from __future__ import annotations
 
 import json
 import pathlib
+import queue
 import signal
 import socket
 import subprocess
@@ -151,6 +152,8 @@ class FakeApi:
         self.writes: list[tuple[str, str, str, dict[str, Any]]] = []
         self.stopping = threading.Event()
         self.lock = threading.Lock()
+        self.watchers: list[tuple[str, queue.Queue[dict[str, Any]]]] = []
+        self.resource_version = 100
         self.namespaces = [build_namespace(i) for i in range(namespaces)]
         self.nodes = [build_node(i) for i in range(nodes)]
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -174,6 +177,18 @@ class FakeApi:
     def non_lease_writes(self, since: int = 0) -> list[tuple[str, str, str, dict[str, Any]]]:
         with self.lock:
             return [write for write in self.writes[since:] if "/leases" not in write[1]]
+
+    def _store(self, path: str, body: dict[str, Any]) -> None:
+        """Keeps an applied object and tells the open watches of its resource."""
+        with self.lock:
+            self.resource_version += 1
+            body.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
+            event = {"type": "MODIFIED" if path in self.objects else "ADDED", "object": body}
+            self.objects[path] = body
+            plural = path.rstrip("/").split("/")[-2]
+            for resource, events in self.watchers:
+                if resource == plural:
+                    events.put(event)
 
     def _items(self, path: str) -> list[dict[str, Any]]:
         if path == "/api/v1/namespaces":
@@ -221,12 +236,7 @@ class FakeApi:
                 url = urlparse(self.path)
                 query, path = parse_qs(url.query), url.path
                 if query.get("watch") in (["true"], ["1"]):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    api.stopping.wait()
-                    return
+                    return self._stream_watch(path.rstrip("/").split("/")[-1])
                 if path == "/apis":
                     return self._send(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
                         {"name": "kueue.x-k8s.io", "versions": [
@@ -250,6 +260,30 @@ class FakeApi:
                 self._send(200, {"apiVersion": "v1", "kind": "List", "metadata": metadata,
                                  "items": items[start:start + limit]})
 
+            def _stream_watch(self, resource: str) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+                events: queue.Queue[dict[str, Any]] = queue.Queue()
+                with api.lock:
+                    api.watchers.append((resource, events))
+                try:
+                    while not api.stopping.is_set():
+                        try:
+                            event = events.get(timeout=0.5)
+                        except queue.Empty:
+                            continue
+                        data = json.dumps(event).encode() + b"\n"
+                        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                        self.wfile.flush()
+                except OSError:
+                    pass
+                finally:
+                    with api.lock:
+                        api.watchers.remove((resource, events))
+
             def do_POST(self) -> None:
                 body = self._body()
                 path = self._record(body)
@@ -270,9 +304,7 @@ class FakeApi:
                 if path.endswith("/status"):
                     api.policy["status"] = body["status"]
                     return self._send(200, api.policy)
-                body.setdefault("metadata", {})["resourceVersion"] = "5"
-                with api.lock:
-                    api.objects[path] = body
+                api._store(path, body)
                 self._send(200, body)
 
         return Handler

@@ -14,7 +14,9 @@ use kube::core::DynamicObject;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tiergate::cluster::{NamespaceLite, NodeLite, SnapshotInputs, build_snapshot, strip_kueue_object};
+use tiergate::cluster::{
+    NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot, strip_kueue_object,
+};
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::desired::{build_desired_set, desired_objects};
@@ -22,7 +24,7 @@ use tiergate::reconcile::kinds::KueueKind;
 use tiergate::reconcile::lease::WriteGate;
 use tiergate::reconcile::status::{StatusInput, build_status};
 use tiergate::reconcile::{Context, OwnedStores, ReconcilerSettings, reconcile};
-use tiergate::view::{NamespaceView, Snapshot};
+use tiergate::view::{NamespaceView, NodeView, Snapshot};
 
 /// Counts live heap bytes while a `dhat::Profiler` runs (only around the memory measurement).
 #[global_allocator]
@@ -75,7 +77,7 @@ fn snapshot(namespaces: usize, relabeled: Option<usize>) -> Arc<arc_swap::ArcSwa
             let tier = if Some(index) == relabeled { TIERS[(index + 1) % 3] } else { TIERS[index % 3] };
             let name = format!("tenant-{index:05}");
             let labels = BTreeMap::from([(TIER_LABEL.to_owned(), tier.to_owned())]);
-            (name.clone(), NamespaceView { name, labels })
+            (name.clone(), Arc::new(NamespaceView { name, labels, ..NamespaceView::default() }))
         })
         .collect();
     Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { namespaces, synced: true, ..Snapshot::default() }))
@@ -191,15 +193,15 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     let queues_raw: Vec<DynamicObject> =
         objects.into_iter().filter(|object| KueueKind::of(object) == Some(KueueKind::LocalQueue)).collect();
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
-    let mut namespaces = Writer::<NamespaceLite>::default();
+    let mut namespaces = Writer::<NamespaceView>::default();
     for index in 0..10_000 {
-        let namespace = raw_namespace(index);
+        let namespace = build_namespace_view(raw_namespace(index));
         namespaces.apply_watcher_event(&watcher::Event::Apply(namespace));
     }
     println!("  namespaces store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
-    let mut nodes = Writer::<NodeLite>::default();
+    let mut nodes = Writer::<NodeView>::default();
     for index in 0..2_000 {
-        let node = raw_node(index);
+        let node = build_node_view(raw_node(index));
         nodes.apply_watcher_event(&watcher::Event::Apply(node));
     }
     println!("  + nodes store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);

@@ -1,8 +1,9 @@
 //! Reflector stores for policies, namespaces, nodes, LocalQueues and pods, folded into the shared `Snapshot`; does I/O.
 //!
-//! Every watch is trimmed to what tiergate reads before it reaches a store (no managedFields, no node status
-//! besides allocatable, namespace metadata only), so 10,000 namespaces and 2,000 nodes fit well under 64 MiB.
-//! The snapshot is rebuilt (debounced) after changes and `synced` only once every store has listed.
+//! Every watch is decoded into the pure core's views before it reaches a store (namespaces, nodes and pods become
+//! `NamespaceView`, `NodeView` and `PodView`; managedFields, node images and the like are never materialized), and
+//! the snapshot shares the stores' `Arc`s instead of copying them, so 10,000 namespaces and 2,000 nodes are held
+//! once. The snapshot is rebuilt (debounced) after changes and `synced` only once every store has listed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::Hash;
@@ -10,9 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use std::borrow::Cow;
+
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, PodSpec, Taint};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::core::{DynamicObject, ObjectMeta, PartialObjectMeta};
@@ -120,11 +123,11 @@ impl Signals {
 #[derive(Clone, Debug)]
 struct Readers {
     policies: Store<TierPolicy>,
-    namespaces: Store<NamespaceLite>,
-    nodes: Store<NodeLite>,
+    namespaces: Store<NamespaceView>,
+    nodes: Store<NodeView>,
     local_queues: Store<DynamicObject>,
-    placed_pods: Store<Pod>,
-    typed_pods: Store<Pod>,
+    placed_pods: Store<PodView>,
+    typed_pods: Store<PodView>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
 }
 
@@ -150,26 +153,29 @@ pub fn start_caches(
         "Namespace",
         Trigger::Always,
         Writer::default(),
-        watcher(Api::<NamespaceLite>::all(client.clone()), config()),
+        watcher(Api::<NamespaceLite>::all(client.clone()), config())
+            .map_ok(|event| map_event(event, build_namespace_view)),
     );
     let nodes = spawner.watch(
         "Node",
         Trigger::Always,
         Writer::default(),
-        watcher(Api::<NodeLite>::all(client.clone()), config().page_size(NODE_PAGE_SIZE)),
+        watcher(Api::<NodeLite>::all(client.clone()), config().page_size(NODE_PAGE_SIZE))
+            .map_ok(|event| map_event(event, build_node_view)),
     );
     let placed_pods = spawner.watch(
         "Pod(placement)",
         Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL).page_size(POD_PAGE_SIZE))
-            .modify(strip_pod),
+            .map_ok(|event| map_event(event, build_pod_view)),
     );
     let typed_pods = spawner.watch(
         "Pod(job-type)",
         Trigger::Never,
         Writer::default(),
-        watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL).page_size(POD_PAGE_SIZE)).modify(strip_pod),
+        watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL).page_size(POD_PAGE_SIZE))
+            .map_ok(|event| map_event(event, build_pod_view)),
     );
     let replica_sets = spawner.watch(
         "ReplicaSet",
@@ -434,45 +440,42 @@ pub struct SnapshotInputs<'a> {
     pub own_namespace: &'a str,
     /// TierPolicies.
     pub policies: Vec<Arc<TierPolicy>>,
-    /// Namespace metadata.
-    pub namespaces: Vec<Arc<NamespaceLite>>,
-    /// Trimmed nodes.
-    pub nodes: Vec<Arc<NodeLite>>,
+    /// Namespaces.
+    pub namespaces: Vec<Arc<NamespaceView>>,
+    /// Nodes.
+    pub nodes: Vec<Arc<NodeView>>,
     /// LocalQueues.
     pub local_queues: Vec<Arc<DynamicObject>>,
     /// Pods with a placement or job-type label (may repeat).
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet metadata.
     pub replica_sets: Vec<Arc<PartialObjectMeta<ReplicaSet>>>,
     /// Whether every store has synced.
     pub synced: bool,
 }
 
-/// Folds store contents into an immutable snapshot.
+/// Folds store contents into an immutable snapshot; views are shared with the stores, not copied.
 pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
     // A terminating namespace accepts no new objects: it is neither queued for nor mutated.
-    let namespaces: BTreeMap<String, NamespaceView> = inputs
+    let namespaces: BTreeMap<String, Arc<NamespaceView>> = inputs
         .namespaces
         .iter()
-        .filter(|namespace| namespace.metadata.deletion_timestamp.is_none())
-        .map(|namespace| {
-            let name = namespace.name_any();
-            (name.clone(), NamespaceView { name, labels: namespace.metadata.labels.clone().unwrap_or_default() })
-        })
+        .filter(|namespace| !namespace.terminating)
+        .map(|namespace| (namespace.name.clone(), namespace.clone()))
         .collect();
-    let nodes: BTreeMap<String, NodeView> =
-        inputs.nodes.iter().map(|node| (node.name_any(), build_node_view(node))).collect();
+    let nodes: BTreeMap<String, Arc<NodeView>> =
+        inputs.nodes.iter().map(|node| (node.name.clone(), node.clone())).collect();
     let local_queues: BTreeSet<(String, String)> = inputs
         .local_queues
         .iter()
         .filter_map(|queue| Some((queue.metadata.namespace.clone()?, queue.name_any())))
         .collect();
     let mut seen = BTreeSet::new();
-    let pods: Vec<PodView> = inputs
+    let pods: Vec<Arc<PodView>> = inputs
         .pods
         .iter()
-        .filter(|pod| seen.insert(pod.metadata.uid.clone().unwrap_or_else(|| pod.name_any())))
-        .map(|pod| build_pod_view(pod))
+        .filter(|pod| seen.insert((pod.uid.as_str(), pod.namespace.as_str(), pod.name.as_str())))
+        .cloned()
         .collect();
     let replica_set_owners = inputs
         .replica_sets
@@ -497,36 +500,102 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
     }
 }
 
-fn build_node_view(node: &NodeLite) -> NodeView {
+/// A watch event with its object converted (kube-runtime's `Event` has no map of its own).
+fn map_event<A, B>(event: watcher::Event<A>, convert: impl Fn(A) -> B) -> watcher::Event<B> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(convert(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(convert(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(convert(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A decoded namespace as the core sees it (nothing is copied: the decoded fields move).
+pub fn build_namespace_view(namespace: NamespaceLite) -> NamespaceView {
+    let ObjectMeta { name, labels, deletion_timestamp, .. } = namespace.metadata;
+    NamespaceView {
+        name: name.unwrap_or_default(),
+        labels: labels.unwrap_or_default(),
+        terminating: deletion_timestamp.is_some(),
+    }
+}
+
+/// A decoded node as the core sees it; allocatable keeps the integer quantities (GPUs and other devices).
+pub fn build_node_view(node: NodeLite) -> NodeView {
     let allocatable = node
         .status
         .allocatable
-        .iter()
-        .filter_map(|(name, quantity)| Some((name.clone(), quantity.0.parse::<i64>().ok()?)))
+        .into_iter()
+        .filter_map(|(name, quantity)| Some((name, quantity.0.parse::<i64>().ok()?)))
         .collect();
     NodeView {
-        name: node.name_any(),
-        labels: node.metadata.labels.clone().unwrap_or_default(),
-        taints: node.spec.taints.clone(),
+        name: node.metadata.name.unwrap_or_default(),
+        labels: node.metadata.labels.unwrap_or_default(),
+        taints: node.spec.taints,
         allocatable,
     }
 }
 
-fn build_pod_view(pod: &Pod) -> PodView {
+/// A pod as the webhook's ledgers and co-location scoring see it; the rest of the pod is dropped on arrival.
+fn build_pod_view(pod: Pod) -> PodView {
+    let ObjectMeta { name, namespace, uid, labels, annotations, owner_references, .. } = pod.metadata;
+    let mut annotations = annotations.unwrap_or_default();
+    annotations.remove(LAST_APPLIED_ANNOTATION);
     PodView {
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: pod.name_any(),
-        uid: pod.metadata.uid.clone().unwrap_or_default(),
-        owner_uid: pod
-            .owner_references()
-            .iter()
+        namespace: namespace.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+        uid: uid.unwrap_or_default(),
+        owner_uid: owner_references
+            .unwrap_or_default()
+            .into_iter()
             .find(|owner| owner.controller == Some(true))
-            .map(|owner| owner.uid.clone()),
-        node_name: pod.spec.as_ref().and_then(|spec| spec.node_name.clone()),
-        labels: pod.metadata.labels.clone().unwrap_or_default(),
-        annotations: pod.metadata.annotations.clone().unwrap_or_default(),
+            .map(|owner| owner.uid),
+        node_name: pod.spec.and_then(|spec| spec.node_name),
+        labels: labels.unwrap_or_default(),
+        annotations,
     }
 }
+
+/// Store keys for views: kind and name from the Kubernetes type they were decoded from; no resourceVersion or
+/// UID is copied into the key (the store never reads them).
+macro_rules! impl_view_lookup {
+    ($view:ty, $kube:ty, |$object:ident| $namespace:expr) => {
+        impl Lookup for $view {
+            type DynamicType = ();
+
+            fn kind(dyntype: &()) -> Cow<'_, str> {
+                <$kube as kube::Resource>::kind(dyntype)
+            }
+            fn group(dyntype: &()) -> Cow<'_, str> {
+                <$kube as kube::Resource>::group(dyntype)
+            }
+            fn version(dyntype: &()) -> Cow<'_, str> {
+                <$kube as kube::Resource>::version(dyntype)
+            }
+            fn plural(dyntype: &()) -> Cow<'_, str> {
+                <$kube as kube::Resource>::plural(dyntype)
+            }
+            fn name(&self) -> Option<Cow<'_, str>> {
+                Some(Cow::Borrowed(self.name.as_str()))
+            }
+            fn namespace(&self) -> Option<Cow<'_, str>> {
+                let $object = self;
+                $namespace
+            }
+            fn resource_version(&self) -> Option<Cow<'_, str>> {
+                None
+            }
+            fn uid(&self) -> Option<Cow<'_, str>> {
+                None
+            }
+        }
+    };
+}
+
+impl_view_lookup!(NamespaceView, Namespace, |_view| None);
+impl_view_lookup!(NodeView, Node, |_view| None);
+impl_view_lookup!(PodView, Pod, |pod| Some(Cow::Borrowed(pod.namespace.as_str())));
 
 /// Drops managedFields and kubectl's last-applied copy from any object's metadata.
 fn strip_metadata<K: kube::Resource>(object: &mut K) {
@@ -661,25 +730,6 @@ impl kube::Resource for NodeLite {
     }
 }
 
-/// Keeps a pod's identity, labels, annotations, owners and node name.
-pub fn strip_pod(pod: &mut Pod) {
-    strip_metadata(pod);
-    let meta = &mut pod.metadata;
-    *meta = ObjectMeta {
-        name: meta.name.take(),
-        namespace: meta.namespace.take(),
-        uid: meta.uid.take(),
-        resource_version: meta.resource_version.take(),
-        labels: meta.labels.take(),
-        annotations: meta.annotations.take(),
-        owner_references: meta.owner_references.take(),
-        ..ObjectMeta::default()
-    };
-    let node_name = pod.spec.as_mut().and_then(|spec| spec.node_name.take());
-    pod.spec = Some(PodSpec { node_name, ..PodSpec::default() });
-    pod.status = None;
-}
-
 /// Keeps what the reconciler compares and reads on a Kueue object: metadata without managedFields, the spec,
 /// and for LocalQueues only the workload counts of the status.
 pub fn strip_kueue_object(object: &mut DynamicObject) {
@@ -732,7 +782,7 @@ mod tests {
         let kept = serde_json::to_value(&node).unwrap();
         assert!(kept["status"].get("images").is_none(), "{kept}");
         assert!(kept["spec"].get("podCIDR").is_none(), "{kept}");
-        let view = build_node_view(&node);
+        let view = build_node_view(node);
         assert_eq!(view.labels.get("gpu.nvidia.com/class").map(String::as_str), Some("h100"));
         assert_eq!(view.taints.len(), 1);
         assert_eq!(view.allocatable, BTreeMap::from([("nvidia.com/gpu".to_owned(), 8)]));
@@ -864,13 +914,13 @@ mod tests {
             "spec": {"containers": [], "nodeName": "gpu-1"},
         }))
         .unwrap();
-        let pod = Arc::new(pod);
+        let pod = Arc::new(build_pod_view(pod));
         let inputs = SnapshotInputs {
             policy_name: "default",
             own_namespace: "tiergate-system",
             policies: vec![policy],
-            namespaces: vec![Arc::new(namespace), Arc::new(terminating)],
-            nodes: vec![Arc::new(node())],
+            namespaces: vec![Arc::new(build_namespace_view(namespace)), Arc::new(build_namespace_view(terminating))],
+            nodes: vec![Arc::new(build_node_view(node()))],
             local_queues: vec![],
             pods: vec![pod.clone(), pod],
             replica_sets: vec![],
@@ -884,5 +934,54 @@ mod tests {
         assert_eq!(snapshot.namespaces["team-a"].labels["tenant.kubenexus.io/tier"], "gold");
         assert!(!snapshot.namespaces.contains_key("leaving"), "a terminating namespace gets no queue");
         assert_eq!(snapshot.own_namespace.as_deref(), Some("tiergate-system"));
+        assert!(
+            Arc::ptr_eq(&snapshot.namespaces["team-a"], &inputs.namespaces[0]),
+            "shared with the store, not copied"
+        );
+        assert!(Arc::ptr_eq(&snapshot.nodes["gpu-1"], &inputs.nodes[0]), "shared with the store, not copied");
+    }
+
+    #[test]
+    fn store_keys_views_by_name_and_a_namespace_turning_terminating_replaces_its_live_view() {
+        let namespace = |deleting: bool| {
+            let mut metadata = json!({"name": "team-a", "uid": "u", "resourceVersion": "9",
+                                      "labels": {"tenant.kubenexus.io/tier": "gold"}});
+            if deleting {
+                metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+            }
+            build_namespace_view(serde_json::from_value(json!({"metadata": metadata})).unwrap())
+        };
+        let mut writer = Writer::<NamespaceView>::default();
+        writer.apply_watcher_event(&watcher::Event::Apply(namespace(false)));
+        writer.apply_watcher_event(&watcher::Event::Apply(namespace(true)));
+        let state = writer.as_reader().state();
+        assert_eq!(state.len(), 1, "one key per name");
+        assert!(state[0].terminating);
+        writer.apply_watcher_event(&watcher::Event::Delete(namespace(true)));
+        assert!(writer.as_reader().state().is_empty());
+    }
+
+    #[test]
+    fn pods_from_two_namespaces_with_one_name_are_two_store_entries_and_keep_only_what_the_webhook_reads() {
+        let pod = |namespace: &str| {
+            build_pod_view(
+                serde_json::from_value(json!({
+                    "metadata": {"name": "p", "namespace": namespace, "uid": format!("uid-{namespace}"),
+                                 "annotations": {LAST_APPLIED_ANNOTATION: "{}", "kept": "yes"},
+                                 "ownerReferences": [{"apiVersion": "v1", "kind": "ReplicaSet", "name": "rs", "uid": "rs-1", "controller": true}]},
+                    "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "gpu-1"},
+                }))
+                .unwrap(),
+            )
+        };
+        let mut writer = Writer::<PodView>::default();
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("a")));
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("b")));
+        let state = writer.as_reader().state();
+        assert_eq!(state.len(), 2);
+        let view = &state[0];
+        assert_eq!(view.owner_uid.as_deref(), Some("rs-1"));
+        assert_eq!(view.node_name.as_deref(), Some("gpu-1"));
+        assert_eq!(view.annotations, BTreeMap::from([("kept".to_owned(), "yes".to_owned())]));
     }
 }

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use serde::Deserialize;
@@ -125,15 +126,16 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
             Some("Namespace") => {
                 let namespace: Namespace =
                     serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
-                view.namespaces.push(NamespaceView {
+                view.namespaces.push(Arc::new(NamespaceView {
                     name: namespace.metadata.name.unwrap_or_default(),
                     labels: namespace.metadata.labels.unwrap_or_default(),
-                });
+                    terminating: namespace.metadata.deletion_timestamp.is_some(),
+                }));
             }
             Some("Node") => {
                 let node: Node =
                     serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
-                view.nodes.push(node_view(node));
+                view.nodes.push(Arc::new(node_view(node)));
             }
             other => {
                 return Err(parse_error(format!(

@@ -1,5 +1,8 @@
 //! The cluster as the pure core sees it: namespaces with labels, nodes with labels, taints and allocatable GPUs,
 //! and the immutable `Snapshot` the webhook decides from; no I/O.
+//!
+//! Views are shared, never copied: the daemon's watch caches hold them behind `Arc`s and every snapshot and
+//! translation view points at the same allocations, so 10,000 namespaces are in memory once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -16,6 +19,10 @@ pub struct NamespaceView {
     /// Namespace labels.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// Whether the namespace is being deleted: it accepts no new objects, so it is neither queued for nor
+    /// mutated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminating: bool,
 }
 
 /// A node: its labels, taints and allocatable extended resources (whole units, e.g. GPUs).
@@ -39,10 +46,10 @@ pub struct NodeView {
 pub struct ClusterView {
     /// All namespaces.
     #[serde(default)]
-    pub namespaces: Vec<NamespaceView>,
+    pub namespaces: Vec<Arc<NamespaceView>>,
     /// All nodes.
     #[serde(default)]
-    pub nodes: Vec<NodeView>,
+    pub nodes: Vec<Arc<NodeView>>,
 }
 
 /// A live pod as the webhook's caches know it (for placement ledgers and co-location).
@@ -69,14 +76,14 @@ pub struct PodView {
 pub struct Snapshot {
     /// The active TierPolicy (the one the daemon reconciles); `None` until one exists.
     pub policy: Option<Arc<TierPolicy>>,
-    /// Namespaces by name.
-    pub namespaces: BTreeMap<String, NamespaceView>,
+    /// Namespaces by name (terminating ones are left out).
+    pub namespaces: BTreeMap<String, Arc<NamespaceView>>,
     /// Nodes by name.
-    pub nodes: BTreeMap<String, NodeView>,
+    pub nodes: BTreeMap<String, Arc<NodeView>>,
     /// LocalQueues that exist: (namespace, name).
     pub local_queues: BTreeSet<(String, String)>,
     /// Live pods carrying a placement or job-type label, for ledgers and co-location.
-    pub pods: Vec<PodView>,
+    pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet UID -> owning Deployment (namespace, name), so pods of one Deployment share a ledger.
     pub replica_set_owners: BTreeMap<String, (String, String)>,
     /// The daemon's own namespace (always excluded).
@@ -89,7 +96,7 @@ pub struct Snapshot {
 pub type SharedSnapshot = Arc<arc_swap::ArcSwap<Snapshot>>;
 
 impl Snapshot {
-    /// The cluster view (namespaces and nodes) for the translation.
+    /// The cluster view (namespaces and nodes) for the translation; shares the snapshot's views.
     pub fn cluster_view(&self) -> ClusterView {
         ClusterView {
             namespaces: self.namespaces.values().cloned().collect(),

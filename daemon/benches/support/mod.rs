@@ -65,9 +65,12 @@ pub fn sized_reviews() -> Vec<(String, Vec<u8>)> {
 pub fn many_namespaces(policy: &TierPolicy, count: usize) -> ClusterView {
     let tiers: Vec<&str> = policy.spec.tiers.iter().map(|tier| tier.name.as_str()).collect();
     let namespaces = (0..count)
-        .map(|index| NamespaceView {
-            name: format!("tenant-{index:04}"),
-            labels: [(policy.spec.tier_label.clone(), tiers[index % tiers.len()].to_owned())].into(),
+        .map(|index| {
+            std::sync::Arc::new(NamespaceView {
+                name: format!("tenant-{index:04}"),
+                labels: [(policy.spec.tier_label.clone(), tiers[index % tiers.len()].to_owned())].into(),
+                ..NamespaceView::default()
+            })
         })
         .collect();
     ClusterView { namespaces, nodes: Vec::new() }

@@ -177,10 +177,11 @@ mod tests {
 
     fn sample_view() -> ClusterView {
         ClusterView {
-            namespaces: vec![NamespaceView {
+            namespaces: vec![std::sync::Arc::new(NamespaceView {
                 name: "team-a".to_owned(),
                 labels: BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "gold".to_owned())]),
-            }],
+                ..NamespaceView::default()
+            })],
             nodes: vec![],
         }
     }

@@ -124,7 +124,10 @@ fn snapshot_with(namespaces: &[(&str, &str)]) -> SharedSnapshot {
         .iter()
         .map(|(name, tier)| {
             let labels = BTreeMap::from([(TIER_LABEL.to_owned(), (*tier).to_owned())]);
-            ((*name).to_owned(), NamespaceView { name: (*name).to_owned(), labels })
+            (
+                (*name).to_owned(),
+                Arc::new(NamespaceView { name: (*name).to_owned(), labels, ..NamespaceView::default() }),
+            )
         })
         .collect();
     Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { namespaces, synced: true, ..Snapshot::default() }))
@@ -523,7 +526,7 @@ fn the_daemons_own_namespace_is_never_translated() {
     let mut with_own = (**snapshot.load()).clone();
     with_own.own_namespace = Some("tiergate-system".to_owned());
     let names: Vec<String> =
-        build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name).collect();
+        build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name.clone()).collect();
     assert_eq!(names, vec!["team-a".to_owned()]);
 }
 

@@ -14,6 +14,7 @@
 //! tier's flavors). Batch size, tenant and co-located job types are not used; `avoid_co_locate_with` is empty.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::policy::GpuClass;
 use crate::scoring::features::node_is_of_class;
@@ -43,8 +44,8 @@ pub type Inventory = BTreeMap<String, ClassCapacity>;
 /// The inventory of `classes` from the node and pod caches (one pass over the nodes, one over the pods).
 pub fn build_inventory<'a>(
     classes: &[&GpuClass],
-    nodes: impl IntoIterator<Item = &'a NodeView>,
-    pods: &[PodView],
+    nodes: impl IntoIterator<Item = &'a Arc<NodeView>>,
+    pods: &[Arc<PodView>],
 ) -> Inventory {
     let mut inventory: Inventory = classes.iter().map(|class| (class.name.clone(), ClassCapacity::default())).collect();
     let mut classes_of_node: HashMap<&str, Vec<&str>> = HashMap::new();
@@ -157,7 +158,11 @@ mod tests {
     fn cached_pods_on_a_class_node_count_as_used_gpus() {
         let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
         let pod = PodView { node_name: Some("gpu-l4-node-1".to_owned()), ..PodView::default() };
-        let inventory = build_inventory(&classes().iter().collect::<Vec<_>>(), &view.nodes, &[pod.clone(), pod]);
+        let inventory = build_inventory(
+            &classes().iter().collect::<Vec<_>>(),
+            &view.nodes,
+            &[Arc::new(pod.clone()), Arc::new(pod)],
+        );
         assert_eq!(inventory["l4"], ClassCapacity { allocatable: 4, in_use: 2 });
         assert_eq!(free_share(inventory["l4"]), 0.5);
     }

@@ -209,12 +209,14 @@ mod tests {
     #[test]
     fn colocated_job_types_come_from_pods_on_the_candidate_classes_nodes() {
         let mut snapshot = sample_snapshot();
-        let pod = |name: &str, node: Option<&str>, job_type: &str| PodView {
-            namespace: "other".to_owned(),
-            name: name.to_owned(),
-            node_name: node.map(str::to_owned),
-            labels: [(JOB_TYPE_LABEL.to_owned(), job_type.to_owned())].into(),
-            ..PodView::default()
+        let pod = |name: &str, node: Option<&str>, job_type: &str| {
+            std::sync::Arc::new(PodView {
+                namespace: "other".to_owned(),
+                name: name.to_owned(),
+                node_name: node.map(str::to_owned),
+                labels: [(JOB_TYPE_LABEL.to_owned(), job_type.to_owned())].into(),
+                ..PodView::default()
+            })
         };
         snapshot.pods = vec![
             pod("a", Some("gpu-l4-node-1"), "infer-llama"),

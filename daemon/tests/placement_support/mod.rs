@@ -120,7 +120,7 @@ pub fn admitted_pod(request: &AdmissionRequest<DynamicObject>, outcome: &Placeme
 
 /// A synced snapshot holding `pods`.
 pub fn snapshot_with(pods: Vec<PodView>) -> Snapshot {
-    Snapshot { pods, synced: true, ..Snapshot::default() }
+    Snapshot { pods: pods.into_iter().map(std::sync::Arc::new).collect(), synced: true, ..Snapshot::default() }
 }
 
 /// A synced snapshot with `policy` active.
