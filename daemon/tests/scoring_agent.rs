@@ -367,6 +367,60 @@ async fn an_identical_request_within_the_ttl_is_answered_from_the_cache() {
     assert_eq!(agent.calls(), 2, "a different request is not a cache hit");
 }
 
+/// Scores `count` copies of `request` at once (a burst of identical pods).
+async fn score_concurrently(
+    scorer: &Arc<Scorer>,
+    snapshot: &Snapshot,
+    request: &AdmissionRequest<DynamicObject>,
+    count: usize,
+) -> Vec<tokio::task::JoinHandle<Option<ScoreOutcome>>> {
+    (0..count)
+        .map(|_| {
+            let (scorer, snapshot, request) = (Arc::clone(scorer), snapshot.clone(), request.clone());
+            tokio::spawn(async move { scorer.score_for(&request, &snapshot).await })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn identical_concurrent_requests_share_one_agent_call() {
+    let agent = start_fake_agent(Mode::Gated).await;
+    let (scorer, metrics) = scorer();
+    let scorer = Arc::new(scorer);
+    let snapshot = snapshot_with(ScoringSettings { timeout_ms: 30_000, ..agent_settings(&agent.url) });
+    let waiting = score_concurrently(&scorer, &snapshot, &bronze_job(), 8).await;
+    while agent.calls() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    agent.gate.add_permits(8);
+    for outcome in waiting {
+        let outcome = outcome.await.unwrap().unwrap();
+        assert_eq!((outcome.source, outcome.score), (ScoreSource::Agent, Some(85)));
+    }
+    assert_eq!(agent.calls(), 1, "one call for eight identical requests");
+    assert_eq!((calls_with_outcome(&metrics, "ok"), calls_with_outcome(&metrics, "cached")), (1, 7));
+    assert_eq!(calls_with_outcome(&metrics, "busy"), 0, "waiting requests take no call slot");
+}
+
+#[tokio::test]
+async fn when_a_shared_call_fails_every_waiting_request_falls_back_with_its_reason() {
+    let agent = start_fake_agent(Mode::Slow).await;
+    let (scorer, metrics) = scorer();
+    let scorer = Arc::new(scorer);
+    let snapshot = snapshot_with(ScoringSettings { timeout_ms: 300, ..agent_settings(&agent.url) });
+    let started = Instant::now();
+    for outcome in score_concurrently(&scorer, &snapshot, &bronze_job(), 4).await {
+        assert_fallback(&outcome.await.unwrap().unwrap(), "timeout");
+    }
+    assert_within_budget(started, 300);
+    assert_eq!(agent.calls(), 1);
+    assert_eq!(calls_with_outcome(&metrics, "timeout"), 4);
+    // A failure is not cached: the next request calls again.
+    scorer.score_for(&bronze_job(), &snapshot).await.unwrap();
+    assert_eq!(agent.calls(), 2);
+}
+
 #[tokio::test]
 async fn a_zero_ttl_turns_the_cache_off() {
     let agent = start_fake_agent(Mode::Normal).await;

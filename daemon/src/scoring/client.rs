@@ -120,6 +120,14 @@ pub enum AgentCallError {
     /// The answer's score is unusable.
     #[error(transparent)]
     CheckAnswer(#[from] AnswerError),
+    /// An identical request was already being sent to the agent, and that call failed.
+    #[error("failed to get a score from the scheduler agent: an identical request in flight failed: {message}")]
+    ShareIdenticalCall {
+        /// The reason of the failed call (one of the reasons above).
+        reason: &'static str,
+        /// Its message.
+        message: String,
+    },
 }
 
 impl AgentCallError {
@@ -136,6 +144,7 @@ impl AgentCallError {
             Self::ReceiveSuccess { .. } => "http_error",
             Self::ParseAnswer { .. } => "garbage",
             Self::CheckAnswer(error) => error.reason(),
+            Self::ShareIdenticalCall { reason, .. } => reason,
         }
     }
 
@@ -147,6 +156,7 @@ impl AgentCallError {
                 | Self::ParseAgentUrl { .. }
                 | Self::AcquireCallSlot { .. }
                 | Self::PassBreaker { .. }
+                | Self::ShareIdenticalCall { .. }
         )
     }
 }
@@ -160,6 +170,21 @@ pub struct Answered {
     pub outcome: &'static str,
 }
 
+impl Answered {
+    /// An answer this request's own agent call produced.
+    fn called(answer: AgentAnswer) -> Self {
+        let outcome = if answer.gpu_ignored { "ignored_gpu" } else { "ok" };
+        Self { answer, outcome }
+    }
+}
+
+/// What requests waiting on an identical in-flight call learn when it fails.
+#[derive(Debug)]
+struct SharedFailure {
+    reason: &'static str,
+    message: String,
+}
+
 /// One configured agent: HTTP client, breaker, cache and call slots. Shared by all webhook requests.
 #[derive(Debug)]
 pub struct AgentClient {
@@ -167,7 +192,8 @@ pub struct AgentClient {
     endpoint: String,
     http: reqwest::Client,
     breaker: Mutex<Breaker>,
-    cache: Option<moka::sync::Cache<(String, ScoreRequest), AgentAnswer>>,
+    /// Answers by (tier, request); identical concurrent requests share one call (moka coalesces them).
+    cache: Option<moka::future::Cache<(String, ScoreRequest), AgentAnswer>>,
     slots: Semaphore,
     metrics: Arc<Metrics>,
 }
@@ -188,8 +214,9 @@ impl AgentClient {
             .no_proxy()
             .build()
             .map_err(|error| AgentCallError::BuildClient { message: error.to_string() })?;
-        let cache = (!config.cache_ttl.is_zero())
-            .then(|| moka::sync::Cache::builder().max_capacity(CACHE_CAPACITY).time_to_live(config.cache_ttl).build());
+        let cache = (!config.cache_ttl.is_zero()).then(|| {
+            moka::future::Cache::builder().max_capacity(CACHE_CAPACITY).time_to_live(config.cache_ttl).build()
+        });
         metrics.agent_breaker_open.set(0);
         Ok(Self {
             endpoint: format!("{}/v1/score", config.url.trim_end_matches('/')),
@@ -224,16 +251,42 @@ impl AgentClient {
         result
     }
 
+    /// The answer from the cache, from an identical call already in flight (its result is shared, success or
+    /// failure, so a burst of identical pods makes one call), or from a call of its own.
     async fn uncounted_answer(
         &self,
         tier: &str,
         candidates: &[&GpuClass],
         request: &ScoreRequest,
     ) -> Result<Answered, AgentCallError> {
-        let key = (tier.to_owned(), request.clone());
-        if let Some(answer) = self.cache.as_ref().and_then(|cache| cache.get(&key)) {
-            return Ok(Answered { answer, outcome: "cached" });
+        let Some(cache) = &self.cache else {
+            return self.call_agent(tier, candidates, request).await.map(Answered::called);
+        };
+        let mut own_failure = None;
+        let call = async {
+            self.call_agent(tier, candidates, request).await.map_err(|error| {
+                let shared = SharedFailure { reason: error.reason(), message: error.to_string() };
+                own_failure = Some(error);
+                shared
+            })
+        };
+        match cache.entry((tier.to_owned(), request.clone())).or_try_insert_with(call).await {
+            Ok(entry) if entry.is_fresh() => Ok(Answered::called(entry.into_value())),
+            Ok(entry) => Ok(Answered { answer: entry.into_value(), outcome: "cached" }),
+            Err(shared) => Err(own_failure.unwrap_or_else(|| AgentCallError::ShareIdenticalCall {
+                reason: shared.reason,
+                message: shared.message.clone(),
+            })),
         }
+    }
+
+    /// One agent call, if a slot is free and the breaker allows it; records the result in the breaker.
+    async fn call_agent(
+        &self,
+        tier: &str,
+        candidates: &[&GpuClass],
+        request: &ScoreRequest,
+    ) -> Result<AgentAnswer, AgentCallError> {
         let _slot = self
             .slots
             .try_acquire()
@@ -264,12 +317,7 @@ impl AgentClient {
                 _ => {}
             }
         }
-        let answer = result?;
-        if let Some(cache) = &self.cache {
-            cache.insert(key, answer.clone());
-        }
-        let outcome = if answer.gpu_ignored { "ignored_gpu" } else { "ok" };
-        Ok(Answered { answer, outcome })
+        result
     }
 
     async fn post(&self, request: &ScoreRequest) -> Result<ScoreResponse, AgentCallError> {

@@ -175,7 +175,7 @@ impl Scorer {
         };
         match &result {
             // Expected while the breaker is open or the slots are full; the breaker logs its own transitions.
-            Err(error @ (AgentCallError::PassBreaker { .. } | AgentCallError::AcquireCallSlot { .. })) => {
+            Err(error) if matches!(error.reason(), "breaker_open" | "busy") => {
                 tracing::debug!(reason = error.reason(), %error, "scoring fell back to the tier's default priority");
             }
             Err(error) => {
