@@ -264,6 +264,11 @@ fn a_fallback_score_sets_priority_records_why_and_replaces_a_user_priority_with_
     assert_eq!(object["metadata"]["annotations"]["tiergate.io/score-source"], "fallback");
     assert!(decision.warnings.iter().any(|warning| warning.contains("gpu-ultra replaced")));
     assert!(decision.warnings.iter().any(|warning| warning == "scheduler agent timed out"));
+    assert!(
+        decision.reasons.iter().any(|reason| reason == "priority class gpu-medium from the tier's default"),
+        "{:?}",
+        decision.reasons
+    );
 }
 
 #[test]

@@ -563,7 +563,11 @@ impl Work {
         self.edit("/metadata", |metadata| {
             podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &score.priority_class)
         })?;
-        self.reasons.push(format!("priority class {} from score {:?}", score.priority_class, score.score));
+        let basis = match (&score.source, score.score) {
+            (ScoreSource::Fallback { .. }, _) | (_, None) => "the tier's default".to_owned(),
+            (source, Some(value)) => format!("score {value} ({})", source.name()),
+        };
+        self.reasons.push(format!("priority class {} from {basis}", score.priority_class));
         Ok(())
     }
 
