@@ -15,7 +15,7 @@ use std::borrow::Cow;
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod, PodSpec, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::core::{DynamicObject, ObjectMeta, PartialObjectMeta};
@@ -551,10 +551,38 @@ fn build_pod_view(pod: Pod) -> PodView {
             .into_iter()
             .find(|owner| owner.controller == Some(true))
             .map(|owner| owner.uid),
+        requests: pod.spec.as_ref().map(build_extended_requests).unwrap_or_default(),
         node_name: pod.spec.and_then(|spec| spec.node_name),
         labels: labels.unwrap_or_default(),
         annotations,
     }
+}
+
+/// Whole-unit extended resources (names with a `/`) a pod spec requests, the way the scheduler counts them: the
+/// larger of the containers' sum and any single init container; a container's limit, else its request.
+fn build_extended_requests(spec: &PodSpec) -> BTreeMap<String, i64> {
+    fn container_requests(container: &Container) -> impl Iterator<Item = (&String, i64)> {
+        let resources = container.resources.as_ref();
+        let limits = resources.and_then(|resources| resources.limits.as_ref());
+        let requests = resources.and_then(|resources| resources.requests.as_ref());
+        limits
+            .into_iter()
+            .flatten()
+            .chain(
+                requests.into_iter().flatten().filter(move |(name, _)| limits.is_none_or(|l| !l.contains_key(*name))),
+            )
+            .filter(|(name, _)| name.contains('/'))
+            .filter_map(|(name, quantity)| Some((name, quantity.0.parse::<i64>().ok()?)))
+    }
+    let mut total: BTreeMap<String, i64> = BTreeMap::new();
+    for (name, count) in spec.containers.iter().flat_map(container_requests) {
+        *total.entry(name.clone()).or_default() += count;
+    }
+    for (name, count) in spec.init_containers.iter().flatten().flat_map(container_requests) {
+        let entry = total.entry(name.clone()).or_default();
+        *entry = (*entry).max(count);
+    }
+    total
 }
 
 /// Store keys for views: kind and name from the Kubernetes type they were decoded from; no resourceVersion or
@@ -959,6 +987,24 @@ mod tests {
         assert!(state[0].terminating);
         writer.apply_watcher_event(&watcher::Event::Delete(namespace(true)));
         assert!(writer.as_reader().state().is_empty());
+    }
+
+    #[test]
+    fn extended_requests_count_limits_else_requests_and_the_largest_init_container() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "containers": [
+                {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}, "requests": {"nvidia.com/gpu": "1"}}},
+                {"name": "b", "resources": {"requests": {"nvidia.com/gpu": "1", "example.com/fpga": "1", "memory": "1Gi"}}},
+                {"name": "c"},
+            ],
+            "initContainers": [{"name": "i", "resources": {"limits": {"nvidia.com/gpu": "4", "example.com/nic": "0.5"}}}],
+        }))
+        .unwrap();
+        assert_eq!(
+            build_extended_requests(&spec),
+            BTreeMap::from([("example.com/fpga".to_owned(), 1), ("nvidia.com/gpu".to_owned(), 4)]),
+            "GPU: max(2 + 1, 4); cpu and memory are not extended; fractions are not whole units"
+        );
     }
 
     #[test]

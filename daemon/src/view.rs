@@ -69,6 +69,9 @@ pub struct PodView {
     pub labels: BTreeMap<String, String>,
     /// Pod annotations.
     pub annotations: BTreeMap<String, String>,
+    /// Whole-unit extended resources the pod requests (names with a `/`, e.g. `nvidia.com/gpu: 2`): the larger of
+    /// the containers' sum and any single init container, each container's limit or else its request.
+    pub requests: BTreeMap<String, i64>,
 }
 
 /// Everything the webhook decides from: an immutable copy of synced caches.

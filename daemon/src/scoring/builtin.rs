@@ -48,18 +48,19 @@ pub fn build_inventory<'a>(
     pods: &[Arc<PodView>],
 ) -> Inventory {
     let mut inventory: Inventory = classes.iter().map(|class| (class.name.clone(), ClassCapacity::default())).collect();
-    let mut classes_of_node: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut classes_of_node: HashMap<&str, Vec<&GpuClass>> = HashMap::new();
     for node in nodes {
         for class in classes.iter().filter(|class| node_is_of_class(node, class)) {
             let capacity = inventory.entry(class.name.clone()).or_default();
             capacity.allocatable += node.allocatable.get(&class.resource_name).copied().unwrap_or(0);
-            classes_of_node.entry(node.name.as_str()).or_default().push(class.name.as_str());
+            classes_of_node.entry(node.name.as_str()).or_default().push(class);
         }
     }
     for pod in pods {
         let node_classes = pod.node_name.as_deref().and_then(|node| classes_of_node.get(node));
         for class in node_classes.into_iter().flatten() {
-            inventory.entry((*class).to_owned()).or_default().in_use += 1;
+            let requested = pod.requests.get(&class.resource_name).copied().unwrap_or(0);
+            inventory.entry(class.name.clone()).or_default().in_use += requested;
         }
     }
     inventory
@@ -155,16 +156,19 @@ mod tests {
     }
 
     #[test]
-    fn cached_pods_on_a_class_node_count_as_used_gpus() {
+    fn cached_pods_on_a_class_node_use_the_gpus_they_request() {
         let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-        let pod = PodView { node_name: Some("gpu-l4-node-1".to_owned()), ..PodView::default() };
+        let pod = |gpus: Option<i64>| {
+            let requests = gpus.map(|gpus| ("nvidia.com/gpu".to_owned(), gpus)).into_iter().collect();
+            Arc::new(PodView { node_name: Some("gpu-l4-node-1".to_owned()), requests, ..PodView::default() })
+        };
         let inventory = build_inventory(
             &classes().iter().collect::<Vec<_>>(),
             &view.nodes,
-            &[Arc::new(pod.clone()), Arc::new(pod)],
+            &[pod(Some(2)), pod(Some(1)), pod(None)],
         );
-        assert_eq!(inventory["l4"], ClassCapacity { allocatable: 4, in_use: 2 });
-        assert_eq!(free_share(inventory["l4"]), 0.5);
+        assert_eq!(inventory["l4"], ClassCapacity { allocatable: 4, in_use: 3 }, "a pod without GPUs uses none");
+        assert_eq!(free_share(inventory["l4"]), 0.25);
     }
 
     #[test]

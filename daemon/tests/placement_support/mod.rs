@@ -115,6 +115,7 @@ pub fn admitted_pod(request: &AdmissionRequest<DynamicObject>, outcome: &Placeme
         node_name: None,
         labels,
         annotations,
+        requests: BTreeMap::new(),
     }
 }
 
