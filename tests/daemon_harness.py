@@ -150,6 +150,7 @@ class FakeApi:
         self.objects: dict[str, dict[str, Any]] = {}
         self.lease: dict[str, Any] | None = None
         self.writes: list[tuple[str, str, str, dict[str, Any]]] = []
+        self.write_times: list[float] = []
         self.stopping = threading.Event()
         self.lock = threading.Lock()
         self.watchers: list[tuple[str, queue.Queue[dict[str, Any]]]] = []
@@ -178,17 +179,40 @@ class FakeApi:
         with self.lock:
             return [write for write in self.writes[since:] if "/leases" not in write[1]]
 
+    def _notify(self, resource: str, kind: str, body: dict[str, Any]) -> None:
+        """Sends a watch event to the open watches of `resource` (a plural); the caller holds the lock."""
+        self.resource_version += 1
+        body.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
+        for watched, events in self.watchers:
+            if watched == resource:
+                events.put({"type": kind, "object": body})
+
     def _store(self, path: str, body: dict[str, Any]) -> None:
         """Keeps an applied object and tells the open watches of its resource."""
         with self.lock:
-            self.resource_version += 1
-            body.setdefault("metadata", {})["resourceVersion"] = str(self.resource_version)
-            event = {"type": "MODIFIED" if path in self.objects else "ADDED", "object": body}
+            kind = "MODIFIED" if path in self.objects else "ADDED"
             self.objects[path] = body
-            plural = path.rstrip("/").split("/")[-2]
-            for resource, events in self.watchers:
-                if resource == plural:
-                    events.put(event)
+            self._notify(path.rstrip("/").split("/")[-2], kind, body)
+
+    def _remove(self, path: str) -> dict[str, Any] | None:
+        with self.lock:
+            body = self.objects.pop(path, None)
+            if body is not None:
+                self._notify(path.rstrip("/").split("/")[-2], "DELETED", body)
+            return body
+
+    def relabel_namespace(self, index: int, tier: str) -> None:
+        """Moves namespace `team-<index>` to `tier` and tells the namespace watches."""
+        with self.lock:
+            namespace = json.loads(json.dumps(self.namespaces[index]))
+            namespace["metadata"]["labels"][TIER_LABEL] = tier
+            self.namespaces[index] = namespace
+            self._notify("namespaces", "MODIFIED", namespace)
+
+    def writes_since(self, since: int) -> list[tuple[float, str, str]]:
+        """(time, method, path) of every write from index `since` on."""
+        with self.lock:
+            return [(at, write[0], write[1]) for at, write in zip(self.write_times[since:], self.writes[since:])]
 
     def _items(self, path: str) -> list[dict[str, Any]]:
         if path == "/api/v1/namespaces":
@@ -230,6 +254,7 @@ class FakeApi:
                 url = urlparse(self.path)
                 with api.lock:
                     api.writes.append((self.command, url.path, url.query, body))
+                    api.write_times.append(time.monotonic())
                 return url.path
 
             def do_GET(self) -> None:
@@ -297,6 +322,14 @@ class FakeApi:
                 if "/leases/" in self._record(body):
                     api.lease = body
                 self._send(200, body)
+
+            def do_DELETE(self) -> None:
+                path = self._record(self._body() or {})
+                removed = api._remove(path)
+                if removed is None:
+                    return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "reason": "NotFound", "code": 404})
+                self._send(200, removed)
 
             def do_PATCH(self) -> None:
                 body = self._body()

@@ -646,8 +646,9 @@ fn strip_to_labels(meta: &mut ObjectMeta) {
     };
 }
 
-/// Object metadata as the caches decode it: name, namespace, labels and deletion time only, so managedFields,
-/// annotations (kubectl's last-applied copy) and the rest are never materialized.
+/// Object metadata as the caches decode it: name, namespace, labels, deletion time and resourceVersion only, so
+/// managedFields, annotations (kubectl's last-applied copy) and the rest are never materialized. The watcher needs
+/// the resourceVersion of every event to resume from it: without it each change would fail the watch and re-list.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct LeanMeta {
@@ -655,6 +656,7 @@ struct LeanMeta {
     namespace: Option<String>,
     labels: Option<BTreeMap<String, String>>,
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    resource_version: Option<String>,
 }
 
 fn deserialize_lean_meta<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
@@ -664,14 +666,15 @@ fn deserialize_lean_meta<'de, D: serde::Deserializer<'de>>(deserializer: D) -> R
         namespace: lean.namespace,
         labels: lean.labels,
         deletion_timestamp: lean.deletion_timestamp,
+        resource_version: lean.resource_version,
         ..ObjectMeta::default()
     })
 }
 
-/// A namespace as tiergate reads it (metadata-only watch): name, labels, deletion time.
+/// A namespace as tiergate reads it (metadata-only watch): name, labels, deletion time, resourceVersion.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
 pub struct NamespaceLite {
-    /// Name, labels and deletion time only.
+    /// Name, labels, deletion time and resourceVersion only.
     #[serde(default, deserialize_with = "deserialize_lean_meta")]
     pub metadata: ObjectMeta,
 }
@@ -846,13 +849,35 @@ mod tests {
 
     /// Answers every list with `items_for(path)` and holds every watch open (a quiet cluster).
     fn quiet_cluster(items_for: fn(&str) -> Vec<serde_json::Value>) -> Client {
+        cluster_with_events(items_for, |_| vec![])
+    }
+
+    /// Like [`quiet_cluster`], but the first watch of a path streams `events_for(path)` (then ends, and the
+    /// watcher's next watch is held open).
+    fn cluster_with_events(
+        items_for: fn(&str) -> Vec<serde_json::Value>,
+        events_for: fn(&str) -> Vec<serde_json::Value>,
+    ) -> Client {
         let (service, mut handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         tokio::spawn(async move {
             let mut open_watches = Vec::new();
+            let mut streamed = BTreeSet::new();
             while let Some((request, send)) = handle.next_request().await {
+                let path = request.uri().path().to_owned();
                 if request.uri().query().unwrap_or_default().contains("watch=true") {
-                    open_watches.push(send);
+                    let events = events_for(&path);
+                    if events.is_empty() || !streamed.insert(path) {
+                        open_watches.push(send);
+                        continue;
+                    }
+                    let lines: Vec<String> = events.iter().map(|event| format!("{event}\n")).collect();
+                    send.send_response(
+                        http::Response::builder()
+                            .status(200)
+                            .body(kube::client::Body::from(lines.concat().into_bytes()))
+                            .unwrap(),
+                    );
                     continue;
                 }
                 let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"},
@@ -874,6 +899,53 @@ mod tests {
                              "managedFields": [{"manager": "kubectl"}]}})],
             _ => vec![],
         }
+    }
+
+    /// The metadata-only watch event the API server sends when team-a is relabeled to silver.
+    fn team_a_relabeled(path: &str) -> Vec<serde_json::Value> {
+        match path {
+            "/api/v1/namespaces" => vec![json!({"type": "MODIFIED", "object": {
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "team-a", "resourceVersion": "11", "labels": {"tenant.kubenexus.io/tier": "silver"},
+                             "managedFields": [{"manager": "kubectl"}]}}})],
+            _ => vec![],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_namespace_watch_event_reaches_the_snapshot_without_a_re_list() {
+        // Lists always say gold: only the watch event can make the snapshot say silver (a decode that lost the
+        // event's resourceVersion failed the watch and re-listed instead).
+        let client = cluster_with_events(one_tiered_namespace, team_a_relabeled);
+        let settings = CacheSettings {
+            policy_name: "default".to_owned(),
+            own_namespace: "tiergate-system".to_owned(),
+            debounce: Duration::from_millis(10),
+            ledger: None,
+        };
+        let shutdown = CancellationToken::new();
+        let mut caches = start_caches(&client, settings, Arc::new(Metrics::new()), shutdown.clone());
+        let relabeled = async {
+            loop {
+                let tier = caches.snapshot.load().namespaces.get("team-a").map(|view| view.labels.clone());
+                if tier.is_some_and(|labels| labels["tenant.kubenexus.io/tier"] == "silver") {
+                    break;
+                }
+                caches.changes.changed().await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), relabeled).await.expect("the watch event never arrived");
+        shutdown.cancel();
+    }
+
+    #[test]
+    fn decoded_namespaces_and_nodes_keep_the_resource_version_the_watcher_resumes_from() {
+        let namespace: NamespaceLite =
+            serde_json::from_value(json!({"metadata": {"name": "a", "resourceVersion": "42"}})).unwrap();
+        assert_eq!(namespace.metadata.resource_version.as_deref(), Some("42"));
+        let node: NodeLite =
+            serde_json::from_value(json!({"metadata": {"name": "n", "resourceVersion": "43"}})).unwrap();
+        assert_eq!(node.metadata.resource_version.as_deref(), Some("43"));
     }
 
     #[tokio::test]
