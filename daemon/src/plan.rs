@@ -272,7 +272,7 @@ pub fn tier_flavors(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSelector> {
 /// The desired Kueue objects for `policy` in the cluster `view`.
 pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
     let mut desired = desired_cluster_scoped(policy);
-    for decision in namespace_queues(policy, view) {
+    for decision in namespace_queues(policy, &view.namespaces) {
         match decision {
             NamespaceQueue::Queue(queue) => desired.local_queues.push(*queue),
             NamespaceQueue::Skipped(note) => desired.notes.push(note),
@@ -290,15 +290,16 @@ pub enum NamespaceQueue {
     Skipped(String),
 }
 
-/// The LocalQueue decision of every namespace carrying the tier label, sorted by namespace, built lazily one
-/// namespace at a time: [`desired`] collects it, the reconciler applies 10,000 queues without holding them all.
+/// The LocalQueue decision of every namespace in `namespaces` carrying the tier label, sorted by namespace,
+/// built lazily one namespace at a time: [`desired`] collects it, the reconciler applies 10,000 queues without
+/// holding them all (and without copying the snapshot's namespaces into a [`ClusterView`]).
 pub fn namespace_queues<'a>(
     policy: &'a TierPolicy,
-    view: &'a ClusterView,
+    namespaces: impl IntoIterator<Item = &'a NamespaceView>,
 ) -> impl Iterator<Item = NamespaceQueue> + 'a {
     let spec = &policy.spec;
     let labels = owned_labels(policy);
-    let mut namespaces: Vec<&NamespaceView> = view.namespaces.iter().collect();
+    let mut namespaces: Vec<&NamespaceView> = namespaces.into_iter().collect();
     namespaces.sort_by(|left, right| left.name.cmp(&right.name));
     namespaces.into_iter().filter_map(move |namespace| {
         let tier_name = namespace.labels.get(&spec.tier_label)?;

@@ -1,9 +1,9 @@
 //! What the reconciler applies: the translation's output as dynamic Kueue objects, stamped with tiergate's
 //! ownership labels, the owner reference to the policy and a stable hash of the body; no I/O.
 //!
-//! MERGE POINT: [`desired_objects`] and [`policy_problems`] are the only two calls into the pure core. In this
-//! branch they use the small stand-ins at the bottom of this file; at merge they become
-//! `crate::plan::desired(policy, view)` (serialized to `DynamicObject`s) and `crate::validation::validate(spec)`.
+//! The calls into the pure core: [`desired_cluster_objects`] (`plan::desired_cluster_scoped`, few objects),
+//! [`desired_local_queues`] (`plan::namespace_queues`, lazily, so 10,000 queues are never held at once) and
+//! [`policy_problems`] (`validation::validate_policy`). [`desired_objects`] builds everything at once.
 
 use std::hash::Hasher;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::kinds::{APPLIED_HASH_LABEL, KueueKind, build_ownership_labels};
 use crate::policy::TierPolicy;
-use crate::view::ClusterView;
+use crate::view::{ClusterView, NamespaceView};
 
 /// The translation could not produce objects for this policy.
 #[derive(Debug, thiserror::Error)]
@@ -71,14 +71,14 @@ pub fn desired_cluster_objects(policy: &TierPolicy) -> Result<Vec<DynamicObject>
         .map_err(|error| DesiredError::Translate(error.to_string()))
 }
 
-/// The desired LocalQueues of `policy` over `view`, stamped, built one at a time in namespace order (a
+/// The desired LocalQueues of `policy` over `namespaces`, stamped, built one at a time in namespace order (a
 /// namespace the translation skips yields nothing here; its note is in `plan::desired`).
 pub fn desired_local_queues<'a>(
     policy: &'a TierPolicy,
-    view: &'a ClusterView,
+    namespaces: impl IntoIterator<Item = &'a NamespaceView>,
 ) -> impl Iterator<Item = Result<DesiredObject, DesiredError>> + 'a {
     let stamp = Stamp::of(policy);
-    crate::plan::namespace_queues(policy, view).filter_map(move |decision| match decision {
+    crate::plan::namespace_queues(policy, namespaces).filter_map(move |decision| match decision {
         crate::plan::NamespaceQueue::Queue(queue) => {
             Some(build_dynamic_object(&queue).and_then(|object| stamp.build_stamped(object)))
         }

@@ -1,7 +1,8 @@
 //! The controller: watches, server-side apply of the desired objects, pruning, status, leader election; does I/O.
 //!
 //! One reconcile of the active policy: validate -> discover Kueue -> translate -> apply what differs from the
-//! watch cache (in kind order) -> retire owned objects no longer desired -> status and events. Every write goes
+//! watch cache (kind by kind, a few at a time within a kind; LocalQueues streamed one namespace at a time) ->
+//! retire owned objects no longer desired -> status and events. Every write goes
 //! through [`writes`], which checks the Lease write gate first. See docs/reconcile.md.
 
 mod controller;
@@ -44,7 +45,7 @@ use self::live::LiveObject;
 use self::status::StatusInput;
 use crate::metrics::{KindLabels, Metrics, ReasonLabels};
 use crate::policy::TierPolicy;
-use crate::view::{SharedSnapshot, Snapshot};
+use crate::view::{NamespaceView, SharedSnapshot, Snapshot};
 
 /// Live Kueue objects as the watches show them, per kind (LocalQueues: all of them; other kinds: owned ones),
 /// in the compact form of [`LiveObject`].
@@ -200,9 +201,8 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
     let mut applied = apply_cluster_scoped(ctx, &cluster_scoped).await?;
-    let view = build_translation_view(snapshot);
-    let local_queues = apply_local_queues(ctx, policy, &view, &mut applied).await?;
-    drop(view);
+    let namespaces: Vec<&NamespaceView> = translation_namespaces(snapshot).collect();
+    let local_queues = apply_local_queues(ctx, policy, namespaces, &mut applied).await?;
     let wanted = prune::Wanted {
         cluster: cluster_scoped.objects.iter().map(|object| (object.kind, object.object.name_any())).collect(),
         local_queues,
@@ -226,8 +226,14 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
 /// The cluster view the translation sees: the snapshot's, without the daemon's own namespace.
 pub fn build_translation_view(snapshot: &Snapshot) -> crate::view::ClusterView {
     let mut view = snapshot.cluster_view();
-    view.namespaces.retain(|namespace| snapshot.own_namespace.as_deref() != Some(namespace.name.as_str()));
+    view.namespaces = translation_namespaces(snapshot).cloned().collect();
     view
+}
+
+/// The namespaces the translation sees, borrowed from the snapshot: all but the daemon's own.
+pub fn translation_namespaces(snapshot: &Snapshot) -> impl Iterator<Item = &NamespaceView> {
+    let own = snapshot.own_namespace.as_deref();
+    snapshot.namespaces.values().filter(move |namespace| Some(namespace.name.as_str()) != own)
 }
 
 /// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
@@ -268,11 +274,11 @@ async fn apply_cluster_scoped(ctx: &Context, desired: &DesiredSet) -> Result<Vec
 async fn apply_local_queues(
     ctx: &Context,
     policy: &TierPolicy,
-    view: &crate::view::ClusterView,
+    namespaces: Vec<&NamespaceView>,
     applied: &mut Vec<String>,
 ) -> Result<HashMap<String, String>, ReconcileError> {
     let mut wanted = HashMap::new();
-    let queues = desired_local_queues(policy, view).map(|queue| {
+    let queues = desired_local_queues(policy, namespaces).map(|queue| {
         let queue = queue?.object;
         if let Some(namespace) = &queue.metadata.namespace {
             wanted.insert(namespace.clone(), queue.name_any());

@@ -595,6 +595,8 @@ fn the_daemons_own_namespace_is_never_translated() {
     let names: Vec<String> =
         build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name).collect();
     assert_eq!(names, vec!["team-a".to_owned()]);
+    let borrowed: Vec<&str> = translation_namespaces(&with_own).map(|namespace| namespace.name.as_str()).collect();
+    assert_eq!(borrowed, vec!["team-a"], "the reconciler's borrowed namespaces leave it out too");
 }
 
 #[tokio::test]
