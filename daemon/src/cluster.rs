@@ -319,8 +319,7 @@ pub fn build_local_queue_fingerprint(queue: &LiveObject) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = fnv::FnvHasher::default();
     let stopped = queue.stop_policy().is_some_and(|policy| policy != "None");
-    (&queue.labels, &queue.annotations, &queue.body, queue.deleting).hash(&mut hasher);
-    serde_json::to_string(&queue.owner_references).unwrap_or_default().hash(&mut hasher);
+    (queue.metadata_text(), &queue.annotations, &queue.body, queue.deleting).hash(&mut hasher);
     stopped.then_some(queue.workloads).hash(&mut hasher);
     hasher.finish()
 }

@@ -40,8 +40,10 @@ pub fn build_apply_need(desired: &DynamicObject, live: Option<&LiveObject>) -> A
         desired.metadata.labels.iter().flatten().all(|(key, value)| live.label(key) == Some(value.as_str()));
     let annotations_contained =
         desired.metadata.annotations.iter().flatten().all(|(key, value)| live.annotations.get(key) == Some(value));
-    let owners_contained =
-        desired.metadata.owner_references.iter().flatten().all(|owner| live.owner_references.contains(owner));
+    let owners_contained = desired.metadata.owner_references.as_ref().is_none_or(|wanted| {
+        let have = live.owner_references();
+        wanted.iter().all(|owner| have.contains(owner))
+    });
     let metadata_contained = labels_contained && annotations_contained && owners_contained;
     if metadata_contained && is_contained(&desired.data, &live.body_value()) {
         ApplyNeed::UpToDate

@@ -33,12 +33,14 @@ pub struct LiveObject {
     pub uid: Option<String>,
     /// `metadata.resourceVersion` (a delete precondition).
     pub resource_version: Option<String>,
-    /// `metadata.labels`, sorted by key.
-    pub labels: Box<[(String, String)]>,
+    /// `metadata.labels` as `key=value` lines sorted by key, one allocation instead of two per label (label
+    /// keys and values cannot contain `=` or line breaks); read with [`Self::label`] and [`Self::labels`].
+    labels: Box<str>,
     /// `metadata.annotations` without kubectl's last-applied copy (usually empty: no allocation).
     pub annotations: BTreeMap<String, String>,
-    /// `metadata.ownerReferences`.
-    pub owner_references: Box<[OwnerReference]>,
+    /// `metadata.ownerReferences` as JSON text (empty when there are none), one allocation instead of five per
+    /// owner; read with [`Self::owner_references`].
+    owners: Box<str>,
     /// Whether `metadata.deletionTimestamp` is set.
     pub deleting: bool,
     /// Everything but `apiVersion`, `kind`, `metadata` and `status`, as JSON text (parsed only when compared).
@@ -91,9 +93,20 @@ impl LiveObject {
             namespace: metadata.namespace,
             uid: metadata.uid,
             resource_version: metadata.resource_version,
-            labels: metadata.labels.unwrap_or_default().into_iter().collect(),
+            labels: metadata
+                .labels
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(key, value)| format!("{key}={value}\n"))
+                .collect::<String>()
+                .into_boxed_str(),
             annotations,
-            owner_references: metadata.owner_references.unwrap_or_default().into_boxed_slice(),
+            owners: metadata
+                .owner_references
+                .filter(|owners| !owners.is_empty())
+                .map(|owners| serde_json::to_string(&owners).unwrap_or_default())
+                .unwrap_or_default()
+                .into_boxed_str(),
             deleting: metadata.deletion_timestamp.is_some(),
             // Serializing a `Value` map cannot fail (its keys are strings).
             body: serde_json::to_string(&body).unwrap_or_default().into_boxed_str(),
@@ -103,11 +116,25 @@ impl LiveObject {
 
     /// The value of label `key`.
     pub fn label(&self, key: &str) -> Option<&str> {
-        self.labels
-            .binary_search_by(|(candidate, _)| candidate.as_str().cmp(key))
-            .ok()
-            .and_then(|index| self.labels.get(index))
-            .map(|(_, value)| value.as_str())
+        self.labels().find(|(candidate, _)| *candidate == key).map(|(_, value)| value)
+    }
+
+    /// Every label as `(key, value)`, sorted by key.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.lines().filter_map(|line| line.split_once('='))
+    }
+
+    /// `metadata.ownerReferences` (parsed from the stored text; empty if none).
+    pub fn owner_references(&self) -> Vec<OwnerReference> {
+        if self.owners.is_empty() {
+            return Vec::new();
+        }
+        serde_json::from_str(&self.owners).unwrap_or_default()
+    }
+
+    /// The stored labels and owner references, for change fingerprints.
+    pub fn metadata_text(&self) -> (&str, &str) {
+        (&self.labels, &self.owners)
     }
 
     /// The compared body as JSON (`Value::Null` if the stored text does not parse, which then reads as drift).
@@ -222,7 +249,9 @@ mod tests {
         assert!(live.is_owned_by("default"));
         assert!(!live.is_owned_by("other"));
         assert!(live.annotations.is_empty(), "kubectl's last-applied copy is dropped");
-        assert_eq!(live.owner_references.len(), 1);
+        assert_eq!(live.owner_references()[0].uid, "p1");
+        let labels: Vec<(&str, &str)> = live.labels().collect();
+        assert_eq!(labels, vec![("app.kubernetes.io/managed-by", "tiergate"), ("tiergate.io/policy", "default")]);
         assert_eq!(live.body_value(), json!({"spec": {"clusterQueue": "tiergate-gold", "stopPolicy": "Hold"}}));
         assert_eq!(live.stop_policy().as_deref(), Some("Hold"));
         assert_eq!(live.workloads, WorkloadCounts { pending: 2, reserving: 0, admitted: 1 });

@@ -90,7 +90,8 @@ pub fn build_migration(queue: &LiveObject, to_queue: &str, remaining: i32) -> Qu
 /// `clusterQueue`) plus `stopPolicy`, so no field we own is dropped.
 pub fn build_stop_body(live: &LiveObject) -> DynamicObject {
     let resource = super::kinds::KueueKind::LocalQueue.api_resource();
-    let mut labels: std::collections::BTreeMap<String, String> = live.labels.iter().cloned().collect();
+    let mut labels: std::collections::BTreeMap<String, String> =
+        live.labels().map(|(key, value)| (key.to_owned(), value.to_owned())).collect();
     labels.remove(APPLIED_HASH_LABEL);
     let mut spec = live.body_value().get("spec").cloned().unwrap_or_else(|| json!({}));
     spec["stopPolicy"] = json!(RETIRE_STOP_POLICY);
@@ -100,7 +101,7 @@ pub fn build_stop_body(live: &LiveObject) -> DynamicObject {
             name: Some(live.name.clone()),
             namespace: live.namespace.clone(),
             labels: Some(labels),
-            owner_references: (!live.owner_references.is_empty()).then(|| live.owner_references.to_vec()),
+            owner_references: Some(live.owner_references()).filter(|owners| !owners.is_empty()),
             ..Default::default()
         },
         data: json!({ "spec": spec }),
