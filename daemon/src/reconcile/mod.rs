@@ -195,14 +195,15 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tracing::debug!("caches not synced yet; not deciding");
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
-    let snapshot = snapshot.as_ref();
     let cluster_scoped = match desired_cluster_objects(policy) {
         Ok(objects) => build_desired_set(policy, objects)?,
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
     let mut applied = apply_cluster_scoped(ctx, &cluster_scoped).await?;
-    let namespaces: Vec<&NamespaceView> = translation_namespaces(snapshot).collect();
+    let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
     let local_queues = apply_local_queues(ctx, policy, namespaces, &mut applied).await?;
+    // Let a snapshot rebuilt meanwhile be the only one alive while pruning and writing the status.
+    drop(snapshot);
     let wanted = prune::Wanted {
         cluster: cluster_scoped.objects.iter().map(|object| (object.kind, object.object.name_any())).collect(),
         local_queues,
