@@ -217,7 +217,8 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     let mut report = |what: &str, count: usize| {
         let now = dhat::HeapStats::get().curr_bytes;
         let added = now.saturating_sub(previous);
-        println!("  + {what}: {:.1} MiB ({} bytes each), {:.1} MiB in all", mib(added), added / count.max(1), mib(now));
+        let each = if count > 1 { format!(" ({} bytes each)", added / count) } else { String::new() };
+        println!("  + {what}: {:.1} MiB{each}, {:.1} MiB in all", mib(added), mib(now));
         previous = now;
     };
     let mut namespaces = Writer::<NamespaceLite>::default();
