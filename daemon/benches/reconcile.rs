@@ -1,7 +1,7 @@
 //! Reconciler benchmark (prints a table for docs/performance.md): cold-start convergence of 1,000 tenant
 //! namespaces (time and API writes, against an in-process mocked API server that answers instantly, so this is
-//! tiergate's own cost), one relabel, a steady-state pass, and the resident memory of the caches with 10,000
-//! namespaces and 2,000 nodes. Run: `cargo test -p tiergate --bench reconcile` (dev profile:
+//! tiergate's own cost), one relabel, a steady-state pass, the live heap of each cache with 10,000 namespaces,
+//! 2,000 nodes and 10,000 LocalQueues, and the peak heap a steady-state reconcile of 10,000 LocalQueues adds. Run: `cargo test -p tiergate --bench reconcile` (dev profile:
 //! timings are upper bounds) or `cargo bench -p tiergate --bench reconcile` (optimized).
 
 use std::collections::BTreeMap;
@@ -15,13 +15,14 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tiergate::cluster::{
-    NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot, strip_kueue_object,
+    NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot,
 };
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::desired::{build_desired_set, desired_objects};
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::reconcile::lease::WriteGate;
+use tiergate::reconcile::live::{LiveObject, build_live_event};
 use tiergate::reconcile::status::{StatusInput, build_status};
 use tiergate::reconcile::{Context, OwnedStores, ReconcilerSettings, reconcile};
 use tiergate::view::{NamespaceView, NodeView, Snapshot};
@@ -84,11 +85,11 @@ fn snapshot(namespaces: usize, relabeled: Option<usize>) -> Arc<arc_swap::ArcSwa
 }
 
 fn stores(objects: Vec<DynamicObject>) -> OwnedStores {
-    let mut writers: BTreeMap<KueueKind, Writer<DynamicObject>> =
-        KueueKind::ALL.into_iter().map(|kind| (kind, Writer::new(kind.api_resource()))).collect();
+    let mut writers: BTreeMap<KueueKind, Writer<LiveObject>> =
+        KueueKind::ALL.into_iter().map(|kind| (kind, Writer::new(kind))).collect();
     for object in objects {
-        if let Some(writer) = KueueKind::of(&object).and_then(|kind| writers.get_mut(&kind)) {
-            writer.apply_watcher_event(&watcher::Event::Apply(object));
+        if let Some((kind, writer)) = KueueKind::of(&object).and_then(|kind| Some((kind, writers.get_mut(&kind)?))) {
+            writer.apply_watcher_event(&build_live_event(kind, watcher::Event::Apply(object)));
         }
     }
     writers.into_iter().map(|(kind, writer)| (kind, writer.as_reader())).collect()
@@ -133,6 +134,26 @@ async fn timed_reconcile(
     let elapsed = started.elapsed().as_secs_f64() * 1000.0;
     let calls = calls.lock().map(|calls| calls.clone()).unwrap_or_default();
     (elapsed, calls)
+}
+
+/// Peak heap (MiB) a reconcile adds on top of its inputs (snapshot, caches, mock), measured with dhat.
+async fn reconcile_peak_heap(
+    policy: &TierPolicy,
+    snapshot: Arc<arc_swap::ArcSwap<Snapshot>>,
+    live: OwnedStores,
+) -> f64 {
+    let (client, _calls) = start_mock(policy);
+    let settings = ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned() };
+    let ctx = Context::new(client, settings, snapshot, live, WriteGate::always_open(), Arc::new(Metrics::new()));
+    ctx.assume_kueue_discovered();
+    let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
+    let before = dhat::HeapStats::get().curr_bytes;
+    if let Err(error) = reconcile(Arc::new(policy.clone()), ctx).await {
+        println!("reconcile failed: {error}");
+    }
+    let peak = dhat::HeapStats::get().max_bytes;
+    drop(profiler);
+    peak.saturating_sub(before) as f64 / (1024.0 * 1024.0)
 }
 
 fn resident_bytes() -> u64 {
@@ -193,24 +214,33 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     let queues_raw: Vec<DynamicObject> =
         objects.into_iter().filter(|object| KueueKind::of(object) == Some(KueueKind::LocalQueue)).collect();
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
+    let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+    let mut previous = dhat::HeapStats::get().curr_bytes;
+    let mut report = |what: &str, count: usize| {
+        let now = dhat::HeapStats::get().curr_bytes;
+        let added = now.saturating_sub(previous);
+        let each = if count > 1 { format!(" ({} bytes each)", added / count) } else { String::new() };
+        println!("  + {what}: {:.1} MiB{each}, {:.1} MiB in all", mib(added), mib(now));
+        previous = now;
+    };
     let mut namespaces = Writer::<NamespaceView>::default();
     for index in 0..10_000 {
         let namespace = build_namespace_view(raw_namespace(index));
         namespaces.apply_watcher_event(&watcher::Event::Apply(namespace));
     }
-    println!("  namespaces store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
+    report("10,000 namespaces store", 10_000);
     let mut nodes = Writer::<NodeView>::default();
     for index in 0..2_000 {
         let node = build_node_view(raw_node(index));
         nodes.apply_watcher_event(&watcher::Event::Apply(node));
     }
-    println!("  + nodes store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
-    let mut queues = Writer::<DynamicObject>::new(KueueKind::LocalQueue.api_resource());
-    for mut object in queues_raw {
-        strip_kueue_object(&mut object);
-        queues.apply_watcher_event(&watcher::Event::Apply(object));
+    report("2,000 nodes store", 2_000);
+    let queue_count = queues_raw.len();
+    let mut queues = Writer::<LiveObject>::new(KueueKind::LocalQueue);
+    for object in queues_raw {
+        queues.apply_watcher_event(&build_live_event(KueueKind::LocalQueue, watcher::Event::Apply(object)));
     }
-    println!("  + LocalQueue store: {:.1} MiB", dhat::HeapStats::get().curr_bytes as f64 / 1048576.0);
+    report("10,000 LocalQueues store (LiveObject)", queue_count);
     let inputs = SnapshotInputs {
         policy_name: "default",
         own_namespace: "tiergate-system",
@@ -224,10 +254,10 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     };
     let snapshot = build_snapshot(&inputs);
     drop(inputs);
+    report("snapshot", 1);
     let stats = dhat::HeapStats::get();
     std::hint::black_box((&namespaces, &nodes, &queues, &snapshot));
     drop(profiler);
-    let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
     (mib(stats.curr_bytes), mib(stats.max_bytes))
 }
 
@@ -262,8 +292,15 @@ async fn main() {
     );
 
     let (big_objects, big_policy) = converged(&policy, 10_000);
-    let (big_ms, big_calls) = timed_reconcile(&big_policy, snapshot(10_000, None), stores(big_objects)).await;
+    let (big_ms, big_calls) = timed_reconcile(&big_policy, snapshot(10_000, None), stores(big_objects.clone())).await;
     println!("steady state, 10,000 namespaces: {big_ms:.1} ms, {} API writes", writes(&big_calls));
+
+    let steady_peak = reconcile_peak_heap(&big_policy, snapshot(10_000, None), stores(big_objects)).await;
+    let cold_peak = reconcile_peak_heap(&policy, snapshot(10_000, None), stores(vec![])).await;
+    println!(
+        "reconcile peak heap over its inputs, 10,000 namespaces: steady state {steady_peak:.1} MiB, \
+         cold start {cold_peak:.1} MiB"
+    );
 }
 
 fn panic_free_exit(message: &str) -> ! {

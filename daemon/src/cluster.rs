@@ -31,6 +31,7 @@ use crate::placement::PlacementLedger;
 use crate::policy::TierPolicy;
 use crate::reconcile::OwnedStores;
 use crate::reconcile::kinds::{KueueKind, build_ownership_selector};
+use crate::reconcile::live::{LiveObject, build_live_event};
 use crate::view::{NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
 
 /// Pod label naming the placement rule a pod was given (written by the webhook's placement).
@@ -125,7 +126,7 @@ struct Readers {
     policies: Store<TierPolicy>,
     namespaces: Store<NamespaceView>,
     nodes: Store<NodeView>,
-    local_queues: Store<DynamicObject>,
+    local_queues: Store<LiveObject>,
     placed_pods: Store<PodView>,
     typed_pods: Store<PodView>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
@@ -154,28 +155,28 @@ pub fn start_caches(
         Trigger::Always,
         Writer::default(),
         watcher(Api::<NamespaceLite>::all(client.clone()), config())
-            .map_ok(|event| map_event(event, build_namespace_view)),
+            .map_ok(|event| map_watch_event(event, build_namespace_view)),
     );
     let nodes = spawner.watch(
         "Node",
         Trigger::Always,
         Writer::default(),
         watcher(Api::<NodeLite>::all(client.clone()), config().page_size(NODE_PAGE_SIZE))
-            .map_ok(|event| map_event(event, build_node_view)),
+            .map_ok(|event| map_watch_event(event, build_node_view)),
     );
     let placed_pods = spawner.watch(
         "Pod(placement)",
         Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL).page_size(POD_PAGE_SIZE))
-            .map_ok(|event| map_event(event, build_pod_view)),
+            .map_ok(|event| map_watch_event(event, build_pod_view)),
     );
     let typed_pods = spawner.watch(
         "Pod(job-type)",
         Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL).page_size(POD_PAGE_SIZE))
-            .map_ok(|event| map_event(event, build_pod_view)),
+            .map_ok(|event| map_watch_event(event, build_pod_view)),
     );
     let replica_sets = spawner.watch(
         "ReplicaSet",
@@ -204,18 +205,12 @@ pub fn start_caches(
         } else {
             Trigger::Always
         };
-        let store = spawner.watch(
-            kind.name(),
-            trigger,
-            Writer::new(resource),
-            watcher(api, watch_config).modify(strip_kueue_object),
-        );
+        let events = watcher(api, watch_config).map(move |event| event.map(|event| build_live_event(kind, event)));
+        let store = spawner.watch(kind.name(), trigger, Writer::new(kind), events);
         owned.insert(kind, store);
     }
-    let local_queues = owned
-        .get(&KueueKind::LocalQueue)
-        .cloned()
-        .unwrap_or_else(|| Writer::new(KueueKind::LocalQueue.api_resource()).as_reader());
+    let local_queues =
+        owned.get(&KueueKind::LocalQueue).cloned().unwrap_or_else(|| Writer::new(KueueKind::LocalQueue).as_reader());
     let readers = Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets };
 
     let snapshot: SharedSnapshot = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
@@ -301,15 +296,15 @@ impl Spawner {
 
 /// LocalQueue events that matter to the reconciler: label or spec changes, deletes, and workload counts of
 /// stopped (retiring) queues. Workload-count updates of active queues, the busiest stream, are ignored.
-fn build_local_queue_trigger() -> impl FnMut(&watcher::Event<DynamicObject>) -> bool + Send {
+fn build_local_queue_trigger() -> impl FnMut(&watcher::Event<LiveObject>) -> bool + Send {
     let mut seen: std::collections::HashMap<(Option<String>, String), u64> = std::collections::HashMap::new();
     move |event| match event {
         watcher::Event::Apply(queue) => {
             let fingerprint = build_local_queue_fingerprint(queue);
-            seen.insert((queue.metadata.namespace.clone(), queue.name_any()), fingerprint) != Some(fingerprint)
+            seen.insert((queue.namespace.clone(), queue.name.clone()), fingerprint) != Some(fingerprint)
         }
         watcher::Event::Delete(queue) => {
-            seen.remove(&(queue.metadata.namespace.clone(), queue.name_any()));
+            seen.remove(&(queue.namespace.clone(), queue.name.clone()));
             true
         }
         watcher::Event::Init => {
@@ -317,26 +312,21 @@ fn build_local_queue_trigger() -> impl FnMut(&watcher::Event<DynamicObject>) -> 
             false
         }
         watcher::Event::InitApply(queue) => {
-            seen.insert((queue.metadata.namespace.clone(), queue.name_any()), build_local_queue_fingerprint(queue));
+            seen.insert((queue.namespace.clone(), queue.name.clone()), build_local_queue_fingerprint(queue));
             false
         }
         watcher::Event::InitDone => true,
     }
 }
 
-/// A hash of what the reconciler reads from a LocalQueue (labels, spec, deletion, and the status counts only
-/// once the queue is stopped).
-pub fn build_local_queue_fingerprint(queue: &DynamicObject) -> u64 {
-    use std::hash::Hasher;
+/// A hash of what the reconciler reads from a LocalQueue (labels, owners, body, deletion, and the workload
+/// counts only once the queue is stopped).
+pub fn build_local_queue_fingerprint(queue: &LiveObject) -> u64 {
+    use std::hash::{Hash, Hasher};
     let mut hasher = fnv::FnvHasher::default();
-    let stopped = queue
-        .data
-        .pointer("/spec/stopPolicy")
-        .and_then(serde_json::Value::as_str)
-        .is_some_and(|policy| policy != "None");
-    let status = if stopped { queue.data.get("status").cloned() } else { None };
-    let read = (&queue.metadata.labels, queue.data.get("spec"), status, queue.metadata.deletion_timestamp.is_some());
-    hasher.write(serde_json::to_string(&read).unwrap_or_default().as_bytes());
+    let stopped = queue.stop_policy().is_some_and(|policy| policy != "None");
+    (queue.metadata_text(), &queue.annotations, &queue.body, queue.deleting).hash(&mut hasher);
+    stopped.then_some(queue.workloads).hash(&mut hasher);
     hasher.finish()
 }
 
@@ -445,7 +435,7 @@ pub struct SnapshotInputs<'a> {
     /// Nodes.
     pub nodes: Vec<Arc<NodeView>>,
     /// LocalQueues.
-    pub local_queues: Vec<Arc<DynamicObject>>,
+    pub local_queues: Vec<Arc<LiveObject>>,
     /// Pods with a placement or job-type label (may repeat).
     pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet metadata.
@@ -465,11 +455,8 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         .collect();
     let nodes: BTreeMap<String, Arc<NodeView>> =
         inputs.nodes.iter().map(|node| (node.name.clone(), node.clone())).collect();
-    let local_queues: BTreeSet<(String, String)> = inputs
-        .local_queues
-        .iter()
-        .filter_map(|queue| Some((queue.metadata.namespace.clone()?, queue.name_any())))
-        .collect();
+    let local_queues: BTreeSet<(String, String)> =
+        inputs.local_queues.iter().filter_map(|queue| Some((queue.namespace.clone()?, queue.name.clone()))).collect();
     let mut seen = BTreeSet::new();
     let pods: Vec<Arc<PodView>> = inputs
         .pods
@@ -501,7 +488,7 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
 }
 
 /// A watch event with its object converted (kube-runtime's `Event` has no map of its own).
-fn map_event<A, B>(event: watcher::Event<A>, convert: impl Fn(A) -> B) -> watcher::Event<B> {
+pub fn map_watch_event<A, B>(event: watcher::Event<A>, convert: impl Fn(A) -> B) -> watcher::Event<B> {
     match event {
         watcher::Event::Apply(object) => watcher::Event::Apply(convert(object)),
         watcher::Event::Delete(object) => watcher::Event::Delete(convert(object)),
@@ -761,34 +748,6 @@ impl kube::Resource for NodeLite {
     }
 }
 
-/// Keeps what the reconciler compares and reads on a Kueue object: metadata without managedFields, the spec,
-/// and for LocalQueues only the workload counts of the status.
-pub fn strip_kueue_object(object: &mut DynamicObject) {
-    strip_metadata(object);
-    object.types = None;
-    let meta = &mut object.metadata;
-    meta.creation_timestamp = None;
-    meta.generation = None;
-    meta.finalizers = None;
-    if meta.annotations.as_ref().is_some_and(std::collections::BTreeMap::is_empty) {
-        meta.annotations = None;
-    }
-    let counts = ["pendingWorkloads", "reservingWorkloads", "admittedWorkloads"];
-    if let Some(data) = object.data.as_object_mut()
-        && let Some(status) = data.remove("status")
-    {
-        // Zero counts are dropped too (absent reads as 0): an idle queue then carries no status map at all.
-        let kept: serde_json::Map<String, serde_json::Value> = counts
-            .iter()
-            .filter_map(|field| Some(((*field).to_owned(), status.get(*field)?.clone())))
-            .filter(|(_, count)| count.as_i64() != Some(0))
-            .collect();
-        if !kept.is_empty() {
-            data.insert("status".to_owned(), serde_json::Value::Object(kept));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -817,34 +776,6 @@ mod tests {
         assert_eq!(view.labels.get("gpu.nvidia.com/class").map(String::as_str), Some("h100"));
         assert_eq!(view.taints.len(), 1);
         assert_eq!(view.allocatable, BTreeMap::from([("nvidia.com/gpu".to_owned(), 8)]));
-    }
-
-    #[test]
-    fn idle_local_queue_keeps_no_status_at_all() {
-        let mut queue: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": "a"},
-            "spec": {"clusterQueue": "cq"},
-            "status": {"pendingWorkloads": 0, "reservingWorkloads": 0, "admittedWorkloads": 0, "conditions": []},
-        }))
-        .unwrap();
-        strip_kueue_object(&mut queue);
-        assert!(queue.data.get("status").is_none());
-    }
-
-    #[test]
-    fn stripped_local_queue_keeps_only_workload_counts_of_its_status() {
-        let mut queue: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-            "metadata": {"name": "q", "namespace": "a", "managedFields": [{"manager": "tiergate"}]},
-            "spec": {"clusterQueue": "cq"},
-            "status": {"pendingWorkloads": 2, "conditions": [{"type": "Active"}], "flavorsUsage": []},
-        }))
-        .unwrap();
-        strip_kueue_object(&mut queue);
-        assert!(queue.metadata.managed_fields.is_none());
-        assert_eq!(queue.data["status"], json!({"pendingWorkloads": 2}));
-        assert_eq!(queue.data["spec"], json!({"clusterQueue": "cq"}));
     }
 
     /// Answers every list with `items_for(path)` and holds every watch open (a quiet cluster).
@@ -973,14 +904,15 @@ mod tests {
         shutdown.cancel();
     }
 
-    fn local_queue(stop_policy: &str, pending: i64, team: &str) -> DynamicObject {
-        serde_json::from_value(json!({
+    fn local_queue(stop_policy: &str, pending: i64, team: &str) -> LiveObject {
+        let queue: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
             "metadata": {"name": "q", "namespace": "a", "labels": {"team": team}},
             "spec": {"clusterQueue": "cq", "stopPolicy": stop_policy},
             "status": {"pendingWorkloads": pending},
         }))
-        .unwrap()
+        .unwrap();
+        LiveObject::from_dynamic(KueueKind::LocalQueue, queue)
     }
 
     #[test]

@@ -21,7 +21,7 @@ use tiergate_kueue::{
 
 use self::names::{bounded_name, cluster_queue_name, gpu_class_flavor_name, provisioning_name, rule_flavor_name};
 use crate::policy::{PlacementRule, PlacementStrategy, Preemption, Tier, TierPolicy, TierPolicySpec};
-use crate::view::ClusterView;
+use crate::view::{ClusterView, NamespaceView};
 
 /// Label every generated object carries.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -271,6 +271,64 @@ pub fn tier_flavors(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSelector> {
 
 /// The desired Kueue objects for `policy` in the cluster `view`.
 pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
+    let mut desired = desired_cluster_scoped(policy);
+    for decision in namespace_queues(policy, view.namespaces.iter().map(AsRef::as_ref)) {
+        match decision {
+            NamespaceQueue::Queue(queue) => desired.local_queues.push(*queue),
+            NamespaceQueue::Skipped(note) => desired.notes.push(note),
+        }
+    }
+    desired
+}
+
+/// What the translation decides for one namespace that carries the tier label.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NamespaceQueue {
+    /// The namespace's LocalQueue (boxed: the note variant is a tenth of its size).
+    Queue(Box<LocalQueue>),
+    /// No LocalQueue there, and why (one of [`Desired::notes`]).
+    Skipped(String),
+}
+
+/// The LocalQueue decision of every namespace in `namespaces` carrying the tier label, sorted by namespace,
+/// built lazily one namespace at a time: [`desired`] collects it, the reconciler applies 10,000 queues without
+/// holding them all (and without copying the snapshot's namespaces into a [`ClusterView`]).
+pub fn namespace_queues<'a>(
+    policy: &'a TierPolicy,
+    namespaces: impl IntoIterator<Item = &'a NamespaceView>,
+) -> impl Iterator<Item = NamespaceQueue> + 'a {
+    let spec = &policy.spec;
+    let labels = owned_labels(policy);
+    let mut namespaces: Vec<&NamespaceView> = namespaces.into_iter().collect();
+    namespaces.sort_by(|left, right| left.name.cmp(&right.name));
+    namespaces.into_iter().filter_map(move |namespace| {
+        let tier_name = namespace.labels.get(&spec.tier_label)?;
+        if spec.is_excluded(&namespace.name, None) {
+            return Some(NamespaceQueue::Skipped(format!(
+                "namespace {} has {}={tier_name} but is excluded; no LocalQueue is created there",
+                namespace.name, spec.tier_label
+            )));
+        }
+        let Some(tier) = spec.tier(tier_name) else {
+            return Some(NamespaceQueue::Skipped(format!(
+                "namespace {} has {}={tier_name}, which names no tier of the policy; no LocalQueue is created there",
+                namespace.name, spec.tier_label
+            )));
+        };
+        Some(NamespaceQueue::Queue(Box::new(LocalQueue {
+            metadata: ObjectMeta {
+                name: Some(tier.local_queue()),
+                namespace: Some(namespace.name.clone()),
+                labels: Some(labels.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: LocalQueueSpec { cluster_queue: cluster_queue_name(&tier.name), stop_policy: None },
+        })))
+    })
+}
+
+/// The cluster-scoped objects of `policy` (everything but LocalQueues); they do not depend on the cluster view.
+pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let spec = &policy.spec;
     let labels = owned_labels(policy);
     let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
@@ -331,16 +389,14 @@ pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
         })
         .collect();
 
-    let (local_queues, notes) = build_local_queues(policy, view, &labels);
-
     Desired {
         resource_flavors,
         workload_priority_classes,
         provisioning_request_configs,
         admission_checks,
         cluster_queues,
-        local_queues,
-        notes,
+        local_queues: Vec::new(),
+        notes: Vec::new(),
     }
 }
 
@@ -405,45 +461,6 @@ fn build_preemption(preemption: &Preemption) -> ClusterQueuePreemption {
             max_priority_threshold: borrow.max_priority_threshold,
         }),
     }
-}
-
-fn build_local_queues(
-    policy: &TierPolicy,
-    view: &ClusterView,
-    labels: &BTreeMap<String, String>,
-) -> (Vec<LocalQueue>, Vec<String>) {
-    let spec = &policy.spec;
-    let mut namespaces: Vec<_> = view.namespaces.iter().collect();
-    namespaces.sort_by(|left, right| left.name.cmp(&right.name));
-    let mut queues = Vec::new();
-    let mut notes = Vec::new();
-    for namespace in namespaces {
-        let Some(tier_name) = namespace.labels.get(&spec.tier_label) else { continue };
-        if spec.is_excluded(&namespace.name, None) {
-            notes.push(format!(
-                "namespace {} has {}={tier_name} but is excluded; no LocalQueue is created there",
-                namespace.name, spec.tier_label
-            ));
-            continue;
-        }
-        let Some(tier) = spec.tier(tier_name) else {
-            notes.push(format!(
-                "namespace {} has {}={tier_name}, which names no tier of the policy; no LocalQueue is created there",
-                namespace.name, spec.tier_label
-            ));
-            continue;
-        };
-        queues.push(LocalQueue {
-            metadata: ObjectMeta {
-                name: Some(tier.local_queue()),
-                namespace: Some(namespace.name.clone()),
-                labels: Some(labels.clone()),
-                ..ObjectMeta::default()
-            },
-            spec: LocalQueueSpec { cluster_queue: cluster_queue_name(&tier.name), stop_policy: None },
-        });
-    }
-    (queues, notes)
 }
 
 fn non_empty_map(map: &BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {

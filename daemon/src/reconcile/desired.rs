@@ -1,9 +1,9 @@
 //! What the reconciler applies: the translation's output as dynamic Kueue objects, stamped with tiergate's
 //! ownership labels, the owner reference to the policy and a stable hash of the body; no I/O.
 //!
-//! MERGE POINT: [`desired_objects`] and [`policy_problems`] are the only two calls into the pure core. In this
-//! branch they use the small stand-ins at the bottom of this file; at merge they become
-//! `crate::plan::desired(policy, view)` (serialized to `DynamicObject`s) and `crate::validation::validate(spec)`.
+//! The calls into the pure core: [`desired_cluster_objects`] (`plan::desired_cluster_scoped`, few objects),
+//! [`desired_local_queues`] (`plan::namespace_queues`, lazily, so 10,000 queues are never held at once) and
+//! [`policy_problems`] (`validation::validate_policy`). [`desired_objects`] builds everything at once.
 
 use std::hash::Hasher;
 
@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::kinds::{APPLIED_HASH_LABEL, KueueKind, build_ownership_labels};
 use crate::policy::TierPolicy;
-use crate::view::ClusterView;
+use crate::view::{ClusterView, NamespaceView};
 
 /// The translation could not produce objects for this policy.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +58,32 @@ pub struct DesiredSet {
     pub objects: Vec<DesiredObject>,
 }
 
-/// The translation's objects for `policy` over `view`, as dynamic objects.
+/// The translation's objects for `policy` over `view`, as dynamic objects (all of them at once: for tests,
+/// benches and small views; the reconciler streams LocalQueues with [`desired_local_queues`]).
 pub fn desired_objects(policy: &TierPolicy, view: &ClusterView) -> Result<Vec<DynamicObject>, DesiredError> {
     crate::plan::desired(policy, view).to_dynamic_objects().map_err(|error| DesiredError::Translate(error.to_string()))
+}
+
+/// The translation's cluster-scoped objects for `policy` (everything but LocalQueues), as dynamic objects.
+pub fn desired_cluster_objects(policy: &TierPolicy) -> Result<Vec<DynamicObject>, DesiredError> {
+    crate::plan::desired_cluster_scoped(policy)
+        .to_dynamic_objects()
+        .map_err(|error| DesiredError::Translate(error.to_string()))
+}
+
+/// The desired LocalQueues of `policy` over `namespaces`, stamped, built one at a time in namespace order (a
+/// namespace the translation skips yields nothing here; its note is in `plan::desired`).
+pub fn desired_local_queues<'a>(
+    policy: &'a TierPolicy,
+    namespaces: impl IntoIterator<Item = &'a NamespaceView>,
+) -> impl Iterator<Item = Result<DesiredObject, DesiredError>> + 'a {
+    let stamp = Stamp::of(policy);
+    crate::plan::namespace_queues(policy, namespaces).filter_map(move |decision| match decision {
+        crate::plan::NamespaceQueue::Queue(queue) => {
+            Some(build_dynamic_object(&queue).and_then(|object| stamp.build_stamped(object)))
+        }
+        crate::plan::NamespaceQueue::Skipped(_) => None,
+    })
 }
 
 /// Typed objects (anything serializing to a Kubernetes object with `apiVersion` and `kind`, e.g. the
@@ -68,14 +91,14 @@ pub fn desired_objects(policy: &TierPolicy, view: &ClusterView) -> Result<Vec<Dy
 pub fn build_dynamic_objects<T: serde::Serialize>(
     objects: impl IntoIterator<Item = T>,
 ) -> Result<Vec<DynamicObject>, DesiredError> {
-    objects
-        .into_iter()
-        .map(|object| {
-            serde_json::to_value(object)
-                .and_then(serde_json::from_value)
-                .map_err(|error| DesiredError::Translate(format!("failed to convert a translated object: {error}")))
-        })
-        .collect()
+    objects.into_iter().map(|object| build_dynamic_object(&object)).collect()
+}
+
+/// One typed object as a dynamic object.
+pub fn build_dynamic_object<T: serde::Serialize>(object: &T) -> Result<DynamicObject, DesiredError> {
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map_err(|error| DesiredError::Translate(format!("failed to convert a translated object: {error}")))
 }
 
 /// The policy's problems (empty when valid), one message per problem naming the field and the fix.
@@ -88,27 +111,45 @@ pub fn policy_problems(policy: &TierPolicy) -> Vec<String> {
 
 /// The translation's objects, stamped as owned by `policy` and sorted in apply order.
 pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Result<DesiredSet, DesiredError> {
-    let policy_name = policy.meta().name.clone().unwrap_or_default();
-    let owner = build_owner_reference(policy);
-    let mut stamped = Vec::with_capacity(objects.len());
-    for mut object in objects {
+    let stamp = Stamp::of(policy);
+    let mut stamped =
+        objects.into_iter().map(|object| stamp.build_stamped(object)).collect::<Result<Vec<_>, DesiredError>>()?;
+    stamped.sort_by_key(|desired| desired.kind);
+    Ok(DesiredSet { objects: stamped })
+}
+
+/// What every object of one policy is stamped with: the ownership labels and the owner reference.
+#[derive(Clone, Debug)]
+struct Stamp {
+    labels: std::collections::BTreeMap<String, String>,
+    owner: Option<OwnerReference>,
+}
+
+impl Stamp {
+    fn of(policy: &TierPolicy) -> Self {
+        Self {
+            labels: build_ownership_labels(policy.meta().name.as_deref().unwrap_or_default()),
+            owner: build_owner_reference(policy),
+        }
+    }
+
+    /// `object` with ownership labels, owner reference and the hash label of the result.
+    fn build_stamped(&self, mut object: DynamicObject) -> Result<DesiredObject, DesiredError> {
         let Some(kind) = KueueKind::of(&object) else {
             return Err(DesiredError::UnknownKind {
                 name: object.metadata.name.clone().unwrap_or_default(),
                 kind: object.types.as_ref().map(|types| types.kind.clone()).unwrap_or_default(),
             });
         };
-        object.metadata.labels.get_or_insert_default().extend(build_ownership_labels(&policy_name));
-        if let Some(owner) = &owner {
+        object.metadata.labels.get_or_insert_default().extend(self.labels.clone());
+        if let Some(owner) = &self.owner {
             object.metadata.owner_references = Some(vec![owner.clone()]);
         }
         object.metadata.labels.get_or_insert_default().remove(APPLIED_HASH_LABEL);
         let hash = build_body_hash(&object);
         object.metadata.labels.get_or_insert_default().insert(APPLIED_HASH_LABEL.to_owned(), hash);
-        stamped.push(DesiredObject { kind, object });
+        Ok(DesiredObject { kind, object })
     }
-    stamped.sort_by_key(|desired| desired.kind);
-    Ok(DesiredSet { objects: stamped })
 }
 
 /// The owner reference that lets Kubernetes' garbage collector remove every owned object with the policy.

@@ -5,6 +5,7 @@ use kube::core::DynamicObject;
 use serde_json::Value;
 
 use super::kinds::APPLIED_HASH_LABEL;
+use super::live::LiveObject;
 
 /// Why an object is (or is not) applied; logged and counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,32 +28,28 @@ impl ApplyNeed {
 }
 
 /// Compares `desired` (hash-labelled by [`super::desired::build_desired_set`]) with the cached `live` object.
-pub fn build_apply_need(desired: &DynamicObject, live: Option<&DynamicObject>) -> ApplyNeed {
+pub fn build_apply_need(desired: &DynamicObject, live: Option<&LiveObject>) -> ApplyNeed {
     let Some(live) = live else {
         return ApplyNeed::Missing;
     };
-    if hash_of(desired) != hash_of(live) {
+    let desired_hash = desired.metadata.labels.as_ref().and_then(|labels| labels.get(APPLIED_HASH_LABEL));
+    if desired_hash.map(String::as_str) != live.label(APPLIED_HASH_LABEL) {
         return ApplyNeed::Changed;
     }
-    let metadata_contained = contains_map(&desired.metadata.labels, &live.metadata.labels)
-        && contains_map(&desired.metadata.annotations, &live.metadata.annotations)
-        && desired.metadata.owner_references.as_ref().is_none_or(|wanted| {
-            live.metadata.owner_references.as_ref().is_some_and(|have| wanted.iter().all(|owner| have.contains(owner)))
-        });
-    if metadata_contained && is_contained(&desired.data, &live.data) { ApplyNeed::UpToDate } else { ApplyNeed::Drifted }
-}
-
-fn hash_of(object: &DynamicObject) -> Option<&str> {
-    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
-}
-
-fn contains_map(
-    wanted: &Option<std::collections::BTreeMap<String, String>>,
-    have: &Option<std::collections::BTreeMap<String, String>>,
-) -> bool {
-    let Some(wanted) = wanted else { return true };
-    let Some(have) = have else { return wanted.is_empty() };
-    wanted.iter().all(|(key, value)| have.get(key) == Some(value))
+    let labels_contained =
+        desired.metadata.labels.iter().flatten().all(|(key, value)| live.label(key) == Some(value.as_str()));
+    let annotations_contained =
+        desired.metadata.annotations.iter().flatten().all(|(key, value)| live.annotations.get(key) == Some(value));
+    let owners_contained = desired.metadata.owner_references.as_ref().is_none_or(|wanted| {
+        let have = live.owner_references();
+        wanted.iter().all(|owner| have.contains(owner))
+    });
+    let metadata_contained = labels_contained && annotations_contained && owners_contained;
+    if metadata_contained && is_contained(&desired.data, &live.body_value()) {
+        ApplyNeed::UpToDate
+    } else {
+        ApplyNeed::Drifted
+    }
 }
 
 /// Whether every field of `wanted` is present in `have` with a containing value. Objects may have extra keys
@@ -80,6 +77,10 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
+    fn live(value: Value) -> LiveObject {
+        LiveObject::from_dynamic(super::super::kinds::KueueKind::LocalQueue, object(value))
+    }
+
     fn queue(cluster_queue: &str, hash: &str) -> Value {
         json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
@@ -92,27 +93,27 @@ mod tests {
     #[test]
     fn live_object_with_server_defaults_and_status_is_up_to_date() {
         let desired = object(queue("tiergate-gold", "h1"));
-        let mut live = queue("tiergate-gold", "h1");
-        live["spec"]["stopPolicy"] = json!("None");
-        live["status"] = json!({"pendingWorkloads": 3});
-        live["metadata"]["labels"]["extra"] = json!("kept");
-        assert_eq!(build_apply_need(&desired, Some(&object(live))), ApplyNeed::UpToDate);
+        let mut live_queue = queue("tiergate-gold", "h1");
+        live_queue["spec"]["stopPolicy"] = json!("None");
+        live_queue["status"] = json!({"pendingWorkloads": 3});
+        live_queue["metadata"]["labels"]["extra"] = json!("kept");
+        assert_eq!(build_apply_need(&desired, Some(&live(live_queue))), ApplyNeed::UpToDate);
     }
 
     #[test]
     fn missing_changed_and_drifted_objects_need_a_write() {
         let desired = object(queue("tiergate-gold", "h1"));
         assert_eq!(build_apply_need(&desired, None), ApplyNeed::Missing);
-        assert_eq!(build_apply_need(&desired, Some(&object(queue("tiergate-gold", "h0")))), ApplyNeed::Changed);
-        assert_eq!(build_apply_need(&desired, Some(&object(queue("edited-by-hand", "h1")))), ApplyNeed::Drifted);
+        assert_eq!(build_apply_need(&desired, Some(&live(queue("tiergate-gold", "h0")))), ApplyNeed::Changed);
+        assert_eq!(build_apply_need(&desired, Some(&live(queue("edited-by-hand", "h1")))), ApplyNeed::Drifted);
     }
 
     #[test]
     fn removed_label_counts_as_drift() {
         let desired = object(queue("tiergate-gold", "h1"));
-        let mut live = queue("tiergate-gold", "h1");
-        live["metadata"]["labels"] = json!({"tiergate.io/applied-hash": "h1"});
-        assert_eq!(build_apply_need(&desired, Some(&object(live))), ApplyNeed::Drifted);
+        let mut live_queue = queue("tiergate-gold", "h1");
+        live_queue["metadata"]["labels"] = json!({"tiergate.io/applied-hash": "h1"});
+        assert_eq!(build_apply_need(&desired, Some(&live(live_queue))), ApplyNeed::Drifted);
     }
 
     #[test]

@@ -2,10 +2,11 @@
 //! old queue with `stopPolicy: Hold`, delete it once it holds no pending, reserving or admitted workloads; no I/O.
 
 use kube::core::DynamicObject;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::desired::build_body_hash;
 use super::kinds::APPLIED_HASH_LABEL;
+use super::live::LiveObject;
 use crate::policy::QueueMigration;
 
 /// The `stopPolicy` a retiring LocalQueue gets. `Hold` (not `HoldAndDrain`): admitted workloads run to
@@ -27,19 +28,12 @@ pub struct QueueOccupancy {
 
 impl QueueOccupancy {
     /// Reads the occupancy of a live LocalQueue (missing counts are zero).
-    pub fn of(queue: &DynamicObject) -> Self {
-        let count = |field: &str| {
-            queue
-                .data
-                .pointer(&format!("/status/{field}"))
-                .and_then(Value::as_i64)
-                .map_or(0, |value| i32::try_from(value).unwrap_or(i32::MAX))
-        };
+    pub fn of(queue: &LiveObject) -> Self {
         Self {
-            stop_policy: queue.data.pointer("/spec/stopPolicy").and_then(Value::as_str).map(str::to_owned),
-            pending: count("pendingWorkloads"),
-            reserving: count("reservingWorkloads"),
-            admitted: count("admittedWorkloads"),
+            stop_policy: queue.stop_policy(),
+            pending: queue.workloads.pending,
+            reserving: queue.workloads.reserving,
+            admitted: queue.workloads.admitted,
         }
     }
 
@@ -83,10 +77,10 @@ pub fn build_retire_action(occupancy: &QueueOccupancy) -> RetireAction {
 }
 
 /// The status entry for a queue replaced by `to_queue` in the same namespace.
-pub fn build_migration(queue: &DynamicObject, to_queue: &str, remaining: i32) -> QueueMigration {
+pub fn build_migration(queue: &LiveObject, to_queue: &str, remaining: i32) -> QueueMigration {
     QueueMigration {
-        namespace: queue.metadata.namespace.clone().unwrap_or_default(),
-        from_queue: queue.metadata.name.clone().unwrap_or_default(),
+        namespace: queue.namespace.clone().unwrap_or_default(),
+        from_queue: queue.name.clone(),
         to_queue: to_queue.to_owned(),
         remaining_workloads: remaining,
     }
@@ -94,23 +88,24 @@ pub fn build_migration(queue: &DynamicObject, to_queue: &str, remaining: i32) ->
 
 /// The server-side-apply body that stops `live`: what tiergate applied before (labels, owner, the immutable
 /// `clusterQueue`) plus `stopPolicy`, so no field we own is dropped.
-pub fn build_stop_body(live: &DynamicObject) -> DynamicObject {
+pub fn build_stop_body(live: &LiveObject) -> DynamicObject {
     let resource = super::kinds::KueueKind::LocalQueue.api_resource();
+    let mut labels: std::collections::BTreeMap<String, String> =
+        live.labels().map(|(key, value)| (key.to_owned(), value.to_owned())).collect();
+    labels.remove(APPLIED_HASH_LABEL);
+    let mut spec = live.body_value().get("spec").cloned().unwrap_or_else(|| json!({}));
+    spec["stopPolicy"] = json!(RETIRE_STOP_POLICY);
     let mut body = DynamicObject {
         types: Some(kube::core::TypeMeta { api_version: resource.api_version, kind: resource.kind }),
         metadata: kube::core::ObjectMeta {
-            name: live.metadata.name.clone(),
-            namespace: live.metadata.namespace.clone(),
-            labels: live.metadata.labels.clone(),
-            owner_references: live.metadata.owner_references.clone(),
+            name: Some(live.name.clone()),
+            namespace: live.namespace.clone(),
+            labels: Some(labels),
+            owner_references: Some(live.owner_references()).filter(|owners| !owners.is_empty()),
             ..Default::default()
         },
-        data: json!({}),
+        data: json!({ "spec": spec }),
     };
-    let mut spec = live.data.get("spec").cloned().unwrap_or_else(|| json!({}));
-    spec["stopPolicy"] = json!(RETIRE_STOP_POLICY);
-    body.data = json!({ "spec": spec });
-    body.metadata.labels.get_or_insert_default().remove(APPLIED_HASH_LABEL);
     let hash = build_body_hash(&body);
     body.metadata.labels.get_or_insert_default().insert(APPLIED_HASH_LABEL.to_owned(), hash);
     body
@@ -151,6 +146,7 @@ mod tests {
             "status": {"pendingWorkloads": 1, "reservingWorkloads": 2, "admittedWorkloads": 2},
         }))
         .unwrap();
+        let queue = LiveObject::from_dynamic(super::super::kinds::KueueKind::LocalQueue, queue);
         assert_eq!(QueueOccupancy::of(&queue), occupancy(Some("Hold"), 1, 2, 2));
         let stop = build_stop_body(&queue);
         assert_eq!(stop.data["spec"]["clusterQueue"], "tiergate-gold");

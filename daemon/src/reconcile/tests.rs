@@ -135,15 +135,15 @@ fn snapshot_with(namespaces: &[(&str, &str)]) -> SharedSnapshot {
 
 /// Stores as the watches would fill them with `objects`.
 fn stores_with(objects: Vec<DynamicObject>) -> OwnedStores {
-    let mut writers: BTreeMap<KueueKind, Writer<DynamicObject>> =
-        KueueKind::ALL.into_iter().map(|kind| (kind, Writer::new(kind.api_resource()))).collect();
+    let mut writers: BTreeMap<KueueKind, Writer<LiveObject>> =
+        KueueKind::ALL.into_iter().map(|kind| (kind, Writer::new(kind))).collect();
     for writer in writers.values_mut() {
         writer.apply_watcher_event(&watcher::Event::Init);
     }
-    for mut object in objects {
+    for object in objects {
         let kind = KueueKind::of(&object).unwrap();
-        crate::cluster::strip_kueue_object(&mut object);
-        writers.get_mut(&kind).unwrap().apply_watcher_event(&watcher::Event::InitApply(object));
+        let event = super::live::build_live_event(kind, watcher::Event::InitApply(object));
+        writers.get_mut(&kind).unwrap().apply_watcher_event(&event);
     }
     writers
         .into_iter()
@@ -176,7 +176,11 @@ fn converged_objects(policy: &TierPolicy, snapshot: &SharedSnapshot) -> Vec<Dyna
 fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> TierPolicy {
     let objects = desired_objects(&policy, &snapshot.load().cluster_view()).unwrap();
     let set = build_desired_set(&policy, objects).unwrap();
-    let input = StatusInput::Applied { tier_count: 3, object_counts: build_object_counts(&set), migrations: vec![] };
+    let mut object_counts = BTreeMap::new();
+    for object in &set.objects {
+        *object_counts.entry(object.kind.name().to_owned()).or_insert(0) += 1;
+    }
+    let input = StatusInput::Applied { tier_count: 3, object_counts, migrations: vec![] };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));
     policy
@@ -246,6 +250,72 @@ async fn cold_start_applies_every_object_in_kind_order_then_status_then_an_appli
     assert_eq!(status["objectCounts"]["LocalQueue"], 2);
     assert_eq!(status["conditions"][0]["type"], "Ready");
     assert_eq!(status["conditions"][0]["status"], "True");
+}
+
+#[tokio::test]
+async fn cold_start_of_many_namespaces_applies_each_local_queue_once_after_every_cluster_scoped_object() {
+    let policy = sample_policy();
+    let names: Vec<String> = (0..40).map(|index| format!("team-{index:02}")).collect();
+    let tiered: Vec<(&str, &str)> = names
+        .iter()
+        .enumerate()
+        .map(|(index, name)| (name.as_str(), ["gold", "silver", "bronze"][index % 3]))
+        .collect();
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&tiered), stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let kinds: Vec<KueueKind> = calls.iter().filter_map(|call| kind_of_path(&call.path)).collect();
+    let first_queue = kinds.iter().position(|kind| *kind == KueueKind::LocalQueue).unwrap();
+    assert!(kinds[..first_queue].iter().all(|kind| *kind != KueueKind::LocalQueue));
+    assert!(kinds[first_queue..].iter().all(|kind| *kind == KueueKind::LocalQueue), "LocalQueues come last");
+    let mut queue_paths: Vec<&str> = calls
+        .iter()
+        .filter(|call| kind_of_path(&call.path) == Some(KueueKind::LocalQueue))
+        .map(|call| call.path.as_str())
+        .collect();
+    queue_paths.sort_unstable();
+    let mut expected: Vec<String> = tiered
+        .iter()
+        .map(|(name, tier)| format!("/apis/kueue.x-k8s.io/v1beta2/namespaces/{name}/localqueues/tiergate-{tier}"))
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(queue_paths, expected, "every LocalQueue is applied exactly once, in any order within its kind");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert_eq!(status["objectCounts"]["LocalQueue"], 40);
+}
+
+#[tokio::test]
+async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports_it() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver"), ("team-c", "bronze")]);
+    let policy = sample_policy();
+    let mut live = vec![owned(KueueKind::LocalQueue, Some("gone"), "tiergate-gold", Some("default"))];
+    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default")));
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| {
+        if call.method == "PATCH" && call.path.ends_with("/namespaces/team-b/localqueues/tiergate-silver") {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "etcd is down"}),
+            );
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
+    let calls = api.finish(ctx).await;
+
+    assert_eq!(error.reason(), "apply_object");
+    assert!(error.to_string().contains("team-b/tiergate-silver"), "{error}");
+    assert!(!calls.iter().any(|call| call.method == "DELETE"), "nothing is pruned after a failed apply");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert_eq!(status["conditions"][0]["status"], "False");
 }
 
 #[tokio::test]
@@ -525,9 +595,8 @@ fn the_daemons_own_namespace_is_never_translated() {
     let snapshot = snapshot_with(&[("team-a", "gold"), ("tiergate-system", "gold")]);
     let mut with_own = (**snapshot.load()).clone();
     with_own.own_namespace = Some("tiergate-system".to_owned());
-    let names: Vec<String> =
-        build_translation_view(&with_own).namespaces.into_iter().map(|namespace| namespace.name.clone()).collect();
-    assert_eq!(names, vec!["team-a".to_owned()]);
+    let borrowed: Vec<&str> = translation_namespaces(&with_own).map(|namespace| namespace.name.as_str()).collect();
+    assert_eq!(borrowed, vec!["team-a"], "the reconciler's borrowed namespaces leave the daemon's own out");
 }
 
 #[tokio::test]

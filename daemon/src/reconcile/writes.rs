@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::diff::{build_apply_need, is_contained};
 use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
+use super::live::LiveObject;
 use super::status::{StatusInput, build_status};
 use super::{Context, ReconcileError};
 use crate::metrics::KindLabels;
@@ -27,10 +28,10 @@ fn count_write(ctx: &Context, kind: &'static str) {
     ctx.metrics.api_writes.get_or_create(&KindLabels { kind }).inc();
 }
 
-fn object_api(ctx: &Context, kind: KueueKind, object: &DynamicObject) -> Api<DynamicObject> {
+fn object_api(ctx: &Context, kind: KueueKind, namespace: Option<&str>) -> Api<DynamicObject> {
     let resource = kind.api_resource();
-    match object.namespace() {
-        Some(namespace) if kind.namespaced() => Api::namespaced_with(ctx.client.clone(), &namespace, &resource),
+    match namespace {
+        Some(namespace) if kind.namespaced() => Api::namespaced_with(ctx.client.clone(), namespace, &resource),
         _ => Api::all_with(ctx.client.clone(), &resource),
     }
 }
@@ -42,7 +43,7 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
 /// Server-side applies `object` with the `tiergate` field manager (forced). On 409 it re-reads the object and
 /// retries unless the re-read shows it already matches.
 pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &DynamicObject) -> Result<(), ReconcileError> {
-    let api = object_api(ctx, kind, object);
+    let api = object_api(ctx, kind, object.metadata.namespace.as_deref());
     let name = object.name_any();
     let params = PatchParams::apply(FIELD_MANAGER).force();
     for _ in 0..CONFLICT_ATTEMPTS {
@@ -67,6 +68,7 @@ pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &Dynami
                     name: display_name(object),
                     source,
                 })?;
+                let live = live.map(|live| LiveObject::from_dynamic(kind, live));
                 if !build_apply_need(object, live.as_ref()).needs_write() {
                     return Ok(());
                 }
@@ -83,41 +85,36 @@ pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &Dynami
 /// re-reads and deletes again only if `still_wanted` holds for the fresh object. `Ok(false)`: kept.
 pub(super) async fn delete_object(
     ctx: &Context,
-    kind: KueueKind,
-    live: &DynamicObject,
-    still_wanted: impl Fn(&DynamicObject) -> bool,
+    live: &LiveObject,
+    still_wanted: impl Fn(&LiveObject) -> bool,
 ) -> Result<bool, ReconcileError> {
-    let api = object_api(ctx, kind, live);
-    let name = live.name_any();
-    let mut current = live.clone();
+    let kind = live.kind;
+    let api = object_api(ctx, kind, live.namespace.as_deref());
+    let mut preconditions = Preconditions { uid: live.uid.clone(), resource_version: live.resource_version.clone() };
     for _ in 0..CONFLICT_ATTEMPTS {
-        check_gate(ctx, || format!("delete of {} {}", kind.name(), display_name(live)))?;
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: current.metadata.uid.clone(),
-                resource_version: current.metadata.resource_version.clone(),
-            }),
-            ..DeleteParams::background()
-        };
+        check_gate(ctx, || format!("delete of {} {}", kind.name(), live.display_name()))?;
+        let params = DeleteParams { preconditions: Some(preconditions.clone()), ..DeleteParams::background() };
         count_write(ctx, kind.name());
-        tracing::info!(kind = kind.name(), name = %display_name(live), "pruning");
-        match api.delete(&name, &params).await {
+        tracing::info!(kind = kind.name(), name = %live.display_name(), "pruning");
+        match api.delete(&live.name, &params).await {
             Ok(_) => return Ok(true),
             Err(error) if is_status(&error, 404) => return Ok(true),
             Err(error) if is_status(&error, 409) => {
-                let fresh = api.get_opt(&name).await.map_err(|source| ReconcileError::ReadObject {
+                let fresh = api.get_opt(&live.name).await.map_err(|source| ReconcileError::ReadObject {
                     kind: kind.name(),
-                    name: display_name(live),
+                    name: live.display_name(),
                     source,
                 })?;
-                match fresh {
+                match fresh.map(|fresh| LiveObject::from_dynamic(kind, fresh)) {
                     None => return Ok(true),
-                    Some(fresh) if still_wanted(&fresh) && fresh.metadata.uid == live.metadata.uid => current = fresh,
+                    Some(fresh) if still_wanted(&fresh) && fresh.uid == live.uid => {
+                        preconditions = Preconditions { uid: fresh.uid, resource_version: fresh.resource_version };
+                    }
                     Some(_) => return Ok(false),
                 }
             }
             Err(source) => {
-                return Err(ReconcileError::DeleteObject { kind: kind.name(), name: display_name(live), source });
+                return Err(ReconcileError::DeleteObject { kind: kind.name(), name: live.display_name(), source });
             }
         }
     }
