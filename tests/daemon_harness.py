@@ -1,6 +1,6 @@
 """Runs the real `tiergate run` binary without a cluster: a fake Kubernetes API server, the daemon process, and the
 helpers that drive them (free ports, polling, HTTP probes). Used by tests/test_daemon_smoke.py, the chart's RBAC
-end-to-end test and perf/cache_memory.py.
+end-to-end test and perf/daemon_scale.py.
 
 It serves paged lists (`limit`/`continue`) of namespaces (metadata-only), nodes, the TierPolicy and whatever was
 applied, streams applied objects to open watches of their resource (as an API server would), answers Kueue
