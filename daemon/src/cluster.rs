@@ -832,6 +832,17 @@ mod tests {
         }
     }
 
+    /// The caches over `client` with a short debounce, for the `default` policy.
+    fn start_test_caches(client: &Client, shutdown: &CancellationToken) -> Caches {
+        let settings = CacheSettings {
+            policy_name: "default".to_owned(),
+            own_namespace: "tiergate-system".to_owned(),
+            debounce: Duration::from_millis(10),
+            ledger: None,
+        };
+        start_caches(client, settings, Arc::new(Metrics::new()), shutdown.clone())
+    }
+
     /// The metadata-only watch event the API server sends when team-a is relabeled to silver.
     fn team_a_relabeled(path: &str) -> Vec<serde_json::Value> {
         match path {
@@ -848,14 +859,8 @@ mod tests {
         // Lists always say gold: only the watch event can make the snapshot say silver (a decode that lost the
         // event's resourceVersion failed the watch and re-listed instead).
         let client = cluster_with_events(one_tiered_namespace, team_a_relabeled);
-        let settings = CacheSettings {
-            policy_name: "default".to_owned(),
-            own_namespace: "tiergate-system".to_owned(),
-            debounce: Duration::from_millis(10),
-            ledger: None,
-        };
         let shutdown = CancellationToken::new();
-        let mut caches = start_caches(&client, settings, Arc::new(Metrics::new()), shutdown.clone());
+        let mut caches = start_test_caches(&client, &shutdown);
         let relabeled = async {
             loop {
                 let tier = caches.snapshot.load().namespaces.get("team-a").map(|view| view.labels.clone());
@@ -882,14 +887,8 @@ mod tests {
     #[tokio::test]
     async fn snapshot_is_synced_only_after_every_store_listed_and_then_signals_the_reconciler() {
         let client = quiet_cluster(one_tiered_namespace);
-        let settings = CacheSettings {
-            policy_name: "default".to_owned(),
-            own_namespace: "tiergate-system".to_owned(),
-            debounce: Duration::from_millis(10),
-            ledger: None,
-        };
         let shutdown = CancellationToken::new();
-        let mut caches = start_caches(&client, settings, Arc::new(Metrics::new()), shutdown.clone());
+        let mut caches = start_test_caches(&client, &shutdown);
         assert!(!caches.snapshot.load().synced, "nothing has listed yet");
         let synced = async {
             while !caches.snapshot.load().synced {
