@@ -8,6 +8,8 @@
 mod apply;
 mod pki;
 mod rotation;
+#[cfg(test)]
+mod test_support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -281,14 +281,13 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::certs::test_support::{DAY, NOW};
     use crate::certs::{RotationSettings, bundle_certificates, is_signed_by};
     use http::{Method, Request, Response, StatusCode};
     use k8s_openapi::ByteString;
-    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, WebhookClientConfig};
     use kube::client::Body;
     use tower_test::mock::{Handle, SendResponse};
 
-    const NOW: i64 = 1_800_000_000;
     const SECRET_PATH: &str = "/api/v1/namespaces/tiergate-system/secrets/tiergate-webhook-tls";
     const SECRETS_PATH: &str = "/api/v1/namespaces/tiergate-system/secrets";
     const WEBHOOK_PATH: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/00-tiergate";
@@ -327,20 +326,7 @@ mod tests {
     }
 
     fn webhook_config(bundle: Option<&str>) -> MutatingWebhookConfiguration {
-        let webhook = |name: &str| MutatingWebhook {
-            name: name.into(),
-            client_config: WebhookClientConfig {
-                ca_bundle: bundle.map(|pem| ByteString(pem.as_bytes().to_vec())),
-                ..Default::default()
-            },
-            admission_review_versions: vec!["v1".into()],
-            side_effects: "None".into(),
-            ..Default::default()
-        };
-        MutatingWebhookConfiguration {
-            metadata: kube::api::ObjectMeta { name: Some("00-tiergate".into()), ..Default::default() },
-            webhooks: Some(vec![webhook("pods.tiergate.io"), webhook("workloads.tiergate.io")]),
-        }
+        crate::certs::test_support::webhook_config(&[("pods.tiergate.io", bundle), ("workloads.tiergate.io", bundle)])
     }
 
     fn json<T: serde::Serialize>(status: StatusCode, body: &T) -> Response<Body> {
@@ -615,7 +601,6 @@ mod tests {
 
     #[tokio::test]
     async fn through_a_ca_rotation_the_served_certificate_always_verifies_against_the_published_bundle() {
-        const DAY: i64 = 86_400;
         let dir = tempfile::tempdir().unwrap();
         let config = config(dir.path());
         let (client, handle) = mock_client();

@@ -263,13 +263,7 @@ fn seconds(duration: Duration) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const NOW: i64 = 1_800_000_000;
-    const DAY: i64 = 86_400;
-
-    fn names() -> Vec<String> {
-        serving_dns_names("tiergate-webhook", "tiergate-system")
-    }
+    use crate::certs::test_support::{DAY, NOW, names};
 
     #[test]
     fn ca_is_a_ca_with_the_requested_validity() {

@@ -242,14 +242,7 @@ pub fn build_ca_bundle_patch(
 mod tests {
     use super::*;
     use crate::certs::pki::serving_dns_names;
-    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhook, WebhookClientConfig};
-
-    const NOW: i64 = 1_800_000_000;
-    const DAY: i64 = 86_400;
-
-    fn names() -> Vec<String> {
-        serving_dns_names("tiergate-webhook", "tiergate-system")
-    }
+    use crate::certs::test_support::{DAY, NOW, names};
 
     fn settings() -> RotationSettings {
         RotationSettings::default()
@@ -273,26 +266,12 @@ mod tests {
         (action, next.unwrap_or_else(|| material.clone()))
     }
 
+    /// A configuration whose webhooks `w0`, `w1`, ... carry these CA bundles.
     fn webhook_config(bundles: &[Option<&str>]) -> MutatingWebhookConfiguration {
-        MutatingWebhookConfiguration {
-            webhooks: Some(
-                bundles
-                    .iter()
-                    .enumerate()
-                    .map(|(index, bundle)| MutatingWebhook {
-                        name: format!("w{index}.tiergate.io"),
-                        client_config: WebhookClientConfig {
-                            ca_bundle: bundle.map(|pem| ByteString(pem.as_bytes().to_vec())),
-                            ..Default::default()
-                        },
-                        admission_review_versions: vec!["v1".into()],
-                        side_effects: "None".into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }
+        let names: Vec<String> = (0..bundles.len()).map(|index| format!("w{index}.tiergate.io")).collect();
+        let webhooks: Vec<(&str, Option<&str>)> =
+            names.iter().map(String::as_str).zip(bundles.iter().copied()).collect();
+        crate::certs::test_support::webhook_config(&webhooks)
     }
 
     #[test]
