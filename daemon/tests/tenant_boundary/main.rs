@@ -1,0 +1,8 @@
+//! The red-team suite: every attack a tenant (create/update on workloads in its own namespace, nothing more) can
+//! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
+
+mod gpu_classes;
+mod kinds_and_children;
+mod owners_and_updates;
+mod policy_mistakes;
+mod webhook_limits;
