@@ -8,7 +8,7 @@ the self-managed certificate is issued and its CA injected, and that no call was
 
 Runs when KUBECONFIG names a reachable cluster with Kueue's CRDs installed and kubectl is on PATH:
 
-    KUBECONFIG=~/.kube/config python3 -m pytest -q tests/chart/test_rbac_e2e.py
+    KUBECONFIG=~/.kube/config target/test-venv/bin/python -m pytest -q tests/chart/test_rbac_e2e.py
 
 Skipped, with the reason, otherwise.
 """
