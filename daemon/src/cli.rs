@@ -1,9 +1,10 @@
 //! The command line: every subcommand and flag, each also readable from `TIERGATE_<FLAG>`; no I/O.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tiergate_compat::namespaces::{NamespaceListError, parse_namespace_blocklist};
 
 /// tiergate: Kueue tiers, GPU classes and priorities from one TierPolicy.
@@ -53,6 +54,95 @@ pub enum Command {
     Webhook(WebhookArgs),
     /// Serve the built-in scorer as a scheduler agent (`POST /v1/score`).
     Agent(AgentArgs),
+    /// Per tier, live: ClusterQueue usage against quota per flavor, workload counts, borrowing, nodepools and the
+    /// TierPolicy's conditions (`kubectl tiergate status`).
+    Status(StatusArgs),
+    /// Why a live workload is pending or landed where it did: its tier, tiergate's decision, Kueue's state and
+    /// one sentence on what holds it (`kubectl tiergate why job/NAME -n NS`).
+    Why(WhyArgs),
+}
+
+/// The name the binary answers to as a kubectl plugin (`kubectl tiergate ...`).
+pub const PLUGIN_BINARY: &str = "kubectl-tiergate";
+
+/// Whether `argv0` is the plugin binary (`kubectl-tiergate`, any directory, any extension).
+pub fn is_plugin_invocation(argv0: &Path) -> bool {
+    argv0.file_stem().is_some_and(|stem| stem == PLUGIN_BINARY)
+}
+
+/// Parses the command line; run as `kubectl-tiergate` (argv[0]), help and errors name `kubectl tiergate`.
+pub fn try_parse_cli<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+    let mut command = Cli::command();
+    if args.first().is_some_and(|argv0| is_plugin_invocation(Path::new(argv0))) {
+        command = command.name(PLUGIN_BINARY).bin_name("kubectl tiergate").display_name("kubectl tiergate");
+    }
+    let matches = command.try_get_matches_from(args)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// Output format of `status` and `why`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AnswerFormat {
+    /// Aligned tables and one sentence, for people.
+    Table,
+    /// The typed answer as YAML.
+    Yaml,
+    /// The typed answer as JSON.
+    Json,
+}
+
+/// How `status`, `why` and `check` reach a live cluster: kubectl's flags.
+#[derive(Debug, Args, Clone, Default)]
+pub struct KubectlArgs {
+    /// Kubeconfig file (default: `KUBECONFIG`, several files merged, else `~/.kube/config`; never in-cluster).
+    #[arg(long, env = "TIERGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: its current context).
+    #[arg(long, env = "TIERGATE_CONTEXT")]
+    pub context: Option<String>,
+}
+
+/// `tiergate status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Connection.
+    #[command(flatten)]
+    pub kubectl: KubectlArgs,
+    /// Only this tier.
+    #[arg(long, env = "TIERGATE_TIER")]
+    pub tier: Option<String>,
+    /// Name of the TierPolicy.
+    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
+    pub policy_name: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
+    pub output: AnswerFormat,
+}
+
+/// `tiergate why`.
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The workload, `KIND/NAME`: a kind tiergate handles (Job, JobSet, Pod, Deployment, StatefulSet), any case,
+    /// singular or plural, e.g. `job/train`.
+    #[arg(env = "TIERGATE_WHY_TARGET")]
+    pub target: String,
+    /// Its namespace (default: the kubeconfig context's namespace).
+    #[arg(short = 'n', long = "namespace", env = "TIERGATE_WHY_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Connection.
+    #[command(flatten)]
+    pub kubectl: KubectlArgs,
+    /// Name of the TierPolicy.
+    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
+    pub policy_name: String,
+    /// Output format.
+    #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
+    pub output: AnswerFormat,
 }
 
 /// `tiergate render`.
@@ -76,8 +166,14 @@ pub struct CheckArgs {
     #[arg(long, env = "TIERGATE_POLICY")]
     pub policy: PathBuf,
     /// Karpenter NodePools (karpenter.sh/v1) and/or cluster-autoscaler node-group templates.
-    #[arg(long, env = "TIERGATE_NODEPOOLS")]
-    pub nodepools: PathBuf,
+    #[arg(long, env = "TIERGATE_NODEPOOLS", required_unless_present = "kubeconfig")]
+    pub nodepools: Option<PathBuf>,
+    /// Also check the live cluster: its Karpenter NodePools (when karpenter.sh/v1 is served) and node groups.
+    #[arg(long, env = "TIERGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for `--kubeconfig` (default: its current context).
+    #[arg(long, env = "TIERGATE_CONTEXT", requires = "kubeconfig")]
+    pub context: Option<String>,
 }
 
 /// `tiergate explain`.

@@ -1,10 +1,11 @@
 //! The `tiergate` binary: parse the command line, start logging, run the subcommand; exit non-zero on failure.
 
-use clap::Parser;
-use tiergate::cli::Cli;
-
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    // Installed or linked as `kubectl-tiergate`, the binary is the kubectl plugin (`kubectl tiergate ...`).
+    let cli = match tiergate::cli::try_parse_cli(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     tiergate::telemetry::init(cli.log_format);
     match tiergate::cmd::run(cli.command) {
         Ok(code) => code,

@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use super::CmdError;
-use crate::check::{build_check_report, parse_nodepools};
+use crate::check::build_check_report;
 use crate::cli::CheckArgs;
-use crate::inputs::{load_policy, read_file};
+use crate::inputs::load_policy;
 use crate::validation::validate_policy;
 
 /// Runs `tiergate check`.
@@ -16,7 +16,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
         eprintln!("{errors}");
         return Ok(ExitCode::FAILURE);
     }
-    let pools = parse_nodepools(&read_file(&args.nodepools)?, &args.nodepools.display().to_string())?;
+    let pools = crate::live::pools::load_check_pools(&args)?;
     let report = build_check_report(&policy.spec, &pools);
     print!("{}", report.to_text());
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })

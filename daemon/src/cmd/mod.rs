@@ -7,7 +7,9 @@ mod crd;
 mod explain;
 mod render;
 mod run;
+mod status;
 mod webhook;
+mod why;
 
 use std::process::ExitCode;
 
@@ -26,6 +28,8 @@ pub fn run(command: Command) -> Result<ExitCode, CmdError> {
         Command::Run(args) => block_on(run::run(args)),
         Command::Webhook(args) => block_on(webhook::run(args)),
         Command::Agent(args) => block_on(agent::run(args)),
+        Command::Status(args) => block_on(status::run(args)),
+        Command::Why(args) => block_on(why::run(args)),
     }
 }
 

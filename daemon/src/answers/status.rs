@@ -1,0 +1,294 @@
+//! The answer to `kubectl tiergate status [--tier T]`: per tier, its ClusterQueue's usage against quota per
+//! flavor, pending and admitted workload counts, borrowing, the nodepool each flavor maps to, and the
+//! TierPolicy's status conditions with the last error; pure, built from recorded objects.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::kueue::{KueueClusterQueue, quantity_text};
+use super::table::render_table;
+use crate::check::{NodePool, pool_rejection};
+use crate::plan::names::cluster_queue_name;
+use crate::plan::tier_flavors;
+use crate::policy::TierPolicy;
+
+/// What `status` is built from.
+#[derive(Debug)]
+pub struct StatusInputs<'a> {
+    /// The TierPolicy (with its status).
+    pub policy: &'a TierPolicy,
+    /// The cluster's ClusterQueues (those of other owners are ignored).
+    pub cluster_queues: &'a [KueueClusterQueue],
+    /// Live nodepools (Karpenter NodePools, node groups); empty when they could not be listed.
+    pub pools: &'a [NodePool],
+    /// Only this tier, when given.
+    pub tier: Option<&'a str>,
+}
+
+/// `status` was asked about something that does not exist.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// `--tier` names no tier of the policy.
+    #[error("failed to find tier {tier:?} in TierPolicy {policy}; pass --tier with one of: {tiers}")]
+    UnknownTier {
+        /// The tier asked for.
+        tier: String,
+        /// The policy.
+        policy: String,
+        /// The tiers it has, comma-separated.
+        tiers: String,
+    },
+}
+
+impl StatusError {
+    /// Fixed reason for exit messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::UnknownTier { .. } => "unknown_tier",
+        }
+    }
+}
+
+/// The answer to `status`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusAnswer {
+    /// TierPolicy name.
+    pub policy: String,
+    /// Its status conditions (Ready, Degraded).
+    pub conditions: Vec<PolicyCondition>,
+    /// The last reconcile error, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// One entry per tier, in policy order.
+    pub tiers: Vec<TierStatus>,
+}
+
+/// A TierPolicy status condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyCondition {
+    /// Type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`/`False`/`Unknown`.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+}
+
+/// One tier.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TierStatus {
+    /// Tier name.
+    pub tier: String,
+    /// Its ClusterQueue.
+    pub cluster_queue: String,
+    /// Whether the ClusterQueue exists.
+    pub cluster_queue_found: bool,
+    /// Cohort, when the tier can borrow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cohort: Option<String>,
+    /// Workloads waiting for quota.
+    pub pending_workloads: i64,
+    /// Workloads holding a quota reservation.
+    pub reserving_workloads: i64,
+    /// Admitted workloads.
+    pub admitted_workloads: i64,
+    /// Usage against quota per flavor and resource.
+    pub flavors: Vec<FlavorStatus>,
+}
+
+/// One flavor and resource of a tier.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorStatus {
+    /// ResourceFlavor.
+    pub flavor: String,
+    /// Resource name.
+    pub resource: String,
+    /// Used by admitted workloads (`status.flavorsUsage`).
+    pub used: String,
+    /// Reserved by quota-reserving workloads (`status.flavorsReservation`).
+    pub reserved: String,
+    /// Nominal quota.
+    pub quota: String,
+    /// Borrowed from the cohort.
+    pub borrowed: String,
+    /// Borrowing limit (empty: unlimited within the cohort, or no cohort).
+    pub borrowing_limit: String,
+    /// Nodepools the flavor's pods land on (the policy's class labels matched against the live pools), or the
+    /// class's node labels when no pool is known.
+    pub nodepools: Vec<String>,
+}
+
+/// Builds the answer to `status`.
+pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, StatusError> {
+    let policy = inputs.policy;
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    if let Some(tier) = inputs.tier
+        && policy.spec.tier(tier).is_none()
+    {
+        let tiers: Vec<&str> = policy.spec.tiers.iter().map(|tier| tier.name.as_str()).collect();
+        return Err(StatusError::UnknownTier { tier: tier.to_owned(), policy: name, tiers: tiers.join(", ") });
+    }
+    let status = policy.status.clone().unwrap_or_default();
+    let tiers = policy
+        .spec
+        .tiers
+        .iter()
+        .filter(|tier| inputs.tier.is_none_or(|wanted| wanted == tier.name))
+        .map(|tier| {
+            let queue_name = cluster_queue_name(&tier.name);
+            let queue = inputs.cluster_queues.iter().find(|queue| queue.metadata.name.as_deref() == Some(&queue_name));
+            let selectors = tier_flavors(&policy.spec, tier);
+            let nodepools_of = |flavor: &str| -> Vec<String> {
+                let Some(selector) = selectors.iter().find(|selector| selector.flavor == flavor) else {
+                    return Vec::new();
+                };
+                let matched: Vec<String> = inputs
+                    .pools
+                    .iter()
+                    .filter(|pool| pool_rejection(pool, &selector.node_labels, &selector.tolerations).is_none())
+                    .map(|pool| pool.name.clone())
+                    .collect();
+                if inputs.pools.is_empty() {
+                    selector.node_labels.iter().map(|(key, value)| format!("{key}={value}")).collect()
+                } else {
+                    matched
+                }
+            };
+            let flavors = queue.map(|queue| build_flavor_rows(queue, &nodepools_of)).unwrap_or_default();
+            let counts = queue.map(|queue| &queue.status);
+            TierStatus {
+                tier: tier.name.clone(),
+                cluster_queue: queue_name.clone(),
+                cluster_queue_found: queue.is_some(),
+                cohort: queue.and_then(|queue| queue.spec.cohort_name.clone()).or_else(|| tier.cohort.clone()),
+                pending_workloads: counts.and_then(|status| status.pending_workloads).unwrap_or_default(),
+                reserving_workloads: counts.and_then(|status| status.reserving_workloads).unwrap_or_default(),
+                admitted_workloads: counts.and_then(|status| status.admitted_workloads).unwrap_or_default(),
+                flavors,
+            }
+        })
+        .collect();
+    Ok(StatusAnswer {
+        policy: name,
+        conditions: status
+            .conditions
+            .iter()
+            .map(|condition| PolicyCondition {
+                type_: condition.type_.clone(),
+                status: condition.status.clone(),
+                reason: condition.reason.clone(),
+                message: condition.message.clone(),
+            })
+            .collect(),
+        last_error: status.last_error,
+        tiers,
+    })
+}
+
+fn build_flavor_rows(queue: &KueueClusterQueue, nodepools_of: &dyn Fn(&str) -> Vec<String>) -> Vec<FlavorStatus> {
+    let usage = |list: &[super::kueue::FlavorUsage], flavor: &str, resource: &str| {
+        list.iter()
+            .filter(|usage| usage.name == flavor)
+            .flat_map(|usage| usage.resources.iter())
+            .find(|usage| usage.name == resource)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let mut rows = Vec::new();
+    for flavor in queue.spec.resource_groups.iter().flat_map(|group| group.flavors.iter()) {
+        let nodepools = nodepools_of(&flavor.name);
+        for resource in &flavor.resources {
+            let used = usage(&queue.status.flavors_usage, &flavor.name, &resource.name);
+            let reserved = usage(&queue.status.flavors_reservation, &flavor.name, &resource.name);
+            let or_zero = |text: String| if text.is_empty() { "0".to_owned() } else { text };
+            rows.push(FlavorStatus {
+                flavor: flavor.name.clone(),
+                resource: resource.name.clone(),
+                used: or_zero(quantity_text(used.total.as_ref())),
+                reserved: or_zero(quantity_text(reserved.total.as_ref())),
+                quota: quantity_text(resource.nominal_quota.as_ref()),
+                borrowed: or_zero(quantity_text(used.borrowed.as_ref())),
+                borrowing_limit: quantity_text(resource.borrowing_limit.as_ref()),
+                nodepools: nodepools.clone(),
+            });
+        }
+    }
+    rows
+}
+
+impl StatusAnswer {
+    /// The answer for people: one table of tiers, one of flavors, then the policy's conditions.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let tier_rows: Vec<Vec<String>> = self
+            .tiers
+            .iter()
+            .map(|tier| {
+                vec![
+                    tier.tier.clone(),
+                    if tier.cluster_queue_found {
+                        tier.cluster_queue.clone()
+                    } else {
+                        format!("{} (missing)", tier.cluster_queue)
+                    },
+                    tier.cohort.clone().unwrap_or_default(),
+                    tier.pending_workloads.to_string(),
+                    tier.reserving_workloads.to_string(),
+                    tier.admitted_workloads.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&render_table(
+            &["TIER", "CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED"],
+            &tier_rows,
+        ));
+        out.push('\n');
+        let flavor_rows: Vec<Vec<String>> = self
+            .tiers
+            .iter()
+            .flat_map(|tier| {
+                tier.flavors.iter().map(move |flavor| {
+                    vec![
+                        tier.tier.clone(),
+                        flavor.flavor.clone(),
+                        flavor.resource.clone(),
+                        flavor.used.clone(),
+                        flavor.reserved.clone(),
+                        flavor.quota.clone(),
+                        flavor.borrowed.clone(),
+                        flavor.borrowing_limit.clone(),
+                        flavor.nodepools.join(","),
+                    ]
+                })
+            })
+            .collect();
+        out.push_str(&render_table(
+            &["TIER", "FLAVOR", "RESOURCE", "USED", "RESERVED", "QUOTA", "BORROWED", "BORROW LIMIT", "NODEPOOL"],
+            &flavor_rows,
+        ));
+        out.push('\n');
+        let _ = writeln!(out, "TierPolicy {}:", self.policy);
+        if self.conditions.is_empty() {
+            out.push_str("  no status conditions yet (is the tiergate daemon running?)\n");
+        }
+        for condition in &self.conditions {
+            let _ = writeln!(
+                out,
+                "  {}={} ({}): {}",
+                condition.type_, condition.status, condition.reason, condition.message
+            );
+        }
+        if let Some(error) = &self.last_error {
+            let _ = writeln!(out, "  last error: {error}");
+        }
+        out
+    }
+}

@@ -1,0 +1,644 @@
+//! The answer to `kubectl tiergate why KIND/NAME -n NS`: the namespace's tier, tiergate's decision and its
+//! reasons, the annotations tiergate wrote, the Kueue Workload's state, and one sentence naming what holds the
+//! workload and what would unblock it; pure, built from recorded objects.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
+
+use super::kueue::{
+    ADMITTED, AdmissionCheckState, EVICTED, FINISHED, KueueCondition, KueueWorkload, PODS_READY, QUOTA_RESERVED,
+};
+use super::table::render_table;
+use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
+use crate::plan::names::cluster_queue_name;
+use crate::policy::TierPolicy;
+use crate::view::{ClusterView, NamespaceView, Snapshot};
+
+/// Kueue's condition reason for a workload that can never be admitted as it is (e.g. its LocalQueue is missing).
+const INADMISSIBLE_REASON: &str = "Inadmissible";
+/// Admission check states (Kueue `CheckState`).
+const CHECK_READY: &str = "Ready";
+const CHECK_REJECTED: &str = "Rejected";
+
+/// The `KIND/NAME` argument of `why` cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum WhyError {
+    /// Not `KIND/NAME`.
+    #[error("failed to read {target:?} as KIND/NAME; write it like job/train")]
+    ParseTarget {
+        /// The argument.
+        target: String,
+    },
+    /// A kind tiergate does not handle.
+    #[error("failed to find kind {kind:?} among the kinds tiergate handles; use one of: {kinds}")]
+    UnknownKind {
+        /// The kind given.
+        kind: String,
+        /// The kinds of the adapter table, comma-separated.
+        kinds: String,
+    },
+}
+
+impl WhyError {
+    /// Fixed reason for exit messages.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ParseTarget { .. } => "parse_target",
+            Self::UnknownKind { .. } => "unknown_kind",
+        }
+    }
+}
+
+/// Reads `KIND/NAME` (kind in any case, singular or plural, optionally `.group`) against the adapter table, so
+/// every kind tiergate handles is one `why` answers for.
+pub fn parse_target(target: &str) -> Result<(&'static WorkloadAdapter, String), WhyError> {
+    let (kind, name) = target
+        .split_once('/')
+        .filter(|(kind, name)| !kind.is_empty() && !name.is_empty() && !name.contains('/'))
+        .ok_or_else(|| WhyError::ParseTarget { target: target.to_owned() })?;
+    let (kind_name, group) = match kind.split_once('.') {
+        Some((kind_name, group)) => (kind_name, Some(group)),
+        None => (kind, None),
+    };
+    let kind_name = kind_name.to_lowercase();
+    ADAPTERS
+        .iter()
+        .find(|adapter| {
+            let lower = adapter.kind.to_lowercase();
+            (kind_name == lower || kind_name == format!("{lower}s")) && group.is_none_or(|group| group == adapter.group)
+        })
+        .map(|adapter| (adapter, name.to_owned()))
+        .ok_or_else(|| WhyError::UnknownKind {
+            kind: kind.to_owned(),
+            kinds: ADAPTERS.iter().map(|adapter| adapter.kind).collect::<Vec<_>>().join(", "),
+        })
+}
+
+/// The snapshot `why` decides from: the live policy, the workload's namespace with its live labels, and the
+/// LocalQueues that really exist there (not the ones the policy implies), so a missing queue decides as the
+/// webhook would decide it now.
+pub fn build_live_snapshot(
+    policy: TierPolicy,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+    local_queues: &[String],
+) -> Snapshot {
+    let view = ClusterView {
+        namespaces: vec![Arc::new(NamespaceView {
+            name: namespace.to_owned(),
+            labels: labels.clone(),
+            terminating: false,
+        })],
+        nodes: Vec::new(),
+    };
+    let mut snapshot = build_static_snapshot(policy, view, None);
+    snapshot.local_queues =
+        local_queues.iter().map(|queue| (namespace.to_owned(), queue.clone())).collect::<BTreeSet<_>>();
+    snapshot
+}
+
+/// What `why` is built from: the live object and the objects around it, as listed by `crate::live`.
+#[derive(Debug)]
+pub struct WhyInputs<'a> {
+    /// The workload kind's adapter row.
+    pub adapter: &'a WorkloadAdapter,
+    /// The live object (JSON as the API server returned it).
+    pub object: &'a Value,
+    /// The TierPolicy, or `None` when it does not exist.
+    pub policy: Option<&'a TierPolicy>,
+    /// Name of the TierPolicy asked for (named in the answer when it is missing).
+    pub policy_name: &'a str,
+    /// Labels of the object's namespace.
+    pub namespace_labels: &'a BTreeMap<String, String>,
+    /// Names of the LocalQueues in the namespace.
+    pub local_queues: &'a [String],
+    /// tiergate's decision on the object, re-run on the live snapshot (the `explain` path).
+    pub decision: Option<&'a Decision>,
+    /// Kueue Workloads of the namespace.
+    pub workloads: &'a [KueueWorkload],
+}
+
+/// The answer to `why`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhyAnswer {
+    /// Workload kind.
+    pub kind: String,
+    /// Object name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// The namespace's tier.
+    pub tier: TierFacts,
+    /// What tiergate wrote on the object at admission.
+    pub annotations: TiergateAnnotations,
+    /// tiergate's decision re-run on the live object.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<DecisionSummary>,
+    /// The Kueue Workload, when one exists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadFacts>,
+    /// What holds the workload.
+    pub hold: Hold,
+    /// One plain sentence: what holds the workload and what would unblock it.
+    pub summary: String,
+}
+
+/// The namespace's tier.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TierFacts {
+    /// The policy's tier label.
+    pub label: String,
+    /// The label's value on the namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_value: Option<String>,
+    /// The tier it names, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// The tier's LocalQueue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_queue: Option<String>,
+    /// Whether that LocalQueue exists in the namespace.
+    pub local_queue_exists: bool,
+    /// The LocalQueue the object names (`kueue.x-k8s.io/queue-name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_label: Option<String>,
+}
+
+/// The `tiergate.io/*` annotations on the object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TiergateAnnotations {
+    /// `tiergate.io/tier`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// `tiergate.io/decision`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+}
+
+/// A decision as `why` reports it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DecisionSummary {
+    /// `mutate`, `skip (REASON)`, `deny (REASON)`, ...
+    pub outcome: String,
+    /// Patch operations tiergate would still apply to the live object (0: it carries every mutation).
+    pub pending_patch_operations: usize,
+    /// Each reason, as `tiergate explain` prints them.
+    pub reasons: Vec<String>,
+    /// Warnings.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// The Kueue Workload's state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadFacts {
+    /// Workload name.
+    pub name: String,
+    /// Its LocalQueue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_name: Option<String>,
+    /// The ClusterQueue holding its quota reservation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// QuotaReserved, Admitted, Evicted, PodsReady, Finished, in that order when present.
+    pub conditions: Vec<KueueCondition>,
+    /// Per pod set, the flavor chosen for each resource.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub flavors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Admission checks (e.g. the tier's ProvisioningRequest check).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub admission_checks: Vec<AdmissionCheckState>,
+}
+
+/// What holds the workload.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "camelCase")]
+pub enum Hold {
+    /// The TierPolicy does not exist.
+    NoPolicy {
+        /// Its name.
+        policy: String,
+    },
+    /// The namespace is excluded by the policy.
+    Excluded,
+    /// The namespace has no tier label.
+    NoTierLabel {
+        /// The label.
+        label: String,
+        /// The tiers it could name.
+        tiers: Vec<String>,
+    },
+    /// The tier label names no tier.
+    UnknownTier {
+        /// The label.
+        label: String,
+        /// Its value.
+        value: String,
+        /// The tiers it could name.
+        tiers: Vec<String>,
+    },
+    /// The tier's LocalQueue is missing.
+    NoLocalQueue {
+        /// Tier.
+        tier: String,
+        /// LocalQueue name.
+        queue: String,
+    },
+    /// Kueue admitted the workload.
+    Admitted {
+        /// ClusterQueue.
+        cluster_queue: String,
+        /// Flavors chosen, e.g. `l4`.
+        flavors: Vec<String>,
+    },
+    /// The workload finished.
+    Finished {
+        /// Kueue's message.
+        message: String,
+    },
+    /// Kueue evicted the workload.
+    Evicted {
+        /// Kueue's reason, e.g. `Preempted`.
+        reason: String,
+        /// Kueue's message.
+        message: String,
+    },
+    /// Quota is reserved; an admission check is not Ready.
+    WaitingForCheck {
+        /// Check name.
+        check: String,
+        /// `Pending`, `Retry` or `Rejected`.
+        check_state: String,
+        /// The check's message.
+        message: String,
+    },
+    /// Waiting for quota in the ClusterQueue.
+    PendingQuota {
+        /// ClusterQueue (from the tier), when known.
+        cluster_queue: Option<String>,
+        /// Kueue's pending message.
+        message: String,
+    },
+    /// Kueue finds the workload inadmissible as it is.
+    Inadmissible {
+        /// Kueue's message.
+        message: String,
+    },
+    /// tiergate does not queue this kind and no Workload owns it.
+    NotQueued,
+    /// Kueue has not created a Workload for it.
+    NoWorkload {
+        /// The queue it should be in.
+        queue: Option<String>,
+    },
+}
+
+/// Builds the answer to `why` from recorded objects.
+pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
+    let text = |pointer: &str| inputs.object.pointer(pointer).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let (name, namespace) = (text("/metadata/name"), text("/metadata/namespace"));
+    let annotation =
+        |key: &str| inputs.object.pointer("/metadata/annotations").and_then(|map| map.get(key)).and_then(Value::as_str);
+    let annotations = TiergateAnnotations {
+        tier: annotation(TIER_ANNOTATION).map(str::to_owned),
+        decision: annotation(DECISION_ANNOTATION).map(str::to_owned),
+    };
+    let tier = build_tier_facts(inputs);
+    let workload = find_workload(inputs).map(build_workload_facts);
+    let hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
+    let summary = build_summary(&hold, inputs, &namespace, &tier);
+    WhyAnswer {
+        kind: inputs.adapter.kind.to_owned(),
+        name,
+        namespace,
+        tier,
+        annotations,
+        decision: inputs.decision.map(summarize_decision),
+        workload,
+        hold,
+        summary,
+    }
+}
+
+fn build_tier_facts(inputs: &WhyInputs<'_>) -> TierFacts {
+    let queue_label = inputs
+        .object
+        .pointer("/metadata/labels")
+        .and_then(|labels| labels.get(QUEUE_NAME_LABEL))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(policy) = inputs.policy else {
+        return TierFacts { queue_label, ..TierFacts::default() };
+    };
+    let label = policy.spec.tier_label.clone();
+    let tier = policy.spec.tier_of(inputs.namespace_labels);
+    let local_queue = tier.map(|tier| tier.local_queue());
+    let local_queue_exists =
+        local_queue.as_ref().is_some_and(|queue| inputs.local_queues.iter().any(|name| name == queue));
+    TierFacts {
+        label_value: inputs.namespace_labels.get(&label).cloned(),
+        label,
+        tier: tier.map(|tier| tier.name.clone()),
+        local_queue,
+        local_queue_exists,
+        queue_label,
+    }
+}
+
+/// The Workload of the object: owned by it (or carrying its UID as job-uid), else, for a pod, owned by the
+/// pod's controller (a Job's pods are accounted in the Job's Workload).
+fn find_workload<'a>(inputs: &WhyInputs<'a>) -> Option<&'a KueueWorkload> {
+    let uid = inputs.object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let controller_uid = inputs
+        .object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|owner| owner.get("uid"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let mut candidates: Vec<&KueueWorkload> =
+        inputs.workloads.iter().filter(|workload| workload.belongs_to(uid)).collect();
+    if candidates.is_empty() {
+        candidates = inputs.workloads.iter().filter(|workload| workload.belongs_to(controller_uid)).collect();
+    }
+    // A re-created Workload replaces the finished one; prefer one that is still active.
+    candidates.sort_by_key(|workload| (workload.is_true(FINISHED), workload.metadata.name.clone()));
+    candidates.into_iter().next()
+}
+
+fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
+    let order = [QUOTA_RESERVED, ADMITTED, EVICTED, PODS_READY, FINISHED];
+    let mut conditions = workload.status.conditions.clone();
+    conditions.sort_by_key(|condition| order.iter().position(|type_| *type_ == condition.type_).unwrap_or(order.len()));
+    let admission = workload.status.admission.as_ref();
+    WorkloadFacts {
+        name: workload.metadata.name.clone().unwrap_or_default(),
+        queue_name: workload.spec.queue_name.clone(),
+        cluster_queue: admission.map(|admission| admission.cluster_queue.clone()).filter(|name| !name.is_empty()),
+        conditions,
+        flavors: admission
+            .map(|admission| {
+                admission
+                    .pod_set_assignments
+                    .iter()
+                    .map(|assignment| (assignment.name.clone(), assignment.flavors.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        admission_checks: workload.status.admission_checks.clone(),
+    }
+}
+
+fn condition<'a>(workload: &'a WorkloadFacts, type_: &str) -> Option<&'a KueueCondition> {
+    workload.conditions.iter().find(|condition| condition.type_ == type_)
+}
+
+fn is_true(workload: &WorkloadFacts, type_: &str) -> bool {
+    condition(workload, type_).is_some_and(|condition| condition.status == "True")
+}
+
+fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workload: Option<&WorkloadFacts>) -> Hold {
+    if let Some(workload) = workload {
+        if let Some(finished) = condition(workload, FINISHED).filter(|condition| condition.status == "True") {
+            return Hold::Finished { message: finished.message.clone() };
+        }
+        if is_true(workload, ADMITTED) {
+            let mut flavors: Vec<String> = workload.flavors.values().flat_map(|map| map.values().cloned()).collect();
+            flavors.sort();
+            flavors.dedup();
+            return Hold::Admitted { cluster_queue: workload.cluster_queue.clone().unwrap_or_default(), flavors };
+        }
+        if let Some(evicted) = condition(workload, EVICTED).filter(|condition| condition.status == "True") {
+            return Hold::Evicted { reason: evicted.reason.clone(), message: evicted.message.clone() };
+        }
+        if is_true(workload, QUOTA_RESERVED) {
+            let blocking = workload.admission_checks.iter().find(|check| check.state != CHECK_READY);
+            if let Some(check) = blocking {
+                return Hold::WaitingForCheck {
+                    check: check.name.clone(),
+                    check_state: check.state.clone(),
+                    message: check.message.clone(),
+                };
+            }
+        }
+    }
+    // Pending or never queued: a missing tier explains everything Kueue says after it.
+    let Some(policy) = inputs.policy else { return Hold::NoPolicy { policy: inputs.policy_name.to_owned() } };
+    if policy.spec.is_excluded(namespace, None) {
+        return Hold::Excluded;
+    }
+    let tiers: Vec<String> = policy.spec.tiers.iter().map(|tier| tier.name.clone()).collect();
+    match (&tier.label_value, &tier.tier, &tier.local_queue) {
+        (None, _, _) => return Hold::NoTierLabel { label: tier.label.clone(), tiers },
+        (Some(value), None, _) => return Hold::UnknownTier { label: tier.label.clone(), value: value.clone(), tiers },
+        (Some(_), Some(name), Some(queue)) if !tier.local_queue_exists => {
+            return Hold::NoLocalQueue { tier: name.clone(), queue: queue.clone() };
+        }
+        _ => {}
+    }
+    if let Some(workload) = workload {
+        let reserved = condition(workload, QUOTA_RESERVED);
+        let message = reserved.map(|condition| condition.message.clone()).unwrap_or_default();
+        if reserved.is_some_and(|condition| condition.reason == INADMISSIBLE_REASON) {
+            return Hold::Inadmissible { message };
+        }
+        return Hold::PendingQuota { cluster_queue: tier.tier.as_deref().map(cluster_queue_name), message };
+    }
+    match inputs.adapter.queueing {
+        Queueing::NotQueued => Hold::NotQueued,
+        Queueing::SuspendedWithQueueLabel { .. } => {
+            Hold::NoWorkload { queue: tier.queue_label.clone().or_else(|| tier.local_queue.clone()) }
+        }
+    }
+}
+
+fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts) -> String {
+    let tier_name = |cluster_queue: &str| -> String {
+        inputs
+            .policy
+            .and_then(|policy| policy.spec.tiers.iter().find(|tier| cluster_queue_name(&tier.name) == cluster_queue))
+            .map(|tier| tier.name.clone())
+            .or_else(|| tier.tier.clone())
+            .unwrap_or_else(|| "?".to_owned())
+    };
+    let in_tier = tier.tier.as_deref().map(|name| format!(" in tier {name}")).unwrap_or_default();
+    let kind = inputs.adapter.kind;
+    match hold {
+        Hold::NoPolicy { policy } => format!(
+            "Not managed: TierPolicy {policy} does not exist, so no namespace has a tier; apply the policy (or pass \
+             --policy-name)."
+        ),
+        Hold::Excluded => format!(
+            "Not managed: namespace {namespace} is excluded by the TierPolicy, so tiergate gives it no tier and no \
+             LocalQueue; run tiered workloads in a tenant namespace."
+        ),
+        Hold::NoTierLabel { label, tiers } => format!(
+            "Not queued: namespace {namespace} has no {label} label, so it has no tier and no LocalQueue; a platform \
+             engineer must label it with one of the tiers ({}).",
+            tiers.join(", ")
+        ),
+        Hold::UnknownTier { label, value, tiers } => format!(
+            "Not queued: namespace {namespace} has {label}={value}, which names no tier, so it has no LocalQueue; a \
+             platform engineer must set the label to one of the tiers ({}).",
+            tiers.join(", ")
+        ),
+        Hold::NoLocalQueue { tier, queue } => format!(
+            "Not queued: LocalQueue {queue} of tier {tier} does not exist in namespace {namespace} yet; the tiergate \
+             daemon creates it, so check its last error with `kubectl tiergate status`."
+        ),
+        Hold::Admitted { cluster_queue, flavors } => format!(
+            "Admitted by Kueue in ClusterQueue {cluster_queue} (tier {}) on flavor {}: nothing is holding it.",
+            tier_name(cluster_queue),
+            if flavors.is_empty() { "-".to_owned() } else { flavors.join(", ") }
+        ),
+        Hold::Finished { message } => format!("Finished ({message}): nothing is holding it."),
+        Hold::Evicted { reason, message } => {
+            let next = match reason.as_str() {
+                "InactiveWorkload" => "set spec.active back to true on the Workload to queue it again".to_owned(),
+                "PodsReadyTimeout" => {
+                    "Kueue requeues it; its pods did not become ready in time, so check why they cannot start"
+                        .to_owned()
+                }
+                _ => format!("Kueue requeues it and admits it again when there is quota{in_tier}"),
+            };
+            format!("Evicted by Kueue ({reason}: {message}); {next}.")
+        }
+        Hold::WaitingForCheck { check, check_state, message } if check_state == CHECK_REJECTED => format!(
+            "Quota is reserved{in_tier}, but admission check {check} rejected it ({message}); it is not admitted \
+             until the check passes, so fix what the check names and resubmit."
+        ),
+        Hold::WaitingForCheck { check, check_state, message } => format!(
+            "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
+             ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
+        ),
+        Hold::PendingQuota { cluster_queue, message } => format!(
+            "Pending: quota is full{in_tier}{} (Kueue: {message}); it is admitted when running workloads{in_tier} \
+             finish or the tier's quota is raised in the TierPolicy.",
+            cluster_queue.as_deref().map(|name| format!(" (ClusterQueue {name})")).unwrap_or_default()
+        ),
+        Hold::Inadmissible { message } => {
+            format!("Kueue cannot admit it as it is ({message}); fix what Kueue names and it is queued again.")
+        }
+        Hold::NotQueued => format!(
+            "tiergate does not queue a {kind} in Kueue (it sets only the GPU class, placement and priority) and no \
+             Kueue Workload owns it, so nothing in Kueue holds it; look at its pods' scheduling events."
+        ),
+        Hold::NoWorkload { queue } => format!(
+            "Kueue has not created a Workload for this {kind}: check that Kueue manages {kind}s and that the object \
+             carries {QUEUE_NAME_LABEL}={}.",
+            queue.clone().unwrap_or_else(|| "<the tier's LocalQueue>".to_owned())
+        ),
+    }
+}
+
+fn summarize_decision(decision: &Decision) -> DecisionSummary {
+    let mut outcome = decision.verdict.outcome();
+    if let Verdict::Deny { message, .. } | Verdict::Invalid { message } | Verdict::Failed { message, .. } =
+        &decision.verdict
+    {
+        outcome = format!("{outcome}: {message}");
+    }
+    DecisionSummary {
+        outcome,
+        pending_patch_operations: decision.patch.0.len(),
+        reasons: decision.reasons.clone(),
+        warnings: decision.warnings.clone(),
+    }
+}
+
+impl WhyAnswer {
+    /// The answer for people: facts, tables, and the sentence last.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let tier = &self.tier;
+        let _ = writeln!(out, "{} {}/{}", self.kind, self.namespace, self.name);
+        let label = match &tier.label_value {
+            Some(value) => format!("{}={value}", tier.label),
+            None if tier.label.is_empty() => "no TierPolicy".to_owned(),
+            None => format!("no {} label", tier.label),
+        };
+        let queue = match (&tier.local_queue, tier.local_queue_exists) {
+            (Some(queue), true) => format!(", LocalQueue {queue}"),
+            (Some(queue), false) => format!(", LocalQueue {queue} (missing)"),
+            (None, _) => String::new(),
+        };
+        let _ =
+            writeln!(out, "Tier:        {} ({label}{queue})", tier.tier.clone().unwrap_or_else(|| "none".to_owned()));
+        let _ = writeln!(
+            out,
+            "Annotations: {TIER_ANNOTATION}={} {DECISION_ANNOTATION}={}",
+            self.annotations.tier.as_deref().unwrap_or("-"),
+            self.annotations.decision.as_deref().unwrap_or("-")
+        );
+        if let Some(decision) = &self.decision {
+            let _ = writeln!(
+                out,
+                "Decision:    {} if created now ({} patch operation(s) still to apply)",
+                decision.outcome, decision.pending_patch_operations
+            );
+            for reason in &decision.reasons {
+                let _ = writeln!(out, "  - {reason}");
+            }
+            for warning in &decision.warnings {
+                let _ = writeln!(out, "  warning: {warning}");
+            }
+        }
+        match &self.workload {
+            None => out.push_str("Workload:    none\n"),
+            Some(workload) => {
+                let _ = writeln!(
+                    out,
+                    "Workload:    {} (LocalQueue {}, ClusterQueue {})",
+                    workload.name,
+                    workload.queue_name.as_deref().unwrap_or("-"),
+                    workload.cluster_queue.as_deref().unwrap_or("-")
+                );
+                out.push('\n');
+                let rows: Vec<Vec<String>> = workload
+                    .conditions
+                    .iter()
+                    .map(|c| vec![c.type_.clone(), c.status.clone(), c.reason.clone(), c.message.clone()])
+                    .collect();
+                out.push_str(&render_table(&["CONDITION", "STATUS", "REASON", "MESSAGE"], &rows));
+                if !workload.flavors.is_empty() {
+                    out.push('\n');
+                    let rows: Vec<Vec<String>> = workload
+                        .flavors
+                        .iter()
+                        .flat_map(|(pod_set, flavors)| {
+                            flavors
+                                .iter()
+                                .map(move |(resource, flavor)| vec![pod_set.clone(), resource.clone(), flavor.clone()])
+                        })
+                        .collect();
+                    out.push_str(&render_table(&["POD SET", "RESOURCE", "FLAVOR"], &rows));
+                }
+                if !workload.admission_checks.is_empty() {
+                    out.push('\n');
+                    let rows: Vec<Vec<String>> = workload
+                        .admission_checks
+                        .iter()
+                        .map(|check| vec![check.name.clone(), check.state.clone(), check.message.clone()])
+                        .collect();
+                    out.push_str(&render_table(&["ADMISSION CHECK", "STATE", "MESSAGE"], &rows));
+                }
+            }
+        }
+        out.push('\n');
+        out.push_str(&self.summary);
+        out.push('\n');
+        out
+    }
+}

@@ -1,0 +1,47 @@
+//! `kubectl tiergate why KIND/NAME -n NS`: gets the workload and lists what surrounds it (read-only), re-runs
+//! tiergate's decision on it the way `tiergate explain` does, and prints the answer; I/O at this edge, the answer
+//! is built by `crate::answers::why`.
+
+use std::process::ExitCode;
+
+use super::CmdError;
+use super::status::render_answer;
+use crate::admission::{Decision, build_request, decide_review};
+use crate::answers::why::{build_live_snapshot, parse_target};
+use crate::answers::{WhyInputs, build_why_answer};
+use crate::cli::WhyArgs;
+use crate::live::{KubectlConnection, WhyFetched, connect, fetch_why_inputs};
+use crate::placement::PlacementLedger;
+use crate::scoring::Scorer;
+
+/// Runs `why`.
+pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
+    let (adapter, name) = parse_target(&args.target)?;
+    let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
+    let (client, default_namespace) = connect(&connection).await?;
+    let namespace = args.namespace.unwrap_or(default_namespace);
+    let fetched = fetch_why_inputs(&client, adapter, &namespace, &name, &args.policy_name).await?;
+    let decision = decide_live(&fetched, &namespace).await?;
+    let answer = build_why_answer(&WhyInputs {
+        adapter,
+        object: &fetched.object,
+        policy: fetched.policy.as_ref(),
+        policy_name: &args.policy_name,
+        namespace_labels: &fetched.namespace_labels,
+        local_queues: &fetched.local_queues,
+        decision: decision.as_ref(),
+        workloads: &fetched.workloads,
+    });
+    print!("{}", render_answer(&answer, args.output, answer.to_table())?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// tiergate's decision on the live object, as if it were created now: the `explain` path on a snapshot of the
+/// live policy, namespace and LocalQueues.
+pub async fn decide_live(fetched: &WhyFetched, namespace: &str) -> Result<Option<Decision>, CmdError> {
+    let Some(policy) = fetched.policy.clone() else { return Ok(None) };
+    let snapshot = build_live_snapshot(policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
+    let request = build_request(fetched.object.clone())?;
+    let ledger = PlacementLedger::default();
+    Ok(Some(decide_review(&request, &snapshot, &ledger, &Scorer::default()).await))
+}

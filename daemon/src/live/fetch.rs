@@ -1,0 +1,135 @@
+//! Read-only fetches for `why` and `status`: gets and lists only, so the commands run with the get/list
+//! ClusterRoles in charts/tiergate/files/live-rbac.yaml; I/O.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tiergate_workloads::WorkloadAdapter;
+
+use super::LiveError;
+use crate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use crate::policy::TierPolicy;
+use crate::reconcile::kinds::{KueueKind, build_ownership_selector};
+
+const KUEUE_GROUP: &str = "kueue.x-k8s.io";
+const KUEUE_VERSION: &str = "v1beta2";
+
+/// The live objects `why` reads.
+#[derive(Debug)]
+pub struct WhyFetched {
+    /// The workload as the API server returns it.
+    pub object: Value,
+    /// The TierPolicy, `None` when it does not exist.
+    pub policy: Option<TierPolicy>,
+    /// The namespace's labels.
+    pub namespace_labels: BTreeMap<String, String>,
+    /// LocalQueue names in the namespace.
+    pub local_queues: Vec<String>,
+    /// Kueue Workloads in the namespace.
+    pub workloads: Vec<KueueWorkload>,
+}
+
+/// The live objects `status` reads.
+#[derive(Debug)]
+pub struct StatusFetched {
+    /// The TierPolicy.
+    pub policy: TierPolicy,
+    /// The policy's ClusterQueues.
+    pub cluster_queues: Vec<KueueClusterQueue>,
+}
+
+/// The API resource of a workload kind's adapter row (plural: lower-case kind + `s`, true of every row).
+pub fn adapter_resource(adapter: &WorkloadAdapter) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(adapter.group, adapter.version, adapter.kind);
+    ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", adapter.kind.to_lowercase()))
+}
+
+/// Kueue's Workload resource (`kueue.x-k8s.io/v1beta2`).
+pub fn workload_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, "Workload"), "workloads")
+}
+
+/// Gets the workload, its namespace, the TierPolicy, and lists the namespace's LocalQueues and Workloads.
+pub async fn fetch_why_inputs(
+    client: &kube::Client,
+    adapter: &WorkloadAdapter,
+    namespace: &str,
+    name: &str,
+    policy_name: &str,
+) -> Result<WhyFetched, LiveError> {
+    let what = format!("{} {namespace}/{name}", adapter.kind);
+    let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &adapter_resource(adapter));
+    let object =
+        objects.get_opt(name).await.map_err(|source| LiveError::Get { what: what.clone(), source })?.ok_or_else(
+            || LiveError::NotFound {
+                what: what.clone(),
+                hint: format!("check the name and pass the namespace with -n (looked in {namespace})"),
+            },
+        )?;
+    let object = serde_json::to_value(&object).map_err(|source| LiveError::Decode { what, source })?;
+    let policy = Api::<TierPolicy>::all(client.clone())
+        .get_opt(policy_name)
+        .await
+        .map_err(|source| LiveError::Get { what: format!("TierPolicy {policy_name}"), source })?;
+    let namespace_object = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .map_err(|source| LiveError::Get { what: format!("Namespace {namespace}"), source })?;
+    let local_queues: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &KueueKind::LocalQueue.api_resource());
+    let local_queues = local_queues
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| LiveError::List { what: format!("LocalQueues in {namespace}"), source })?
+        .items
+        .into_iter()
+        .filter_map(|queue| queue.metadata.name)
+        .collect();
+    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &workload_resource());
+    let workloads = workloads
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| LiveError::List { what: format!("Workloads in {namespace}"), source })?;
+    let workloads = decode_all(workloads.items, "Workload")?;
+    Ok(WhyFetched {
+        object,
+        policy,
+        namespace_labels: namespace_object.metadata.labels.unwrap_or_default(),
+        local_queues,
+        workloads,
+    })
+}
+
+/// Gets the TierPolicy and lists its ClusterQueues (selected by tiergate's ownership labels).
+pub async fn fetch_status_inputs(client: &kube::Client, policy_name: &str) -> Result<StatusFetched, LiveError> {
+    let what = format!("TierPolicy {policy_name}");
+    let policy = Api::<TierPolicy>::all(client.clone())
+        .get_opt(policy_name)
+        .await
+        .map_err(|source| LiveError::Get { what: what.clone(), source })?
+        .ok_or_else(|| LiveError::NotFound {
+            what,
+            hint: "apply a TierPolicy, or name it with --policy-name (kubectl get tierpolicies)".to_owned(),
+        })?;
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
+    let params = ListParams::default().labels(&build_ownership_selector(policy_name));
+    let queues =
+        queues.list(&params).await.map_err(|source| LiveError::List { what: "ClusterQueues".to_owned(), source })?;
+    Ok(StatusFetched { policy, cluster_queues: decode_all(queues.items, "ClusterQueue")? })
+}
+
+fn decode_all<T: DeserializeOwned>(items: Vec<DynamicObject>, kind: &str) -> Result<Vec<T>, LiveError> {
+    items
+        .into_iter()
+        .map(|item| {
+            let what = format!("{kind} {}", item.metadata.name.clone().unwrap_or_default());
+            serde_json::to_value(item)
+                .and_then(serde_json::from_value)
+                .map_err(|source| LiveError::Decode { what, source })
+        })
+        .collect()
+}

@@ -1,0 +1,569 @@
+//! `kubectl tiergate why` and `status` built from recorded objects (daemon/tests/fixtures/live/): one Workload in
+//! each Kueue state with the sentence it must end with, a ClusterQueue with usage and the table it gives, the
+//! fixtures checked against Kueue v0.19.2's v1beta2 schemas, and the read path against a mocked API server.
+
+#![cfg(test)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use http::{Request, Response, StatusCode};
+use kube::client::Body;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use tiergate::admission::decide_review;
+use tiergate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use tiergate::answers::why::{build_live_snapshot, parse_target};
+use tiergate::answers::{Hold, StatusInputs, WhyAnswer, WhyInputs, build_status_answer, build_why_answer};
+use tiergate::check::{NodePool, PoolSource};
+use tiergate::inputs::load_policy;
+use tiergate::live::{fetch_status_inputs, fetch_why_inputs};
+use tiergate::placement::PlacementLedger;
+use tiergate::policy::TierPolicy;
+use tiergate::scoring::Scorer;
+use tiergate_workloads::WorkloadAdapter;
+
+const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/live")
+}
+
+fn fixture(name: &str) -> Value {
+    let text = std::fs::read_to_string(fixture_dir().join(name)).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+fn workload(name: &str) -> KueueWorkload {
+    serde_json::from_value(fixture(name)).unwrap()
+}
+
+fn job_adapter() -> &'static WorkloadAdapter {
+    parse_target("job/train-bert").unwrap().0
+}
+
+fn policy() -> TierPolicy {
+    load_policy(None).unwrap()
+}
+
+fn bronze_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([(TIER_LABEL.to_owned(), "bronze".to_owned())])
+}
+
+/// Builds the answer the way `why` does: the decision re-run on the live snapshot, then the answer.
+fn answer_for(
+    object: &Value,
+    adapter: &'static WorkloadAdapter,
+    labels: &BTreeMap<String, String>,
+    local_queues: &[String],
+    workloads: &[KueueWorkload],
+) -> WhyAnswer {
+    let policy = policy();
+    let namespace = object["metadata"]["namespace"].as_str().unwrap();
+    let snapshot = build_live_snapshot(policy.clone(), namespace, labels, local_queues);
+    let request = tiergate::admission::build_request(object.clone()).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let decision =
+        runtime.block_on(decide_review(&request, &snapshot, &PlacementLedger::default(), &Scorer::default()));
+    build_why_answer(&WhyInputs {
+        adapter,
+        object,
+        policy: Some(&policy),
+        policy_name: "default",
+        namespace_labels: labels,
+        local_queues,
+        decision: Some(&decision),
+        workloads,
+    })
+}
+
+fn bronze_job_answer(workload_file: &str) -> WhyAnswer {
+    let queues = ["tiergate-bronze".to_owned()];
+    answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &queues, &[workload(workload_file)])
+}
+
+// ----- the fixtures are objects Kueue v0.19.2 writes -----
+
+/// Adds `additionalProperties: false` wherever the schema lists properties (not under `metadata`), as strict
+/// field validation refuses unknown fields; the same rule as kueue_schema.rs.
+fn strict(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => {
+            let mut out: serde_json::Map<String, Value> =
+                map.iter().map(|(key, value)| (key.clone(), strict(value))).collect();
+            if let Some(Value::Object(properties)) = map.get("properties") {
+                let properties: serde_json::Map<String, Value> = properties
+                    .iter()
+                    .map(|(name, value)| (name.clone(), if name == "metadata" { value.clone() } else { strict(value) }))
+                    .collect();
+                out.insert("properties".into(), Value::Object(properties));
+                if !map.contains_key("additionalProperties")
+                    && !map.contains_key("x-kubernetes-preserve-unknown-fields")
+                {
+                    out.insert("additionalProperties".into(), Value::Bool(false));
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
+        other => other.clone(),
+    }
+}
+
+fn v1beta2_schema(crd: &Path) -> Value {
+    let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(crd).unwrap()).unwrap();
+    let version = crd["spec"]["versions"].as_array().unwrap().iter().find(|version| version["name"] == "v1beta2");
+    version.unwrap()["schema"]["openAPIV3Schema"].clone()
+}
+
+fn schema_errors(schema: &Value, object: &Value) -> Vec<String> {
+    let validator = jsonschema::validator_for(&strict(schema)).unwrap();
+    let mut errors: Vec<String> =
+        validator.iter_errors(object).map(|error| format!("{}: {error}", error.instance_path())).collect();
+    if let Err(cel) = kube_cel::Validator::new().validate(schema, object, None) {
+        errors.extend(cel.iter().map(ToString::to_string));
+    }
+    errors
+}
+
+#[test]
+fn every_recorded_workload_matches_kueues_v1beta2_workload_schema() {
+    let schema = v1beta2_schema(&fixture_dir().join("kueue.x-k8s.io_workloads.yaml"));
+    let mut checked = 0;
+    for entry in std::fs::read_dir(fixture_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("workload-") {
+            continue;
+        }
+        let errors = schema_errors(&schema, &fixture(&name));
+        assert!(errors.is_empty(), "{name}: {errors:#?}");
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+    // The check can fail: a v1beta1-only field is refused.
+    let mut old = fixture("workload-admitted.yaml");
+    old["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = json!("2");
+    assert!(!schema_errors(&schema, &old).is_empty());
+}
+
+#[test]
+fn the_recorded_cluster_queue_matches_kueues_v1beta2_cluster_queue_schema() {
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/kueue/crds/kueue.x-k8s.io_clusterqueues.yaml");
+    let errors = schema_errors(&v1beta2_schema(&crd), &fixture("clusterqueue-bronze.yaml"));
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+#[test]
+fn the_copied_workload_crd_equals_the_shared_kueue_release_when_it_is_present() {
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/kueue/crds/kueue.x-k8s.io_workloads.yaml");
+    if let Ok(shared) = std::fs::read_to_string(shared) {
+        assert_eq!(std::fs::read_to_string(fixture_dir().join("kueue.x-k8s.io_workloads.yaml")).unwrap(), shared);
+    }
+}
+
+// ----- why: one sentence per Kueue state -----
+
+#[test]
+fn a_job_waiting_for_quota_is_held_by_the_full_tier_with_kueues_own_message() {
+    let answer = bronze_job_answer("workload-pending-quota.yaml");
+    assert_eq!(
+        answer.hold,
+        Hold::PendingQuota {
+            cluster_queue: Some("tiergate-bronze".to_owned()),
+            message: "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in \
+                      flavor l4, 2 more needed"
+                .to_owned()
+        }
+    );
+    assert_eq!(
+        answer.summary,
+        "Pending: quota is full in tier bronze (ClusterQueue tiergate-bronze) (Kueue: couldn't assign flavors to pod \
+         set main: insufficient unused quota for nvidia.com/gpu in flavor l4, 2 more needed); it is admitted when \
+         running workloads in tier bronze finish or the tier's quota is raised in the TierPolicy."
+    );
+    let table = answer.to_table();
+    assert!(table.starts_with("Job ml-team-dev/train-bert\nTier:        bronze (tenant.kubenexus.io/tier=bronze, LocalQueue tiergate-bronze)\n"), "{table}");
+    assert!(
+        table.contains("Annotations: tiergate.io/tier=bronze tiergate.io/decision=tier=bronze class=l4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("Workload:    job-train-bert-5d3a1 (LocalQueue tiergate-bronze, ClusterQueue -)"),
+        "{table}"
+    );
+    assert!(
+        table
+            .contains("CONDITION       STATUS   REASON    MESSAGE\nQuotaReserved   False    Pending   couldn't assign"),
+        "{table}"
+    );
+    assert!(table.ends_with(&format!("\n\n{}\n", answer.summary)), "{table}");
+}
+
+#[test]
+fn an_admitted_job_names_its_cluster_queue_tier_and_flavor_and_nothing_holds_it() {
+    let answer = bronze_job_answer("workload-admitted.yaml");
+    assert_eq!(
+        answer.summary,
+        "Admitted by Kueue in ClusterQueue tiergate-bronze (tier bronze) on flavor l4: nothing is holding it."
+    );
+    let workload = answer.workload.as_ref().unwrap();
+    assert_eq!(workload.cluster_queue.as_deref(), Some("tiergate-bronze"));
+    assert_eq!(workload.flavors["main"]["nvidia.com/gpu"], "l4");
+    let types: Vec<&str> = workload.conditions.iter().map(|condition| condition.type_.as_str()).collect();
+    assert_eq!(types, ["QuotaReserved", "Admitted", "PodsReady"]);
+    assert!(answer.to_table().contains("POD SET   RESOURCE         FLAVOR\nmain      nvidia.com/gpu   l4\n"));
+}
+
+#[test]
+fn a_preempted_job_says_it_was_evicted_and_waits_for_quota_in_its_tier_again() {
+    let answer = bronze_job_answer("workload-evicted.yaml");
+    assert!(matches!(&answer.hold, Hold::Evicted { reason, .. } if reason == "Preempted"), "{:?}", answer.hold);
+    assert_eq!(
+        answer.summary,
+        "Evicted by Kueue (Preempted: Preempted to accommodate a workload (UID: 9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a, \
+         JobUID: 1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d) due to prioritization in the ClusterQueue); Kueue requeues it \
+         and admits it again when there is quota in tier bronze."
+    );
+}
+
+#[test]
+fn a_job_with_reserved_quota_waits_for_its_provisioning_request() {
+    let answer = bronze_job_answer("workload-waiting-provisioning.yaml");
+    assert_eq!(
+        answer.summary,
+        "Quota is reserved in tier bronze, but the ProvisioningRequest of admission check tiergate-bronze-provisioning \
+         is not provisioned (Pending: Waiting for the ProvisioningRequest \
+         ml-team-dev/job-train-bert-5d3a1-tiergate-bronze-provisioning-1 to be provisioned); it is admitted when the \
+         cluster autoscaler provisions the nodes."
+    );
+    assert!(answer.to_table().contains(
+        "ADMISSION CHECK                STATE     MESSAGE\ntiergate-bronze-provisioning   Pending   Waiting"
+    ));
+}
+
+#[test]
+fn a_job_in_a_namespace_without_a_tier_label_has_no_local_queue_and_the_label_is_the_fix() {
+    let mut job = fixture("job-train-bert.yaml");
+    job["metadata"]["namespace"] = json!("ml-untiered");
+    let no_labels = BTreeMap::new();
+    let answer = answer_for(&job, job_adapter(), &no_labels, &[], &[workload("workload-no-localqueue.yaml")]);
+    assert_eq!(
+        answer.hold,
+        Hold::NoTierLabel {
+            label: TIER_LABEL.to_owned(),
+            tiers: vec!["gold".into(), "silver".into(), "bronze".into()]
+        }
+    );
+    assert_eq!(
+        answer.summary,
+        "Not queued: namespace ml-untiered has no tenant.kubenexus.io/tier label, so it has no tier and no LocalQueue; \
+         a platform engineer must label it with one of the tiers (gold, silver, bronze)."
+    );
+    // Kueue's own message is still shown.
+    assert!(
+        answer.to_table().contains("Inadmissible   LocalQueue tiergate-bronze doesn't exist"),
+        "{}",
+        answer.to_table()
+    );
+}
+
+#[test]
+fn a_tiered_namespace_whose_local_queue_is_missing_points_at_the_daemon() {
+    let answer = answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &[], &[]);
+    assert_eq!(answer.hold, Hold::NoLocalQueue { tier: "bronze".into(), queue: "tiergate-bronze".into() });
+    assert!(!answer.tier.local_queue_exists);
+    assert!(answer.to_table().contains("LocalQueue tiergate-bronze (missing)"));
+}
+
+#[test]
+fn a_pod_of_a_queued_job_is_answered_from_the_jobs_workload() {
+    let (adapter, _) = parse_target("pods/train-bert-0-x7k2p").unwrap();
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [workload("workload-admitted.yaml")];
+    let answer = answer_for(&fixture("pod-train-bert-0.yaml"), adapter, &bronze_labels(), &queues, &workloads);
+    assert_eq!(answer.kind, "Pod");
+    assert_eq!(answer.workload.as_ref().map(|workload| workload.name.as_str()), Some("job-train-bert-5d3a1"));
+    assert!(matches!(answer.hold, Hold::Admitted { .. }), "{:?}", answer.hold);
+}
+
+#[test]
+fn a_workload_of_another_object_is_not_taken_for_this_one() {
+    let mut other = workload("workload-admitted.yaml");
+    other.metadata.owner_references = None;
+    other.metadata.labels = None;
+    let queues = ["tiergate-bronze".to_owned()];
+    let answer = answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &queues, &[other]);
+    assert_eq!(answer.workload, None);
+    assert_eq!(answer.hold, Hold::NoWorkload { queue: Some("tiergate-bronze".into()) });
+}
+
+#[test]
+fn why_reports_the_same_reasons_explain_prints_for_the_live_object() {
+    let answer = bronze_job_answer("workload-admitted.yaml");
+    let decision = answer.decision.as_ref().unwrap();
+    assert!(decision.reasons.iter().any(|reason| reason.contains("bronze")), "{:?}", decision.reasons);
+    // explain decides from the same policy and namespace: same reasons, word for word.
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.yaml");
+    std::fs::write(&job, serde_json::to_string(&fixture("job-train-bert.yaml")).unwrap()).unwrap();
+    let cluster = dir.path().join("cluster.yaml");
+    std::fs::write(&cluster, "namespaces:\n- {name: ml-team-dev, labels: {tenant.kubenexus.io/tier: bronze}}\n")
+        .unwrap();
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/kubenexus/policy.yaml");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .args(["explain", "--policy", policy.to_str().unwrap(), "--cluster", cluster.to_str().unwrap()])
+        .arg(&job)
+        .env_clear()
+        .output()
+        .unwrap();
+    let explained = String::from_utf8_lossy(&output.stdout);
+    for reason in &decision.reasons {
+        assert!(explained.contains(&format!("  - {reason}\n")), "{reason:?} missing from explain:\n{explained}");
+    }
+}
+
+#[test]
+fn why_as_json_has_the_tier_decision_workload_hold_and_summary() {
+    let answer = bronze_job_answer("workload-pending-quota.yaml");
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["tier"]["tier"], "bronze");
+    assert_eq!(json["tier"]["localQueueExists"], true);
+    assert_eq!(json["annotations"]["tier"], "bronze");
+    assert_eq!(json["workload"]["name"], "job-train-bert-5d3a1");
+    assert_eq!(json["workload"]["conditions"][0]["type"], "QuotaReserved");
+    assert_eq!(json["hold"]["state"], "pendingQuota");
+    assert_eq!(json["summary"], answer.summary.as_str());
+    assert!(json["decision"]["reasons"].as_array().is_some_and(|reasons| !reasons.is_empty()));
+}
+
+#[test]
+fn why_targets_come_from_the_adapter_table_in_any_case_or_plural_and_a_bad_one_is_named() {
+    for (target, kind) in
+        [("job/a", "Job"), ("Jobs/a", "Job"), ("jobset/a", "JobSet"), ("deployment.apps/a", "Deployment")]
+    {
+        assert_eq!(parse_target(target).unwrap().0.kind, kind, "{target}");
+    }
+    assert_eq!(parse_target("statefulsets/db-0").unwrap().1, "db-0");
+    let error = parse_target("cronjob/nightly").unwrap_err().to_string();
+    assert!(error.contains("cronjob") && error.contains("Job, JobSet, Pod, Deployment, StatefulSet"), "{error}");
+    assert!(parse_target("train-bert").unwrap_err().to_string().contains("KIND/NAME"));
+    assert!(parse_target("deployment.batch/a").is_err());
+}
+
+// ----- status -----
+
+fn degraded_policy() -> TierPolicy {
+    let mut policy = policy();
+    policy.status = Some(
+        serde_json::from_value(json!({
+            "conditions": [
+                {"type": "Ready", "status": "False", "reason": "ApplyFailed", "message": "1 of 9 objects failed", "lastTransitionTime": "2026-11-24T05:00:00Z"},
+                {"type": "Degraded", "status": "True", "reason": "ApplyFailed", "message": "see lastError", "lastTransitionTime": "2026-11-24T05:00:00Z"}
+            ],
+            "lastError": "failed to apply ClusterQueue tiergate-gold: forbidden"
+        }))
+        .unwrap(),
+    );
+    policy
+}
+
+#[test]
+fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys_last_error() {
+    let policy = degraded_policy();
+    let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(fixture("clusterqueue-bronze.yaml")).unwrap()];
+    let answer =
+        build_status_answer(&StatusInputs { policy: &policy, cluster_queues: &queues, pools: &[], tier: None })
+            .unwrap();
+    assert_eq!(
+        answer.to_table(),
+        "\
+TIER     CLUSTERQUEUE                COHORT   PENDING   RESERVING   ADMITTED
+gold     tiergate-gold (missing)     -        0         0           0
+silver   tiergate-silver (missing)   -        0         0           0
+bronze   tiergate-bronze             -        3         7           7
+
+TIER     FLAVOR   RESOURCE         USED    RESERVED   QUOTA   BORROWED   BORROW LIMIT   NODEPOOL
+bronze   l4       cpu              56      56         128     0          -              gpu.nvidia.com/class=l4
+bronze   l4       memory           224Gi   224Gi      512Gi   0          -              gpu.nvidia.com/class=l4
+bronze   l4       nvidia.com/gpu   14      14         16      0          -              gpu.nvidia.com/class=l4
+
+TierPolicy default:
+  Ready=False (ApplyFailed): 1 of 9 objects failed
+  Degraded=True (ApplyFailed): see lastError
+  last error: failed to apply ClusterQueue tiergate-gold: forbidden
+"
+    );
+}
+
+#[test]
+fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
+    let policy = policy();
+    let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(fixture("clusterqueue-bronze.yaml")).unwrap()];
+    let pool = |name: &str, class: &str| NodePool {
+        name: name.to_owned(),
+        source: PoolSource::Karpenter,
+        labels: BTreeMap::from([("gpu.nvidia.com/class".to_owned(), class.to_owned())]),
+        requirements: Vec::new(),
+        taints: Vec::new(),
+    };
+    let pools = [pool("gpu-h100", "h100"), pool("gpu-l4", "l4")];
+    let inputs = StatusInputs { policy: &policy, cluster_queues: &queues, pools: &pools, tier: Some("bronze") };
+    let answer = build_status_answer(&inputs).unwrap();
+    assert_eq!(answer.tiers.len(), 1);
+    assert!(answer.tiers[0].flavors.iter().all(|flavor| flavor.nodepools == ["gpu-l4"]), "{answer:?}");
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["tiers"][0]["flavors"][2]["used"], "14");
+    assert_eq!(json["tiers"][0]["pendingWorkloads"], 3);
+    let unknown = StatusInputs { tier: Some("platinum"), ..inputs };
+    let error = build_status_answer(&unknown).unwrap_err().to_string();
+    assert!(error.contains("platinum") && error.contains("gold, silver, bronze"), "{error}");
+}
+
+// ----- the read path against a mocked API server -----
+
+#[derive(Clone, Debug)]
+struct Call {
+    method: String,
+    path: String,
+}
+
+fn not_found() -> (StatusCode, Value) {
+    (
+        StatusCode::NOT_FOUND,
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+    )
+}
+
+fn list(kind: &str, items: Vec<Value>) -> (StatusCode, Value) {
+    (StatusCode::OK, json!({"apiVersion": "v1", "kind": format!("{kind}List"), "metadata": {}, "items": items}))
+}
+
+/// A mocked API server answering `responder` and recording every call.
+async fn with_mock_api<T, F>(
+    responder: impl Fn(&Call) -> (StatusCode, Value) + Send + 'static,
+    body: impl FnOnce(kube::Client) -> F,
+) -> (T, Vec<Call>)
+where
+    F: std::future::Future<Output = T>,
+{
+    let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let recorded = calls.clone();
+    let server = tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let call = Call { method: request.method().to_string(), path: request.uri().path().to_owned() };
+            let (status, reply) = responder(&call);
+            recorded.lock().unwrap().push(call);
+            let response = Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap();
+            send.send_response(response);
+        }
+    });
+    let result = body(kube::Client::new(service, "default")).await;
+    server.await.unwrap();
+    let calls = calls.lock().unwrap().clone();
+    (result, calls)
+}
+
+fn why_server(call: &Call) -> (StatusCode, Value) {
+    match call.path.as_str() {
+        "/apis/batch/v1/namespaces/ml-team-dev/jobs/train-bert" => (StatusCode::OK, fixture("job-train-bert.yaml")),
+        "/apis/tiergate.io/v1alpha1/tierpolicies/default" => (StatusCode::OK, serde_json::to_value(policy()).unwrap()),
+        "/api/v1/namespaces/ml-team-dev" => (
+            StatusCode::OK,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml-team-dev", "labels": {TIER_LABEL: "bronze"}}}),
+        ),
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team-dev/localqueues" => list(
+            "LocalQueue",
+            vec![
+                json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue", "metadata": {"name": "tiergate-bronze", "namespace": "ml-team-dev"}, "spec": {"clusterQueue": "tiergate-bronze"}}),
+            ],
+        ),
+        "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team-dev/workloads" => {
+            list("Workload", vec![fixture("workload-pending-quota.yaml")])
+        }
+        _ => not_found(),
+    }
+}
+
+#[tokio::test]
+async fn why_reads_the_workload_policy_namespace_queues_and_workloads_with_gets_and_lists_only() {
+    let (fetched, calls) = with_mock_api(why_server, |client| async move {
+        fetch_why_inputs(&client, job_adapter(), "ml-team-dev", "train-bert", "default").await
+    })
+    .await;
+    let fetched = fetched.unwrap();
+    assert!(calls.iter().all(|call| call.method == "GET"), "{calls:?}");
+    let paths: Vec<&str> = calls.iter().map(|call| call.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "/apis/batch/v1/namespaces/ml-team-dev/jobs/train-bert",
+            "/apis/tiergate.io/v1alpha1/tierpolicies/default",
+            "/api/v1/namespaces/ml-team-dev",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team-dev/localqueues",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team-dev/workloads",
+        ]
+    );
+    assert_eq!(fetched.local_queues, ["tiergate-bronze"]);
+    assert_eq!(fetched.namespace_labels.get(TIER_LABEL).map(String::as_str), Some("bronze"));
+    assert_eq!(fetched.workloads[0].metadata.name.as_deref(), Some("job-train-bert-5d3a1"));
+    assert!(fetched.policy.is_some());
+}
+
+#[tokio::test]
+async fn why_on_a_missing_object_names_it_and_the_namespace_flag() {
+    let (fetched, _) = with_mock_api(why_server, |client| async move {
+        fetch_why_inputs(&client, job_adapter(), "ml-team-dev", "nope", "default").await
+    })
+    .await;
+    let error = fetched.unwrap_err();
+    assert_eq!(error.reason(), "object_not_found");
+    assert!(error.to_string().contains("Job ml-team-dev/nope") && error.to_string().contains("-n"), "{error}");
+}
+
+#[tokio::test]
+async fn status_reads_the_policy_and_its_owned_cluster_queues_with_gets_and_lists_only() {
+    let responder = |call: &Call| match call.path.as_str() {
+        "/apis/tiergate.io/v1alpha1/tierpolicies/default" => {
+            (StatusCode::OK, serde_json::to_value(degraded_policy()).unwrap())
+        }
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" => list("ClusterQueue", vec![fixture("clusterqueue-bronze.yaml")]),
+        _ => not_found(),
+    };
+    let (fetched, calls) =
+        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, "default").await }).await;
+    let fetched = fetched.unwrap();
+    assert!(calls.iter().all(|call| call.method == "GET"), "{calls:?}");
+    assert_eq!(calls.len(), 2);
+    assert_eq!(fetched.cluster_queues[0].status.pending_workloads, Some(3));
+    let (missing, _) =
+        with_mock_api(not_found_for_all, |client| async move { fetch_status_inputs(&client, "default").await }).await;
+    assert!(missing.unwrap_err().to_string().contains("--policy-name"));
+}
+
+fn not_found_for_all(_: &Call) -> (StatusCode, Value) {
+    not_found()
+}
+
+// ----- RBAC -----
+
+#[test]
+fn the_documented_cluster_roles_grant_only_get_and_list() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/files/live-rbac.yaml");
+    let documents: Vec<Value> = serde_saphyr::from_multiple(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let roles: Vec<&Value> = documents.iter().filter(|document| document["kind"] == "ClusterRole").collect();
+    let names: Vec<&str> = roles.iter().filter_map(|role| role["metadata"]["name"].as_str()).collect();
+    assert_eq!(names, ["tiergate-why", "tiergate-why-cluster", "tiergate-status"]);
+    for role in roles {
+        for rule in role["rules"].as_array().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            assert!(!verbs.is_empty() && verbs.iter().all(|verb| matches!(*verb, "get" | "list")), "{rule}");
+        }
+    }
+}
