@@ -334,6 +334,7 @@ fn why_as_json_has_the_tier_decision_workload_hold_and_summary() {
     assert_eq!(json["workload"]["name"], "job-train-bert-5d3a1");
     assert_eq!(json["workload"]["conditions"][0]["type"], "QuotaReserved");
     assert_eq!(json["hold"]["state"], "pendingQuota");
+    assert_eq!(json["hold"]["clusterQueue"], "tiergate-bronze");
     assert_eq!(json["summary"], answer.summary.as_str());
     assert!(json["decision"]["reasons"].as_array().is_some_and(|reasons| !reasons.is_empty()));
 }

@@ -221,7 +221,7 @@ pub struct WorkloadFacts {
 
 /// What holds the workload.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "state", rename_all = "camelCase")]
+#[serde(tag = "state", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum Hold {
     /// The TierPolicy does not exist.
     NoPolicy {
@@ -585,7 +585,7 @@ impl WhyAnswer {
         if let Some(decision) = &self.decision {
             let _ = writeln!(
                 out,
-                "Decision:    {} if created now ({} patch operation(s) still to apply)",
+                "Decision:    {} ({} patch operation(s)), re-run as if the object were created now",
                 decision.outcome, decision.pending_patch_operations
             );
             for reason in &decision.reasons {
