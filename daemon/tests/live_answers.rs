@@ -117,19 +117,32 @@ fn v1beta2_schema(crd: &Path) -> Value {
     version.unwrap()["schema"]["openAPIV3Schema"].clone()
 }
 
-fn schema_errors(schema: &Value, object: &Value) -> Vec<String> {
-    let validator = jsonschema::validator_for(&strict(schema)).unwrap();
-    let mut errors: Vec<String> =
-        validator.iter_errors(object).map(|error| format!("{}: {error}", error.instance_path())).collect();
-    if let Err(cel) = kube_cel::Validator::new().validate(schema, object, None) {
-        errors.extend(cel.iter().map(ToString::to_string));
+/// The structural schema (strict) and the CEL rules of one CRD version, compiled once.
+struct SchemaChecker {
+    schema: Value,
+    structural: jsonschema::Validator,
+    cel: kube_cel::Validator,
+}
+
+impl SchemaChecker {
+    fn new(schema: Value) -> Self {
+        let structural = jsonschema::validator_for(&strict(&schema)).unwrap();
+        Self { schema, structural, cel: kube_cel::Validator::new() }
     }
-    errors
+
+    fn errors(&self, object: &Value) -> Vec<String> {
+        let mut errors: Vec<String> =
+            self.structural.iter_errors(object).map(|error| format!("{}: {error}", error.instance_path())).collect();
+        if let Err(cel) = self.cel.validate(&self.schema, object, None) {
+            errors.extend(cel.iter().map(ToString::to_string));
+        }
+        errors
+    }
 }
 
 #[test]
 fn every_recorded_workload_matches_kueues_v1beta2_workload_schema() {
-    let schema = v1beta2_schema(&fixture_dir().join("kueue.x-k8s.io_workloads.yaml"));
+    let checker = SchemaChecker::new(v1beta2_schema(&fixture_dir().join("kueue.x-k8s.io_workloads.yaml")));
     let mut checked = 0;
     for entry in std::fs::read_dir(fixture_dir()).unwrap() {
         let path = entry.unwrap().path();
@@ -137,21 +150,27 @@ fn every_recorded_workload_matches_kueues_v1beta2_workload_schema() {
         if !name.starts_with("workload-") {
             continue;
         }
-        let errors = schema_errors(&schema, &fixture(&name));
+        let errors = checker.errors(&fixture(&name));
         assert!(errors.is_empty(), "{name}: {errors:#?}");
         checked += 1;
     }
     assert_eq!(checked, 5);
-    // The check can fail: a v1beta1-only field is refused.
+    // The check can fail: a wrongly typed field is refused.
     let mut old = fixture("workload-admitted.yaml");
     old["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = json!("2");
-    assert!(!schema_errors(&schema, &old).is_empty());
+    assert!(!checker.errors(&old).is_empty());
+    // ... and so is a Kueue CEL rule: one assignment per pod set once quota is reserved.
+    let mut extra = fixture("workload-admitted.yaml");
+    let assignment = extra["status"]["admission"]["podSetAssignments"][0].clone();
+    extra["status"]["admission"]["podSetAssignments"].as_array_mut().unwrap().push(assignment);
+    let errors = checker.errors(&extra);
+    assert!(errors.iter().any(|error| error.contains("same number of podSets")), "{errors:#?}");
 }
 
 #[test]
 fn the_recorded_cluster_queue_matches_kueues_v1beta2_cluster_queue_schema() {
     let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("../adapters/kueue/crds/kueue.x-k8s.io_clusterqueues.yaml");
-    let errors = schema_errors(&v1beta2_schema(&crd), &fixture("clusterqueue-bronze.yaml"));
+    let errors = SchemaChecker::new(v1beta2_schema(&crd)).errors(&fixture("clusterqueue-bronze.yaml"));
     assert!(errors.is_empty(), "{errors:#?}");
 }
 
@@ -241,6 +260,22 @@ fn a_job_with_reserved_quota_waits_for_its_provisioning_request() {
     assert!(answer.to_table().contains(
         "ADMISSION CHECK                STATE     MESSAGE\ntiergate-bronze-provisioning   Pending   Waiting"
     ));
+}
+
+#[test]
+fn a_job_whose_quota_is_reserved_and_checks_are_ready_is_about_to_be_admitted() {
+    let mut reserved = fixture("workload-waiting-provisioning.yaml");
+    reserved["status"]["admissionChecks"][0]["state"] = json!("Ready");
+    reserved["status"]["conditions"].as_array_mut().unwrap().truncate(1);
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [serde_json::from_value(reserved).unwrap()];
+    let answer = answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &queues, &workloads);
+    assert_eq!(answer.hold, Hold::QuotaReserved { cluster_queue: "tiergate-bronze".into() });
+    assert_eq!(
+        answer.summary,
+        "Quota is reserved in ClusterQueue tiergate-bronze (tier bronze) and no admission check holds it: Kueue admits \
+         it next, nothing else is needed."
+    );
 }
 
 #[test]

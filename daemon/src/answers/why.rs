@@ -281,6 +281,11 @@ pub enum Hold {
         /// The check's message.
         message: String,
     },
+    /// Quota is reserved and no admission check holds it; Kueue has not marked it Admitted yet.
+    QuotaReserved {
+        /// ClusterQueue.
+        cluster_queue: String,
+    },
     /// Waiting for quota in the ClusterQueue.
     PendingQuota {
         /// ClusterQueue (from the tier), when known.
@@ -432,6 +437,7 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
                     message: check.message.clone(),
                 };
             }
+            return Hold::QuotaReserved { cluster_queue: workload.cluster_queue.clone().unwrap_or_default() };
         }
     }
     // Pending or never queued: a missing tier explains everything Kueue says after it.
@@ -502,6 +508,11 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
             "Admitted by Kueue in ClusterQueue {cluster_queue} (tier {}) on flavor {}: nothing is holding it.",
             tier_name(cluster_queue),
             if flavors.is_empty() { "-".to_owned() } else { flavors.join(", ") }
+        ),
+        Hold::QuotaReserved { cluster_queue } => format!(
+            "Quota is reserved in ClusterQueue {cluster_queue} (tier {}) and no admission check holds it: Kueue \
+             admits it next, nothing else is needed.",
+            tier_name(cluster_queue)
         ),
         Hold::Finished { message } => format!("Finished ({message}): nothing is holding it."),
         Hold::Evicted { reason, message } => {
