@@ -229,6 +229,7 @@ fn an_admitted_job_names_its_cluster_queue_tier_and_flavor_and_nothing_holds_it(
     );
     let workload = answer.workload.as_ref().unwrap();
     assert_eq!(workload.cluster_queue.as_deref(), Some("tiergate-bronze"));
+    assert_eq!(workload.pending_message, None);
     assert_eq!(workload.flavors["main"]["nvidia.com/gpu"], "l4");
     let types: Vec<&str> = workload.conditions.iter().map(|condition| condition.type_.as_str()).collect();
     assert_eq!(types, ["QuotaReserved", "Admitted", "PodsReady"]);
@@ -368,6 +369,7 @@ fn why_as_json_has_the_tier_decision_workload_hold_and_summary() {
     assert_eq!(json["annotations"]["tier"], "bronze");
     assert_eq!(json["workload"]["name"], "job-train-bert-5d3a1");
     assert_eq!(json["workload"]["conditions"][0]["type"], "QuotaReserved");
+    assert!(json["workload"]["pendingMessage"].as_str().is_some_and(|message| message.contains("2 more needed")));
     assert_eq!(json["hold"]["state"], "pendingQuota");
     assert_eq!(json["hold"]["clusterQueue"], "tiergate-bronze");
     assert_eq!(json["summary"], answer.summary.as_str());

@@ -211,6 +211,9 @@ pub struct WorkloadFacts {
     pub cluster_queue: Option<String>,
     /// QuotaReserved, Admitted, Evicted, PodsReady, Finished, in that order when present.
     pub conditions: Vec<KueueCondition>,
+    /// Kueue's own message while the workload waits for quota (`QuotaReserved=False`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_message: Option<String>,
     /// Per pod set, the flavor chosen for each resource.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub flavors: BTreeMap<String, BTreeMap<String, String>>,
@@ -392,6 +395,10 @@ fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
         name: workload.metadata.name.clone().unwrap_or_default(),
         queue_name: workload.spec.queue_name.clone(),
         cluster_queue: admission.map(|admission| admission.cluster_queue.clone()).filter(|name| !name.is_empty()),
+        pending_message: workload
+            .condition(QUOTA_RESERVED)
+            .filter(|condition| condition.status == "False" && !condition.message.is_empty())
+            .map(|condition| condition.message.clone()),
         conditions,
         flavors: admission
             .map(|admission| {
