@@ -6,6 +6,7 @@ pub mod kueue;
 pub mod status;
 pub mod table;
 pub mod why;
+mod why_text;
 
 pub use status::{StatusAnswer, StatusInputs, build_status_answer};
 pub use why::{Hold, WhyAnswer, WhyInputs, build_why_answer};
