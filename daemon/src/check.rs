@@ -375,13 +375,9 @@ fn build_targets(spec: &TierPolicySpec, tier: &Tier, pools: &[NodePool]) -> Vec<
             None => targets.push(build_target(class_name.to_owned(), class.node_labels, class.tolerations, pools)),
             Some(strategy) => {
                 for rule in &strategy.rules {
-                    let rule_flavor = flavor_for_rule(strategy, rule);
-                    let mut selector = class.node_labels.clone();
-                    selector.extend(rule_flavor.node_labels);
-                    let mut tolerations = class.tolerations.clone();
-                    tolerations.extend(rule_flavor.tolerations);
+                    let rule_flavor = flavor_for_rule(&class, strategy, rule);
                     let label = format!("{class_name} + {}/{}", strategy.name, rule.name);
-                    targets.push(build_target(label, selector, tolerations, pools));
+                    targets.push(build_target(label, rule_flavor.node_labels, rule_flavor.tolerations, pools));
                 }
             }
         }

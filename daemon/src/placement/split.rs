@@ -181,7 +181,12 @@ mod tests {
 
     #[test]
     fn shares_equal_the_pod_by_pod_counts_for_every_total_up_to_a_few_periods() {
-        for split in [Split::new(1, vec![1, 2]), Split::new(1, vec![0, 1, 1]), Split::new(3, vec![2, 3, 5]), Split::new(0, vec![7])] {
+        for split in [
+            Split::new(1, vec![1, 2]),
+            Split::new(1, vec![0, 1, 1]),
+            Split::new(3, vec![2, 3, 5]),
+            Split::new(0, vec![7]),
+        ] {
             for total in 0..40 {
                 let counts: Vec<u64> = split.counts_for(total).into_iter().map(u64::from).collect();
                 assert_eq!(split.shares(u64::from(total)), counts, "{split:?} at {total}");
