@@ -10,6 +10,7 @@
 //! leave GPUs unassigned). Documented in docs/placement.md, "Quota".
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -152,6 +153,66 @@ pub fn tier_quota(spec: &TierPolicySpec, tier: &Tier) -> TierQuota {
         flavor.no_borrowing = has_rules && flavor.role == FlavorRole::Class && !flavor.explicit;
     }
     TierQuota { tier: tier.name.clone(), gpu_resource, flavors }
+}
+
+/// The arithmetic of every tier as text for people (`tiergate check`, and `tiergate render` on stderr): each
+/// flavor's quota per resource, where its GPUs come from, and the total against the policy's number.
+pub fn quota_summary(spec: &TierPolicySpec) -> String {
+    let mut text = String::new();
+    for tier in &spec.tiers {
+        let quota = tier_quota(spec, tier);
+        let resources: Vec<&String> = tier.quotas.keys().collect();
+        let mut rows: Vec<Vec<String>> = vec![
+            std::iter::once("flavor".to_owned())
+                .chain(std::iter::once("GPUs from".to_owned()))
+                .chain(resources.iter().map(|resource| (*resource).clone()))
+                .collect(),
+        ];
+        for flavor in &quota.flavors {
+            let from = match (flavor.role, flavor.explicit) {
+                (_, true) => "quotaShares",
+                (FlavorRole::Fallback, false) => "none (borrows)",
+                (FlavorRole::Rule, false) => "base/weight split",
+                (FlavorRole::Class, false) if flavor.no_borrowing => "none (rules split it)",
+                (FlavorRole::Class, false) => "the rest",
+            };
+            let cells = resources.iter().map(|resource| {
+                flavor.nominal.iter().find(|(name, _)| name == *resource).map_or_else(String::new, |(_, q)| q.0.clone())
+            });
+            rows.push(
+                std::iter::once(flavor.selector.flavor.clone())
+                    .chain(std::iter::once(from.to_owned()))
+                    .chain(cells)
+                    .collect(),
+            );
+        }
+        let totals = resources.iter().map(|resource| {
+            let policy = tier.quotas.get(*resource).map_or("", |quota| quota.nominal.0.as_str());
+            match (quota.total_millis(resource), parse_millis(policy)) {
+                (Some(sum), Some(total)) if sum == total => format!("{policy} = policy"),
+                (Some(sum), Some(_)) => format!("{} of {policy}", format_millis(sum, policy)),
+                _ => format!("? of {policy}"),
+            }
+        });
+        rows.push(std::iter::once("total".to_owned()).chain(std::iter::once(String::new())).chain(totals).collect());
+        let _ = writeln!(text, "quota of tier {} ({} flavors):", tier.name, quota.flavors.len());
+        let widths: Vec<usize> = (0..rows[0].len())
+            .map(|column| rows.iter().map(|row| row.get(column).map_or(0, String::len)).max().unwrap_or(0))
+            .collect();
+        for row in &rows {
+            let cells: Vec<String> = row.iter().zip(&widths).map(|(cell, width)| format!("{cell:<width$}")).collect();
+            let _ = writeln!(text, "  {}", cells.join("  ").trim_end());
+        }
+    }
+    text
+}
+
+/// `millis` in the unit `like` is written in (binary suffixes as `Gi`/`Mi`/`Ki`), for the summary.
+fn format_millis(millis: i128, like: &str) -> String {
+    let binary = BINARY_SUFFIXES.iter().any(|(suffix, _)| like.ends_with(suffix));
+    let units: &[(&str, i128)] = if binary { &BINARY_UNITS } else { &DECIMAL_UNITS };
+    let (suffix, unit) = units.iter().copied().find(|(_, unit)| millis % unit == 0).unwrap_or(("m", 1));
+    format!("{}{suffix}", millis / unit)
 }
 
 /// `limit`, or `nominal` when the limit is larger (Kueue lends at most the nominal quota).
@@ -313,6 +374,28 @@ mod tests {
         assert_eq!(parts, [Quantity("171Gi".into()), Quantity("341Gi".into())]);
         let parts = split_quantity(&Quantity("3".into()), &Split::new(0, vec![1, 1]), 2);
         assert_eq!(parts, [Quantity("1".into()), Quantity("2".into())]);
+    }
+
+    #[test]
+    fn the_summary_shows_each_flavor_s_share_and_the_total_against_the_policy() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        let policy = crate::inputs::parse_policy(&text.unwrap(), "spot-mix").unwrap();
+        let summary = quota_summary(&policy.spec);
+        assert!(summary.contains("quota of tier bronze (3 flavors):"), "{summary}");
+        let bronze = summary.split("quota of tier bronze").nth(1).unwrap();
+        let line = |flavor: &str| bronze.lines().find(|line| line.trim_start().starts_with(flavor)).unwrap().to_owned();
+        let words = |flavor: &str| line(flavor).split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(words("l4-od-spot-spot"), ["l4-od-spot-spot", "base/weight", "split", "80", "320Gi", "10"]);
+        assert_eq!(words("total"), ["total", "128", "=", "policy", "512Gi", "=", "policy", "16", "=", "policy"]);
+        let silver = summary.split("quota of tier silver").nth(1).unwrap();
+        let h100 = silver.lines().find(|line| line.trim_start().starts_with("h100")).unwrap();
+        assert_eq!(h100.split_whitespace().collect::<Vec<_>>(), ["h100", "none", "(borrows)", "0", "0", "0"]);
+    }
+
+    #[test]
+    fn a_total_short_of_the_policy_is_shown_as_part_of_it() {
+        assert_eq!(format_millis(parse_millis("12Gi").unwrap_or(0), "16Gi"), "12Gi");
+        assert_eq!(format_millis(12_000, "16"), "12");
     }
 
     #[test]
