@@ -207,6 +207,49 @@ pub fn quota_summary(spec: &TierPolicySpec) -> String {
     text
 }
 
+/// Nominal quota per resource a ClusterQueue offers, summed over every flavor of every resource group, in
+/// milli-units, read from its JSON (`{"spec": {"resourceGroups": ...}}`, as the live cache keeps it).
+/// Quantities that are not exact in milli-units are left out.
+pub fn offered_by_queue(queue: &serde_json::Value) -> BTreeMap<String, i128> {
+    let mut offered = BTreeMap::new();
+    let groups = queue.pointer("/spec/resourceGroups").and_then(serde_json::Value::as_array);
+    for group in groups.into_iter().flatten() {
+        let flavors = group.get("flavors").and_then(serde_json::Value::as_array);
+        for flavor in flavors.into_iter().flatten() {
+            let resources = flavor.get("resources").and_then(serde_json::Value::as_array);
+            for resource in resources.into_iter().flatten() {
+                let name = resource.get("name").and_then(serde_json::Value::as_str);
+                let nominal = resource.get("nominalQuota").and_then(|quantity| match quantity {
+                    serde_json::Value::String(text) => parse_millis(text),
+                    serde_json::Value::Number(number) => number.as_u64().map(|units| i128::from(units) * 1000),
+                    _ => None,
+                });
+                if let (Some(name), Some(nominal)) = (name, nominal) {
+                    *offered.entry(name.to_owned()).or_insert(0) += nominal;
+                }
+            }
+        }
+    }
+    offered
+}
+
+/// The tiers whose ClusterQueue, as `live` shows it (by ClusterQueue name, as JSON), offers more of some
+/// resource than `spec` now gives it: applying the policy shrinks their effective quota (e.g. the first apply
+/// after the upgrade that made a tier's quota a cap). Tiers without a live ClusterQueue are not named.
+pub fn shrunk_tiers(spec: &TierPolicySpec, live: impl Fn(&str) -> Option<serde_json::Value>) -> Vec<String> {
+    spec.tiers
+        .iter()
+        .filter(|tier| {
+            let Some(queue) = live(&super::names::cluster_queue_name(&tier.name)) else { return false };
+            let quota = tier_quota(spec, tier);
+            offered_by_queue(&queue)
+                .into_iter()
+                .any(|(resource, was)| quota.total_millis(&resource).is_some_and(|now| was > now))
+        })
+        .map(|tier| tier.name.clone())
+        .collect()
+}
+
 /// `millis` in the unit `like` is written in (binary suffixes as `Gi`/`Mi`/`Ki`), for the summary.
 fn format_millis(millis: i128, like: &str) -> String {
     let binary = BINARY_SUFFIXES.iter().any(|(suffix, _)| like.ends_with(suffix));
@@ -390,6 +433,33 @@ mod tests {
         let silver = summary.split("quota of tier silver").nth(1).unwrap();
         let h100 = silver.lines().find(|line| line.trim_start().starts_with("h100")).unwrap();
         assert_eq!(h100.split_whitespace().collect::<Vec<_>>(), ["h100", "none", "(borrows)", "0", "0", "0"]);
+    }
+
+    #[test]
+    fn a_live_queue_giving_every_flavor_the_full_quota_names_its_tier_as_shrunk() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        let policy = crate::inputs::parse_policy(&text.unwrap(), "spot-mix").unwrap();
+        let full = |flavors: &[&str], gpus: &str| {
+            let flavors: Vec<serde_json::Value> = flavors
+                .iter()
+                .map(|name| serde_json::json!({"name": name, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}))
+                .collect();
+            serde_json::json!({"spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": flavors}]}})
+        };
+        // Before issue 19: bronze 16 on l4 and 16 on each rule flavor; silver 32 on a100 and on h100; gold one flavor.
+        let live = |name: &str| match name {
+            "tiergate-bronze" => Some(full(&["l4", "od-spot-ondemand", "od-spot-spot"], "16")),
+            "tiergate-silver" => Some(full(&["a100", "h100"], "32")),
+            "tiergate-gold" => Some(full(&["h100"], "64")),
+            _ => None,
+        };
+        assert_eq!(shrunk_tiers(&policy.spec, live), ["silver", "bronze"]);
+        assert_eq!(offered_by_queue(&full(&["a", "b"], "16"))["nvidia.com/gpu"], 32_000);
+        let converged = |name: &str| match name {
+            "tiergate-bronze" => Some(full(&["l4", "l4-od-spot-ondemand", "l4-od-spot-spot"], "0")),
+            _ => None,
+        };
+        assert!(shrunk_tiers(&policy.spec, converged).is_empty());
     }
 
     #[test]
