@@ -268,35 +268,43 @@ pub fn flavor_for_rule(class: &FlavorSelector, strategy: &PlacementStrategy, rul
     }
 }
 
-/// The flavors of a tier's ClusterQueue in Kueue's try order: its GPU classes (primary, then fallbacks), then
-/// the rules of its placement strategy on the primary class. Unknown names (an invalid policy) are skipped.
+/// The flavors of a tier's ClusterQueue in Kueue's try order: its primary GPU class, the rules of its placement
+/// strategy on the primary class, then its fallback classes. Rules come before fallbacks because they are nodes
+/// of the primary class, and because a queued Job of a tier with fallbacks carries no class selector (the webhook
+/// leaves the class to Kueue), so a rule's Job reaches its own flavor before any fallback's. Unknown names (an
+/// invalid policy) are skipped.
 pub fn tier_flavors(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSelector> {
     tier_flavor_sources(spec, tier).into_iter().map(|flavor| flavor.selector).collect()
 }
 
 /// [`tier_flavors`] with where each flavor comes from (class, fallback or rule, and the rule's base and weight).
 pub fn tier_flavor_sources(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSource> {
-    let classes = tier.gpu_class_names().enumerate().filter_map(|(index, class)| {
+    let class_source = |class: &str, role: FlavorRole| {
         flavor_for_gpu_class(spec, class).map(|selector| FlavorSource {
             selector,
-            role: if index == 0 { FlavorRole::Class } else { FlavorRole::Fallback },
+            role,
             source: class.to_owned(),
             base: 0,
             weight: 0,
         })
-    });
-    let primary = flavor_for_gpu_class(spec, &tier.gpu_class);
+    };
+    let primary = class_source(&tier.gpu_class, FlavorRole::Class);
     let strategy = tier.placement.as_deref().and_then(|name| spec.placement_strategy(name));
-    let rules = primary.into_iter().zip(strategy).flat_map(|(class, strategy)| {
-        strategy.rules.iter().map(move |rule| FlavorSource {
-            selector: flavor_for_rule(&class, strategy, rule),
-            role: FlavorRole::Rule,
-            source: rule.name.clone(),
-            base: rule.base,
-            weight: rule.weight,
+    let rules: Vec<FlavorSource> = primary
+        .iter()
+        .zip(strategy)
+        .flat_map(|(class, strategy)| {
+            strategy.rules.iter().map(move |rule| FlavorSource {
+                selector: flavor_for_rule(&class.selector, strategy, rule),
+                role: FlavorRole::Rule,
+                source: rule.name.clone(),
+                base: rule.base,
+                weight: rule.weight,
+            })
         })
-    });
-    classes.chain(rules).collect()
+        .collect();
+    let fallbacks = tier.fallback_gpu_classes.iter().filter_map(|class| class_source(class, FlavorRole::Fallback));
+    primary.into_iter().chain(rules).chain(fallbacks).collect()
 }
 
 /// The desired Kueue objects for `policy` in the cluster `view`.
