@@ -70,6 +70,17 @@ fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Vec
         ),
         _ => {}
     }
+    if shared
+        && let Some(lending) = &quota.lending_limit
+        && whole_units(&lending.0).is_none()
+    {
+        push(
+            problems,
+            format!("{path}.quotas[{gpu_resource:?}].lendingLimit"),
+            format!("{:?} is not a whole number of GPUs, so it cannot be split over the tier's flavors", lending.0),
+            "write a whole number of GPUs, e.g. \"4\"".to_owned(),
+        );
+    }
     if shared {
         for (resource, quota) in tier.quotas.iter().filter(|(resource, _)| resource.as_str() != gpu_resource) {
             for (field, value) in [("nominal", Some(&quota.nominal)), ("lendingLimit", quota.lending_limit.as_ref())] {
@@ -183,5 +194,73 @@ fn check_rule_flavors(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::parse_policy;
+    use crate::policy::TierPolicy;
+
+    fn spot_mix() -> TierPolicy {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        parse_policy(&text.unwrap(), "spot-mix").unwrap()
+    }
+
+    fn problems_of(policy: &TierPolicy) -> Vec<PolicyError> {
+        quota_problems(&policy.spec)
+    }
+
+    fn bronze(policy: &mut TierPolicy) -> &mut Tier {
+        policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap()
+    }
+
+    #[test]
+    fn the_sample_policies_share_their_quotas_without_a_problem() {
+        assert_eq!(problems_of(&spot_mix()), []);
+    }
+
+    #[test]
+    fn a_share_for_a_class_or_rule_the_tier_does_not_have_is_refused_listing_the_valid_keys() {
+        let mut policy = spot_mix();
+        bronze(&mut policy).quota_shares.insert("h100".into(), 2);
+        let problems = problems_of(&policy);
+        assert_eq!(problems[0].path, "spec.tiers[2].quotaShares[\"h100\"]");
+        assert!(problems[0].fix.contains(r#"["l4", "ondemand", "spot"]"#), "{}", problems[0].fix);
+    }
+
+    #[test]
+    fn a_fractional_gpu_quota_shared_by_several_flavors_is_refused_at_the_nominal_field() {
+        let mut policy = spot_mix();
+        let quota = bronze(&mut policy).quotas.get_mut("nvidia.com/gpu").unwrap();
+        quota.nominal.0 = "1.5".into();
+        let problems = problems_of(&policy);
+        assert_eq!(problems[0].path, "spec.tiers[2].quotas[\"nvidia.com/gpu\"].nominal");
+        assert!(problems[0].problem.contains("not a whole number of GPUs"), "{}", problems[0].problem);
+    }
+
+    #[test]
+    fn rules_kueue_cannot_tell_apart_are_refused() {
+        let mut policy = spot_mix();
+        let strategy = policy.spec.placement_strategies.iter_mut().find(|s| s.name == "od-spot").unwrap();
+        strategy.rules[0].node_selector = [("zone".to_owned(), "a".to_owned())].into();
+        let problems = problems_of(&policy);
+        assert_eq!(problems[0].path, "spec.placementStrategies[0].rules[1].nodeSelector");
+        assert!(problems[0].problem.contains("share no label key with different values"), "{}", problems[0].problem);
+    }
+
+    #[test]
+    fn a_rule_selecting_another_class_for_a_tier_using_it_is_refused() {
+        let mut policy = spot_mix();
+        let strategy = policy.spec.placement_strategies.iter_mut().find(|s| s.name == "od-spot").unwrap();
+        strategy.rules[1].node_selector.insert("gpu.nvidia.com/class".into(), "h100".into());
+        let problems = problems_of(&policy);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.path == "spec.placementStrategies[0].rules[1].nodeSelector[\"gpu.nvidia.com/class\"]"),
+            "{problems:?}"
+        );
     }
 }
