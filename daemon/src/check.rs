@@ -308,6 +308,8 @@ pub struct CheckReport {
     pub tiers: Vec<TierReport>,
     /// Pools no tier can use.
     pub unused_pools: Vec<String>,
+    /// How each tier's quota is shared by its flavors ([`crate::plan::quota::quota_summary`]).
+    pub quota_summary: String,
 }
 
 impl CheckReport {
@@ -344,6 +346,7 @@ impl CheckReport {
         if !self.unused_pools.is_empty() {
             let _ = writeln!(text, "pools no tier uses: {}", self.unused_pools.join(", "));
         }
+        text.push_str(&self.quota_summary);
         let summary = if self.passed() {
             "every tier matches exactly one pool per GPU class and placement rule"
         } else {
@@ -363,7 +366,7 @@ pub fn build_check_report(spec: &TierPolicySpec, pools: &[NodePool]) -> CheckRep
         .collect();
     let used: Vec<&String> = tiers.iter().flat_map(|tier| &tier.targets).flat_map(|target| &target.matches).collect();
     let unused_pools = pools.iter().map(NodePool::display_name).filter(|name| !used.contains(&name)).collect();
-    CheckReport { tiers, unused_pools }
+    CheckReport { tiers, unused_pools, quota_summary: crate::plan::quota::quota_summary(spec) }
 }
 
 fn build_targets(spec: &TierPolicySpec, tier: &Tier, pools: &[NodePool]) -> Vec<TargetReport> {
@@ -375,13 +378,9 @@ fn build_targets(spec: &TierPolicySpec, tier: &Tier, pools: &[NodePool]) -> Vec<
             None => targets.push(build_target(class_name.to_owned(), class.node_labels, class.tolerations, pools)),
             Some(strategy) => {
                 for rule in &strategy.rules {
-                    let rule_flavor = flavor_for_rule(strategy, rule);
-                    let mut selector = class.node_labels.clone();
-                    selector.extend(rule_flavor.node_labels);
-                    let mut tolerations = class.tolerations.clone();
-                    tolerations.extend(rule_flavor.tolerations);
+                    let rule_flavor = flavor_for_rule(&class, strategy, rule);
                     let label = format!("{class_name} + {}/{}", strategy.name, rule.name);
-                    targets.push(build_target(label, selector, tolerations, pools));
+                    targets.push(build_target(label, rule_flavor.node_labels, rule_flavor.tolerations, pools));
                 }
             }
         }

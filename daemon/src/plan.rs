@@ -6,10 +6,12 @@
 //! the daemon prunes exactly what it owns.
 
 pub mod names;
+pub mod quota;
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_json::Value;
 use tiergate_kueue::{
@@ -19,7 +21,8 @@ use tiergate_kueue::{
     ResourceFlavorSpec, ResourceGroup, ResourceQuota, WorkloadPriorityClass, WorkloadPriorityClassFields,
 };
 
-use self::names::{bounded_name, cluster_queue_name, gpu_class_flavor_name, provisioning_name, rule_flavor_name};
+use self::names::{bounded_name, class_rule_flavor_name, cluster_queue_name, gpu_class_flavor_name, provisioning_name};
+use self::quota::{FlavorRole, FlavorSource, tier_quota};
 use crate::policy::{PlacementRule, PlacementStrategy, Preemption, Tier, TierPolicy, TierPolicySpec};
 use crate::view::{ClusterView, NamespaceView};
 
@@ -48,7 +51,8 @@ pub fn owned_label_selector(policy_name: &str) -> String {
 /// The Kueue objects a policy implies, one typed list per kind, each in a deterministic order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Desired {
-    /// One per GPU class (declaration order), then one per placement-strategy rule.
+    /// One per GPU class (declaration order), then one per rule of each tier's placement strategy on the tier's
+    /// class (tier order, each once).
     pub resource_flavors: Vec<ResourceFlavor>,
     /// One per priority bucket (declaration order).
     pub workload_priority_classes: Vec<WorkloadPriorityClass>,
@@ -246,27 +250,61 @@ pub fn flavor_for_gpu_class(spec: &TierPolicySpec, class: &str) -> Option<Flavor
     })
 }
 
-/// The flavor of one placement-strategy rule.
-pub fn flavor_for_rule(strategy: &PlacementStrategy, rule: &PlacementRule) -> FlavorSelector {
+/// The flavor of one placement-strategy rule on the nodes of `class` (a tier's primary class): the class's labels
+/// plus the rule's (the pod's nodeSelector after the webhook set both), the class's taints, and the class's
+/// tolerations plus the rule's (what Kueue adds to an admitted pod). Why the class labels must be there:
+/// docs/placement.md, "Which flavor Kueue charges".
+pub fn flavor_for_rule(class: &FlavorSelector, strategy: &PlacementStrategy, rule: &PlacementRule) -> FlavorSelector {
+    let class_name = class.flavor.as_str();
+    let mut node_labels = class.node_labels.clone();
+    node_labels.extend(rule.node_selector.iter().map(|(key, value)| (key.clone(), value.clone())));
+    let mut tolerations = class.tolerations.clone();
+    tolerations.extend(rule.tolerations.iter().filter(|toleration| !class.tolerations.contains(toleration)).cloned());
     FlavorSelector {
-        flavor: rule_flavor_name(&strategy.name, &rule.name),
-        node_labels: rule.node_selector.clone(),
-        node_taints: Vec::new(),
-        tolerations: rule.tolerations.clone(),
+        flavor: class_rule_flavor_name(class_name, &strategy.name, &rule.name),
+        node_labels,
+        node_taints: class.node_taints.clone(),
+        tolerations,
     }
 }
 
-/// The flavors of a tier's ClusterQueue in Kueue's try order: its GPU classes (primary, then fallbacks), then
-/// the rules of its placement strategy. Unknown names (an invalid policy) are skipped.
+/// The flavors of a tier's ClusterQueue in Kueue's try order: its primary GPU class, the rules of its placement
+/// strategy on the primary class, then its fallback classes. Rules come before fallbacks because they are nodes
+/// of the primary class, and because a queued Job of a tier with fallbacks carries no class selector (the webhook
+/// leaves the class to Kueue), so a rule's Job reaches its own flavor before any fallback's. Unknown names (an
+/// invalid policy) are skipped.
 pub fn tier_flavors(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSelector> {
-    let classes = tier.gpu_class_names().filter_map(|class| flavor_for_gpu_class(spec, class));
-    let rules = tier
-        .placement
-        .as_deref()
-        .and_then(|name| spec.placement_strategy(name))
-        .into_iter()
-        .flat_map(|strategy| strategy.rules.iter().map(move |rule| flavor_for_rule(strategy, rule)));
-    classes.chain(rules).collect()
+    tier_flavor_sources(spec, tier).into_iter().map(|flavor| flavor.selector).collect()
+}
+
+/// [`tier_flavors`] with where each flavor comes from (class, fallback or rule, and the rule's base and weight).
+pub fn tier_flavor_sources(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSource> {
+    let class_source = |class: &str, role: FlavorRole| {
+        flavor_for_gpu_class(spec, class).map(|selector| FlavorSource {
+            selector,
+            role,
+            source: class.to_owned(),
+            base: 0,
+            weight: 0,
+        })
+    };
+    let primary = class_source(&tier.gpu_class, FlavorRole::Class);
+    let strategy = tier.placement.as_deref().and_then(|name| spec.placement_strategy(name));
+    let rules: Vec<FlavorSource> = primary
+        .iter()
+        .zip(strategy)
+        .flat_map(|(class, strategy)| {
+            strategy.rules.iter().map(move |rule| FlavorSource {
+                selector: flavor_for_rule(&class.selector, strategy, rule),
+                role: FlavorRole::Rule,
+                source: rule.name.clone(),
+                base: rule.base,
+                weight: rule.weight,
+            })
+        })
+        .collect();
+    let fallbacks = tier.fallback_gpu_classes.iter().filter_map(|class| class_source(class, FlavorRole::Fallback));
+    primary.into_iter().chain(rules).chain(fallbacks).collect()
 }
 
 /// The desired Kueue objects for `policy` in the cluster `view`.
@@ -334,10 +372,12 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
 
     let class_flavors = spec.gpu_classes.iter().filter_map(|class| flavor_for_gpu_class(spec, &class.name));
-    let rule_flavors = spec
-        .placement_strategies
-        .iter()
-        .flat_map(|strategy| strategy.rules.iter().map(move |rule| flavor_for_rule(strategy, rule)));
+    let mut rule_flavors: Vec<FlavorSelector> = Vec::new();
+    for flavor in spec.tiers.iter().flat_map(|tier| tier_flavor_sources(spec, tier)) {
+        if flavor.role == FlavorRole::Rule && !rule_flavors.iter().any(|seen| seen.flavor == flavor.selector.flavor) {
+            rule_flavors.push(flavor.selector);
+        }
+    }
     let resource_flavors = class_flavors
         .chain(rule_flavors)
         .map(|selector| ResourceFlavor { metadata: meta(selector.flavor.clone()), spec: build_flavor_spec(selector) })
@@ -420,19 +460,26 @@ fn build_flavor_spec(selector: FlavorSelector) -> ResourceFlavorSpec {
 fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueSpec {
     let has_cohort = tier.cohort.is_some();
     let covered_resources: Vec<String> = tier.quotas.keys().cloned().collect();
-    let quotas: Vec<ResourceQuota> = tier
-        .quotas
-        .iter()
-        .map(|(resource, quota)| ResourceQuota {
-            name: resource.clone(),
-            nominal_quota: quota.nominal.clone(),
-            borrowing_limit: quota.borrowing_limit.clone().filter(|_| has_cohort),
-            lending_limit: quota.lending_limit.clone().filter(|_| has_cohort),
-        })
-        .collect();
-    let flavors = tier_flavors(spec, tier)
+    let flavors = tier_quota(spec, tier)
+        .flavors
         .into_iter()
-        .map(|selector| FlavorQuotas { name: selector.flavor, resources: quotas.clone() })
+        .map(|share| {
+            let resources = share
+                .nominal
+                .iter()
+                .map(|(resource, nominal)| {
+                    let written = tier.quotas.get(resource).and_then(|quota| quota.borrowing_limit.clone());
+                    let borrowing = if share.no_borrowing { Some(Quantity("0".into())) } else { written };
+                    ResourceQuota {
+                        name: resource.clone(),
+                        nominal_quota: nominal.clone(),
+                        borrowing_limit: borrowing.filter(|_| has_cohort),
+                        lending_limit: share.lending_limits.get(resource).cloned().filter(|_| has_cohort),
+                    }
+                })
+                .collect();
+            FlavorQuotas { name: share.selector.flavor, resources }
+        })
         .collect();
     ClusterQueueSpec {
         cohort_name: tier.cohort.clone(),

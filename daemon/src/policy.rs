@@ -117,6 +117,15 @@ pub struct Tier {
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
+    // Quota shares (issue 19): the tier's quota is a cap its flavors share; see docs/placement.md "Quota".
+    /// Whole GPUs (of the primary class's resource) of the tier's quota given to one of its flavors, keyed by GPU
+    /// class name (`gpuClass` or a `fallbackGpuClasses` entry) or by rule name of its `placement` strategy. A
+    /// fallback class without a share gets 0 (it runs on quota borrowed within the cohort); the rest of the
+    /// quota is split over the rules without a share by base and weight (or goes to `gpuClass` when the tier
+    /// has no placement). Every other resource follows the GPU shares in proportion. The shares add up to at
+    /// most the tier's GPU quota.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub quota_shares: BTreeMap<String, u32>,
 }
 
 /// Quota of one resource in a tier's ClusterQueue.

@@ -6,6 +6,7 @@
 
 pub mod names;
 pub mod quantity;
+pub mod quota;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -166,6 +167,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     check_priority_buckets(&spec.priority_buckets, problems);
     check_tiers(spec, problems);
     check_flavor_names(spec, problems);
+    problems.0.extend(quota::quota_problems(spec));
     for (index, namespace) in spec.excluded_namespaces.iter().enumerate() {
         problems.dns_label(&format!("spec.excludedNamespaces[{index}]"), namespace, "namespace");
     }

@@ -250,7 +250,7 @@ fn sample_objects_of(name: &str) -> Vec<Value> {
 
 /// The objects of every sample.
 fn all_sample_objects() -> Vec<Value> {
-    ["kubenexus", "spot-mix"].into_iter().flat_map(sample_objects_of).collect()
+    ["kubenexus", "spot-mix", "shared-quota"].into_iter().flat_map(sample_objects_of).collect()
 }
 
 /// The spot-mix sample uses every feature (cohorts, borrowing, preemption, provisioning, placement).

@@ -70,3 +70,29 @@ fn the_golden_stream_parses_back_to_the_same_objects() {
         assert_eq!(documents, values.iter().collect::<Vec<_>>(), "{}", dir.display());
     }
 }
+
+#[test]
+fn every_sample_cluster_queue_offers_exactly_its_tier_quota_summed_over_its_flavors() {
+    use tiergate::plan::quota::parse_millis;
+    for dir in sample_dirs() {
+        let policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
+        let desired = desired(&policy, &ClusterView::default());
+        for tier in &policy.spec.tiers {
+            let queue_name = format!("tiergate-{}", tier.name);
+            let queue = desired.cluster_queues.iter().find(|queue| queue.metadata.name.as_deref() == Some(&queue_name));
+            let group = &queue.unwrap().spec.resource_groups[0];
+            for (resource, quota) in &tier.quotas {
+                let offered: i128 = group
+                    .flavors
+                    .iter()
+                    .map(|flavor| {
+                        let entry = flavor.resources.iter().find(|entry| &entry.name == resource).unwrap();
+                        parse_millis(&entry.nominal_quota.0).unwrap()
+                    })
+                    .sum();
+                let total = parse_millis(&quota.nominal.0).unwrap();
+                assert_eq!(offered, total, "{}: tier {} {resource}", dir.display(), tier.name);
+            }
+        }
+    }
+}

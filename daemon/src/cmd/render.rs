@@ -33,6 +33,8 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     for note in &desired.notes {
         eprintln!("note: {note}");
     }
+    // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
+    eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
     let text = match args.output {
         OutputFormat::Yaml => desired.to_yaml_stream()?,
         OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&desired.to_json_list()?)?),

@@ -74,6 +74,47 @@ impl Split {
         }
         counts
     }
+
+    /// The counts per rule after `total` units are placed one by one from nothing: exactly
+    /// [`Split::counts_for`], in O(min(total, W)·rules) instead of O(total·rules). The plan splits a tier's quota
+    /// with it (docs/placement.md, "Quota"), so pods and quota are split by one function.
+    ///
+    /// Why the shortcut is exact: after the base, the deficits are `(m·wᵢ − W·cᵢ)/W` for `m` placed units. After
+    /// `W` units every rule holds `cᵢ ≤ wᵢ` (its excess stays below 1, see the module docs) and the counts add up
+    /// to `W`, so `cᵢ = wᵢ` and every deficit is back to zero: the sequence repeats with period `W`.
+    pub fn shares(&self, total: u64) -> Vec<u64> {
+        let rules = self.weights.len();
+        let mut shares = vec![0_u64; rules];
+        let base = u64::from(self.base).min(total);
+        if let Some(first) = shares.first_mut() {
+            *first = base;
+        }
+        let rest = total - base;
+        let all_zero = self.weights.iter().all(|weight| *weight == 0);
+        if all_zero {
+            if let Some(first) = shares.first_mut() {
+                *first += rest;
+            }
+            return shares;
+        }
+        let period: u64 = self.weights.iter().map(|weight| u64::from(*weight)).sum();
+        let cycles = rest / period;
+        for (share, weight) in shares.iter_mut().zip(&self.weights) {
+            *share += cycles * u64::from(*weight);
+        }
+        let unbased = Self::new(0, self.weights.clone());
+        let mut counts = vec![0_u32; rules];
+        for _ in 0..rest % period {
+            let rule = unbased.next_rule(&counts);
+            if let Some(count) = counts.get_mut(rule) {
+                *count += 1;
+            }
+        }
+        for (share, count) in shares.iter_mut().zip(counts) {
+            *share += u64::from(count);
+        }
+        shares
+    }
 }
 
 #[cfg(test)]
@@ -128,5 +169,33 @@ mod tests {
     #[test]
     fn all_zero_weights_send_every_pod_to_the_first_rule() {
         assert_eq!(Split::new(0, vec![0, 0]).counts_for(3), [3, 0]);
+        assert_eq!(Split::new(0, vec![0, 0]).shares(3), [3, 0]);
+    }
+
+    #[test]
+    fn sixteen_gpus_split_one_to_two_after_a_base_of_one_add_up_to_sixteen() {
+        let split = Split::new(1, vec![1, 2]);
+        assert_eq!(split.shares(16), [6, 10]);
+        assert_eq!(split.shares(16).iter().sum::<u64>(), 16);
+    }
+
+    #[test]
+    fn shares_equal_the_pod_by_pod_counts_for_every_total_up_to_a_few_periods() {
+        for split in [
+            Split::new(1, vec![1, 2]),
+            Split::new(1, vec![0, 1, 1]),
+            Split::new(3, vec![2, 3, 5]),
+            Split::new(0, vec![7]),
+        ] {
+            for total in 0..40 {
+                let counts: Vec<u64> = split.counts_for(total).into_iter().map(u64::from).collect();
+                assert_eq!(split.shares(u64::from(total)), counts, "{split:?} at {total}");
+            }
+        }
+    }
+
+    #[test]
+    fn shares_of_a_huge_total_take_whole_periods_at_once() {
+        assert_eq!(Split::new(1, vec![1, 2]).shares(3_000_000_001), [1_000_000_001, 2_000_000_000]);
     }
 }

@@ -3,7 +3,7 @@
 //! | object | name |
 //! |---|---|
 //! | ResourceFlavor of a GPU class | `<class>` |
-//! | ResourceFlavor of a placement rule | `<strategy>-<rule>` |
+//! | ResourceFlavor of a placement rule of a tier | `<class>-<strategy>-<rule>` (the tier's GPU class) |
 //! | ClusterQueue of a tier | `tiergate-<tier>` |
 //! | LocalQueue of a tier (in each of its namespaces) | `Tier::local_queue()`: `localQueueName`, default `tiergate-<tier>` |
 //! | WorkloadPriorityClass | the bucket's `name` |
@@ -44,6 +44,12 @@ pub fn rule_flavor_name(strategy: &str, rule: &str) -> String {
     bounded_name(&format!("{strategy}-{rule}"))
 }
 
+/// ResourceFlavor of a placement strategy's rule on the nodes of GPU class `class` (a tier's primary class): the
+/// flavor carries the class's labels and the rule's, so it is per class.
+pub fn class_rule_flavor_name(class: &str, strategy: &str, rule: &str) -> String {
+    bounded_name(&format!("{class}-{strategy}-{rule}"))
+}
+
 /// AdmissionCheck and ProvisioningRequestConfig of a tier.
 pub fn provisioning_name(tier: &str) -> String {
     bounded_name(&format!("tiergate-{tier}-provisioning"))
@@ -63,6 +69,7 @@ mod tests {
     fn short_names_are_kept() {
         assert_eq!(cluster_queue_name("gold"), "tiergate-gold");
         assert_eq!(rule_flavor_name("spot-mix", "ondemand"), "spot-mix-ondemand");
+        assert_eq!(class_rule_flavor_name("l4", "od-spot", "spot"), "l4-od-spot-spot");
     }
 
     #[test]

@@ -199,6 +199,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         Ok(objects) => build_desired_set(policy, objects)?,
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
+    let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = apply_cluster_scoped(ctx, &cluster_scoped).await?;
     let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
     let local_queues = apply_local_queues(ctx, policy, namespaces, &mut applied).await?;
@@ -219,6 +220,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tier_count: i32::try_from(policy.spec.tiers.len()).unwrap_or(i32::MAX),
         object_counts,
         migrations: retired.migrations.clone(),
+        shrunk_tiers,
     };
     writes::write_status(ctx, policy, &input).await?;
     Ok(Action::requeue(if retired.draining > 0 { DRAIN_RECHECK } else { RESYNC }))
@@ -238,6 +240,13 @@ async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Res
         writes::publish_event(ctx, policy, EventType::Warning, "InvalidPolicy", message.to_owned()).await;
     }
     Ok(Action::await_change())
+}
+
+/// The cached live ClusterQueue called `name` as JSON (`{"spec": ...}`), if any.
+fn live_cluster_queue(ctx: &Context, name: &str) -> Option<serde_json::Value> {
+    let store = ctx.live.get(&KueueKind::ClusterQueue)?;
+    let object = store.get(&ObjectRef::<LiveObject>::new_with(name, KueueKind::ClusterQueue))?;
+    serde_json::from_str(&object.body).ok()
 }
 
 /// The cached live object `desired` would replace, if any.

@@ -11,6 +11,8 @@ use crate::policy::{QueueMigration, TierPolicyStatus};
 pub const READY: &str = "Ready";
 /// Condition type: something keeps the cluster from matching the policy.
 pub const DEGRADED: &str = "Degraded";
+/// Condition type: applying this generation shrank the effective quota of the tiers it names.
+pub const QUOTA_REDUCED: &str = "QuotaReduced";
 
 /// What the last reconcile achieved.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +25,9 @@ pub enum StatusInput {
         object_counts: BTreeMap<String, i32>,
         /// LocalQueues still draining after a tier change.
         migrations: Vec<QueueMigration>,
+        /// Tiers whose ClusterQueue offered more than the policy now gives it, before this apply
+        /// ([`crate::plan::quota::shrunk_tiers`]).
+        shrunk_tiers: Vec<String>,
     },
     /// The policy is invalid; the last applied state stays in the cluster.
     Invalid {
@@ -52,7 +57,7 @@ pub fn build_status(
 ) -> TierPolicyStatus {
     let kept = previous.cloned().unwrap_or_default();
     let (ready, degraded, mut status) = match input {
-        StatusInput::Applied { tier_count, object_counts, migrations } => {
+        StatusInput::Applied { tier_count, object_counts, migrations, .. } => {
             let ready = ("True", "Applied".to_owned(), format!("{tier_count} tiers applied"));
             let degraded = if migrations.is_empty() {
                 ("False", "AsExpected".to_owned(), "the cluster matches the policy".to_owned())
@@ -96,7 +101,37 @@ pub fn build_status(
         build_condition(READY, ready, generation, previous_conditions, now),
         build_condition(DEGRADED, degraded, generation, previous_conditions, now),
     ];
+    let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
+    match input {
+        StatusInput::Applied { shrunk_tiers, .. } => {
+            let quota = build_quota_reduced(shrunk_tiers, earlier_quota, generation);
+            status.conditions.push(build_condition(QUOTA_REDUCED, quota, generation, previous_conditions, now));
+        }
+        _ => status.conditions.extend(earlier_quota.cloned()),
+    }
     status
+}
+
+/// `QuotaReduced`: True naming the tiers whose quota this generation shrank. The second reconcile sees the
+/// shrunk queues as live, so the condition stays True until the policy's generation changes.
+fn build_quota_reduced(
+    shrunk_tiers: &[String],
+    earlier: Option<&Condition>,
+    generation: Option<i64>,
+) -> (&'static str, String, String) {
+    if !shrunk_tiers.is_empty() {
+        let message = format!(
+            "the ClusterQueues of tiers {} now offer less nominal quota than before: a tier's quota is a cap its              flavors share (fallback classes and placement rules no longer get the full quota each); see              docs/operations.md, upgrade notes",
+            shrunk_tiers.join(", ")
+        );
+        return ("True", "EffectiveQuotaShrank".to_owned(), message);
+    }
+    match earlier {
+        Some(earlier) if earlier.status == "True" && earlier.observed_generation == generation => {
+            ("True", earlier.reason.clone(), earlier.message.clone())
+        }
+        _ => ("False", "AsExpected".to_owned(), "no tier's quota shrank when this generation was applied".to_owned()),
+    }
 }
 
 fn build_condition(
@@ -146,7 +181,34 @@ mod tests {
             tier_count: 3,
             object_counts: BTreeMap::from([("LocalQueue".to_owned(), 2)]),
             migrations: vec![],
+            shrunk_tiers: vec![],
         }
+    }
+
+    fn shrinking(tiers: &[&str]) -> StatusInput {
+        StatusInput::Applied {
+            tier_count: 3,
+            object_counts: BTreeMap::new(),
+            migrations: vec![],
+            shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_quota_reduced_condition_names_the_shrunk_tiers_until_the_policy_changes() {
+        let first = build_status(None, Some(4), &shrinking(&["silver", "bronze"]), &at(100));
+        let quota = condition(&first, QUOTA_REDUCED);
+        assert_eq!((quota.status.as_str(), quota.reason.as_str()), ("True", "EffectiveQuotaShrank"));
+        assert!(quota.message.contains("tiers silver, bronze"), "{}", quota.message);
+        // The next reconcile sees the shrunk queues live: nothing shrinks any more, the condition stays.
+        let second = build_status(Some(&first), Some(4), &shrinking(&[]), &at(200));
+        assert_eq!(condition(&second, QUOTA_REDUCED), quota);
+        let failed = StatusInput::Failed { reason: "apply_object", message: "failed to apply".to_owned() };
+        let third = build_status(Some(&second), Some(4), &failed, &at(250));
+        assert_eq!(condition(&third, QUOTA_REDUCED), quota);
+        let edited = build_status(Some(&third), Some(5), &shrinking(&[]), &at(300));
+        assert_eq!(condition(&edited, QUOTA_REDUCED).status, "False");
+        assert_eq!(condition(&edited, QUOTA_REDUCED).last_transition_time, at(300));
     }
 
     fn condition<'a>(status: &'a TierPolicyStatus, type_: &str) -> &'a Condition {

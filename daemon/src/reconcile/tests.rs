@@ -180,7 +180,7 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
     for object in &set.objects {
         *object_counts.entry(object.kind.name().to_owned()).or_insert(0) += 1;
     }
-    let input = StatusInput::Applied { tier_count: 3, object_counts, migrations: vec![] };
+    let input = StatusInput::Applied { tier_count: 3, object_counts, migrations: vec![], shrunk_tiers: vec![] };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));
     policy
@@ -369,6 +369,35 @@ async fn restart_over_an_unchanged_cluster_only_reads_discovery() {
     let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
     assert_eq!(summaries, vec!["GET /apis".to_owned(), "GET /apis/kueue.x-k8s.io/v1beta2".to_owned()]);
     assert!(!calls.iter().any(Call::is_write));
+}
+
+#[tokio::test]
+async fn a_live_cluster_queue_offering_more_than_the_policy_names_its_tier_in_the_quota_reduced_condition() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "bronze")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let mut live = converged_objects(&policy, &snapshot);
+    // The bronze queue as an older tiergate applied it: a second flavor with the tier's full quota again.
+    let bronze = live.iter_mut().find(|object| object.metadata.name.as_deref() == Some("tiergate-bronze")).unwrap();
+    let flavors = bronze.data["spec"]["resourceGroups"][0]["flavors"].as_array_mut().unwrap();
+    let mut copy = flavors[0].clone();
+    copy["name"] = json!("od-spot-ondemand");
+    flavors.push(copy);
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let applied: Vec<&str> =
+        calls.iter().filter(|call| kind_of_path(&call.path).is_some()).map(|c| c.path.as_str()).collect();
+    assert_eq!(applied, ["/apis/kueue.x-k8s.io/v1beta2/clusterqueues/tiergate-bronze"]);
+    let status = calls.iter().find(|call| call.path.ends_with("/status")).unwrap();
+    let conditions = status.body["status"]["conditions"].as_array().unwrap();
+    let quota = conditions.iter().find(|condition| condition["type"] == "QuotaReduced").unwrap();
+    assert_eq!(quota["status"], "True");
+    assert_eq!(quota["reason"], "EffectiveQuotaShrank");
+    assert!(quota["message"].as_str().unwrap().contains("tiers bronze now offer less"), "{quota}");
 }
 
 fn owned(kind: KueueKind, namespace: Option<&str>, name: &str, policy_label: Option<&str>) -> DynamicObject {

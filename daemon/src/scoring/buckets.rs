@@ -85,6 +85,7 @@ mod tests {
             placement: None,
             default_priority_class: default_priority_class.map(str::to_owned),
             provisioning: None,
+            quota_shares: Default::default(),
         }
     }
 

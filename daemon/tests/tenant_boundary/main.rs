@@ -5,4 +5,5 @@ mod gpu_classes;
 mod kinds_and_children;
 mod owners_and_updates;
 mod policy_mistakes;
+mod quota_cap;
 mod webhook_limits;

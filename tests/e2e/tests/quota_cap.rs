@@ -1,0 +1,416 @@
+//! End-to-end test of the quota cap (issue 19) against a real API server with Kueue v0.19+: a tier with a
+//! primary class, a fallback class (with a share) and a two-rule placement strategy is filled past its quota with
+//! one-GPU Jobs spread over its classes and rules, through the real webhook. Kueue must admit
+//! exactly the tier's quota, leave the rest pending with its "insufficient quota" message, and charge each
+//! admitted Job to the flavor of its class or rule. Skipped (and passing) without a reachable cluster, without
+//! Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`; see docs/placement.md ("Which flavor Kueue
+//! charges") and docs/reconcile.md ("End-to-end").
+//!
+//! The pods of these Jobs never need a node: Kueue admits by quota alone (no provisioning check in this tier),
+//! so the test runs on any cluster; the admitted Jobs' pods stay Pending for want of GPU nodes.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tiergate::plan::quota::tier_quota;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, webhook_endpoint_or_skip};
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, connect_or_skip, create_namespace,
+    install_tierpolicy_crd, kueue_served_or_skip, random_name, wait_for,
+};
+use tiergate_workloads::QUEUE_NAME_LABEL;
+
+/// Kueue objects after the policy is applied.
+const CONVERGE: Duration = Duration::from_secs(30);
+/// The API server picks up a new webhook configuration within a few seconds.
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+/// Kueue creates a Workload per Job and schedules in cycles; every Job is decided well within this.
+const SCHEDULED: Duration = Duration::from_secs(90);
+/// Node label the e2e classes and rules use (never one a real node carries).
+const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+const NODE_TYPE_LABEL: &str = "e2e.tiergate.io/node-type";
+/// The tier's GPU quota: 2 for the fallback class, the rules split the other 6 (1:1), the primary class keeps 0
+/// (so a rule's Job can only be charged to its rule's flavor; docs/placement.md).
+const TIER_GPUS: u32 = 8;
+
+/// The Jobs of one kind of workload: what the user writes on the pod template, and which flavor may charge it.
+///
+/// There are no Jobs without a class or rule: in a tier with fallbacks the webhook leaves a Job's class to Kueue
+/// (docs/admission.md), so such a Job matches every flavor and would take whichever has room, making the
+/// per-flavor counts depend on the order Kueue schedules in.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// The fallback class, chosen by the user.
+    Fallback,
+    /// The on-demand rule's node type.
+    OnDemand,
+    /// The spot rule's node type (with its toleration).
+    Spot,
+}
+
+impl Kind {
+    const ALL: [Self; 3] = [Self::Fallback, Self::OnDemand, Self::Spot];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Fallback => "fallback",
+            Self::OnDemand => "ondemand",
+            Self::Spot => "spot",
+        }
+    }
+}
+
+/// The names of one run: everything cluster-scoped is prefixed, every namespace is new.
+struct Run {
+    prefix: String,
+    system: String,
+    tenant: String,
+    policy: TierPolicy,
+}
+
+impl Run {
+    fn new() -> Result<Self, HarnessError> {
+        let prefix = random_name("e2e");
+        Ok(Self {
+            system: format!("{prefix}-system"),
+            tenant: format!("{prefix}-capped"),
+            policy: build_policy(&prefix)?,
+            prefix,
+        })
+    }
+
+    fn class(&self, base: &str) -> String {
+        format!("{}-{base}", self.prefix)
+    }
+
+    fn tier(&self) -> String {
+        format!("{}-capped", self.prefix)
+    }
+
+    /// The one ResourceFlavor Kueue may charge a Job of `kind` to.
+    fn flavor_for(&self, kind: Kind) -> String {
+        let rule = |name: &str| format!("{}-{}-{name}", self.class("l4"), self.class("mix"));
+        match kind {
+            Kind::Fallback => self.class("h100"),
+            Kind::OnDemand => rule("ondemand"),
+            Kind::Spot => rule("spot"),
+        }
+    }
+}
+
+/// A tier with primary class l4 (no share), fallback h100 (share 2) and strategy mix (ondemand 1 : spot 1, the
+/// remaining 6 GPUs); no cohort, so nothing can be borrowed and the quota is a hard cap.
+fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
+    let class = |base: &str| format!("{prefix}-{base}");
+    let buckets: Vec<Value> = [("high", 70, 700), ("default", 0, 100)]
+        .iter()
+        .map(|(name, min_score, value)| json!({"name": class(name), "minScore": min_score, "value": value}))
+        .collect();
+    let policy = json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [
+                {"name": class("h100"), "nodeLabels": {CLASS_LABEL: class("h100")}},
+                {"name": class("l4"), "nodeLabels": {CLASS_LABEL: class("l4")}},
+            ],
+            "placementStrategies": [{"name": class("mix"), "rules": [
+                {"name": "ondemand", "weight": 1, "nodeSelector": {NODE_TYPE_LABEL: "ondemand"}},
+                {"name": "spot", "weight": 1, "nodeSelector": {NODE_TYPE_LABEL: "spot"},
+                 "tolerations": [{"key": NODE_TYPE_LABEL, "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]},
+            ]}],
+            "priorityBuckets": buckets,
+            "scoring": {"enabled": false},
+            "tiers": [{
+                "name": class("capped"),
+                "gpuClass": class("l4"),
+                "fallbackGpuClasses": [class("h100")],
+                "placement": class("mix"),
+                "quotas": {
+                    "nvidia.com/gpu": {"nominal": TIER_GPUS.to_string()},
+                    "cpu": {"nominal": "64"},
+                    "memory": {"nominal": "64Gi"},
+                },
+                "quotaShares": {class("h100"): 2},
+            }],
+        }
+    });
+    Ok(serde_json::from_value(policy)?)
+}
+
+fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {
+    if condition { Ok(()) } else { Err(message().into()) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor() {
+    const TEST: &str = "kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor";
+    let Some(client) = connect_or_skip(TEST).await else { return };
+    if !kueue_served_or_skip(&client, TEST).await {
+        return;
+    }
+    let endpoint = match webhook_endpoint_or_skip(TEST) {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => return,
+        Err(error) => panic!("{error}"),
+    };
+    let cleanup = Cleanup::new(client.clone());
+    let result = run_scenario(&client, &cleanup, &endpoint).await;
+    cleanup.run().await;
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+}
+
+/// Setup, checks, then cleanup while the webhook still answers, and only then the webhook and the daemon stop.
+async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    let run = Run::new()?;
+    let daemon = start_daemon(client, cleanup, &run).await?;
+    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
+    let outcome = fill_and_check(client, cleanup, endpoint, &webhook, &run).await;
+    cleanup.run().await;
+    webhook.stop().await;
+    daemon.stop().await;
+    outcome
+}
+
+async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
+    if install_tierpolicy_crd(client).await? {
+        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
+    }
+    create_namespace(client, cleanup, &run.system, &[]).await?;
+    create_namespace(client, cleanup, &run.tenant, &[(E2E_TIER_LABEL, &run.tier()), (RUN_LABEL, &run.prefix)]).await?;
+    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
+    apply_policy(client, &run.policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let local_queue = run.policy.spec.tiers[0].local_queue();
+    let local_queues = KueueKind::LocalQueue.api_resource();
+    let cluster_queues = KueueKind::ClusterQueue.api_resource();
+    let cluster_queue = format!("tiergate-{}", run.tier());
+    wait_for("the tier's LocalQueue and ClusterQueue", CONVERGE, || async {
+        let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), &run.tenant, &local_queues);
+        queues.get_opt(&local_queue).await.ok()??;
+        let clusters: Api<DynamicObject> = Api::all_with(client.clone(), &cluster_queues);
+        clusters.get_opt(&cluster_queue).await.ok()??;
+        Some(())
+    })
+    .await?;
+    Ok(daemon)
+}
+
+/// A one-GPU Job of `kind`, `index`th of its kind; suspended and queued by the webhook.
+fn build_job(run: &Run, kind: Kind, index: usize) -> Result<Job, HarnessError> {
+    let mut node_selector = serde_json::Map::new();
+    let mut tolerations = Vec::new();
+    match kind {
+        Kind::Fallback => {
+            node_selector.insert(CLASS_LABEL.to_owned(), json!(run.class("h100")));
+        }
+        Kind::OnDemand => {
+            node_selector.insert(NODE_TYPE_LABEL.to_owned(), json!("ondemand"));
+        }
+        Kind::Spot => {
+            node_selector.insert(NODE_TYPE_LABEL.to_owned(), json!("spot"));
+            tolerations
+                .push(json!({"key": NODE_TYPE_LABEL, "operator": "Equal", "value": "spot", "effect": "NoSchedule"}));
+        }
+    }
+    let job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": format!("{}-{index}", kind.name()), "namespace": run.tenant,
+                     "labels": {"e2e.tiergate.io/kind": kind.name()}},
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "nodeSelector": node_selector,
+                "tolerations": tolerations,
+                "containers": [{
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }],
+            }},
+        },
+    });
+    Ok(serde_json::from_value(job)?)
+}
+
+/// Waits until a dry-run Job comes back queued: the API server reaches the webhook and its snapshot knows the
+/// namespace.
+async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
+    let job = build_job(run, Kind::OnDemand, 0)?;
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
+        let stored = jobs.create(&dry_run, &job).await.ok()?;
+        stored.labels().contains_key(QUEUE_NAME_LABEL).then_some(())
+    })
+    .await
+}
+
+/// What Kueue decided for one Job's Workload.
+#[derive(Debug)]
+struct Decision {
+    job: String,
+    kind: String,
+    /// The GPU flavor of the first pod set when admitted.
+    admitted_flavor: Option<String>,
+    /// The QuotaReserved condition's message when not admitted.
+    pending_message: Option<String>,
+}
+
+async fn decisions(client: &Client, run: &Run) -> Result<Vec<Decision>, HarnessError> {
+    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), &run.tenant, &workload_resource());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
+    let kinds: BTreeMap<String, String> = jobs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|job| (job.name_any(), job.labels().get("e2e.tiergate.io/kind").cloned().unwrap_or_default()))
+        .collect();
+    let mut found = Vec::new();
+    for workload in workloads.list(&ListParams::default()).await?.items {
+        let owners = workload.metadata.owner_references.clone().unwrap_or_default();
+        let Some(job) = owners.iter().find(|owner| owner.kind == "Job").map(|owner| owner.name.clone()) else {
+            continue;
+        };
+        let status = &workload.data["status"];
+        let admitted = condition_status(status, "Admitted") == Some("True");
+        let admitted_flavor = admitted
+            .then(|| status["admission"]["podSetAssignments"][0]["flavors"]["nvidia.com/gpu"].as_str())
+            .flatten()
+            .map(str::to_owned);
+        let pending_message = (!admitted)
+            .then(|| condition(status, "QuotaReserved"))
+            .flatten()
+            .filter(|reserved| reserved["status"] == "False")
+            .and_then(|reserved| reserved["message"].as_str().map(str::to_owned));
+        let kind = kinds.get(&job).cloned().unwrap_or_default();
+        found.push(Decision { job, kind, admitted_flavor, pending_message });
+    }
+    Ok(found)
+}
+
+fn workload_resource() -> ApiResource {
+    ApiResource {
+        group: "kueue.x-k8s.io".to_owned(),
+        version: "v1beta2".to_owned(),
+        api_version: "kueue.x-k8s.io/v1beta2".to_owned(),
+        kind: "Workload".to_owned(),
+        plural: "workloads".to_owned(),
+    }
+}
+
+fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)
+}
+
+fn condition_status<'a>(status: &'a Value, type_: &str) -> Option<&'a str> {
+    condition(status, type_)?["status"].as_str()
+}
+
+/// Kueue's message for a pod set that does not fit, e.g. "couldn't assign flavors to pod set main: insufficient
+/// unused quota for nvidia.com/gpu in flavor X, 1 more needed".
+fn is_insufficient_quota(message: &str) -> bool {
+    message.to_ascii_lowercase().contains("insufficient")
+}
+
+async fn fill_and_check(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
+    wait_until_mutating(client, run).await?;
+    // The tier's own arithmetic: the flavors' GPUs add up to the quota, and each flavor's nominal quota.
+    let quota = tier_quota(&run.policy.spec, &run.policy.spec.tiers[0]);
+    let nominal: BTreeMap<String, u64> =
+        quota.flavors.iter().map(|flavor| (flavor.selector.flavor.clone(), flavor.gpus)).collect();
+    ensure(nominal.values().sum::<u64>() == u64::from(TIER_GPUS), || format!("flavors offer {nominal:?}"))?;
+
+    // 11 one-GPU Jobs against 8 GPUs: 5 fallback (2 GPUs), 3 on-demand (3 GPUs), 3 spot (3 GPUs). A rule's Job
+    // matches its own flavor, the primary class's (0 GPUs, no fit) and the fallback's only when it names no class,
+    // which it does (the webhook leaves the class to Kueue in a tier with fallbacks); its own flavor comes first
+    // and has room for all of them, so only fallback Jobs wait.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
+    let mut created = 0;
+    for kind in Kind::ALL {
+        let count = match kind {
+            Kind::Fallback => 5,
+            Kind::OnDemand | Kind::Spot => 3,
+        };
+        for index in 0..count {
+            let stored = jobs.create(&PostParams::default(), &build_job(run, kind, index)?).await?;
+            ensure(stored.labels().contains_key(QUEUE_NAME_LABEL), || {
+                format!("Job {} was not queued by the webhook: {:?}", stored.name_any(), stored.labels())
+            })?;
+            created += 1;
+        }
+    }
+    let expected_pending = created - usize::try_from(TIER_GPUS).unwrap_or(usize::MAX);
+    let settled = wait_for("Kueue to admit the quota and leave the rest pending", SCHEDULED, || async {
+        let found = decisions(client, run).await.ok()?;
+        let admitted = found.iter().filter(|decision| decision.admitted_flavor.is_some()).count();
+        let pending = found
+            .iter()
+            .filter(|decision| decision.pending_message.as_deref().is_some_and(is_insufficient_quota))
+            .count();
+        (found.len() == created && u32::try_from(admitted).ok() == Some(TIER_GPUS) && pending == expected_pending)
+            .then_some(found)
+    })
+    .await;
+    let found = match settled {
+        Ok(found) => found,
+        Err(error) => {
+            let last = decisions(client, run).await.unwrap_or_default();
+            return Err(format!("{error}; last seen: {last:#?}").into());
+        }
+    };
+
+    let mut charged: BTreeMap<String, u64> = BTreeMap::new();
+    for decision in &found {
+        let kind = Kind::ALL.into_iter().find(|kind| kind.name() == decision.kind);
+        let Some(flavor) = &decision.admitted_flavor else {
+            ensure(matches!(kind, Some(Kind::Fallback)), || {
+                format!(
+                    "Job {} ({}) is pending although its flavor has room: {decision:?}",
+                    decision.job, decision.kind
+                )
+            })?;
+            continue;
+        };
+        *charged.entry(flavor.clone()).or_insert(0) += 1;
+        let expected = kind.map(|kind| run.flavor_for(kind)).unwrap_or_default();
+        ensure(flavor == &expected, || {
+            format!("Job {} ({}) was charged to flavor {flavor}, expected {expected}", decision.job, decision.kind)
+        })?;
+    }
+    // Every flavor with quota is full, and none holds more than its nominal quota (nothing can be borrowed).
+    for (flavor, offered) in &nominal {
+        let used = charged.get(flavor).copied().unwrap_or(0);
+        ensure(used == *offered, || {
+            format!("flavor {flavor} holds {used} admitted GPUs of its {offered}: {charged:?}")
+        })?;
+    }
+    Ok(())
+}
