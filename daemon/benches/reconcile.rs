@@ -250,6 +250,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         local_queues: queues.as_reader().state(),
         pods: vec![],
         replica_sets: vec![],
+        owners: vec![],
         synced: true,
     };
     let snapshot = build_snapshot(&inputs);

@@ -12,6 +12,8 @@ pub mod cluster;
 pub mod cmd;
 pub mod inputs;
 pub mod metrics;
+pub mod owner_watch;
+pub mod owners;
 pub mod placement;
 pub mod plan;
 pub mod policy;
