@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod, PodSpec, Taint
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::core::{DynamicObject, ObjectMeta, PartialObjectMeta};
-use kube::runtime::reflector::{self, Lookup, Store, store::Writer};
+use kube::runtime::reflector::{Lookup, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
-use crate::owner_watch::{discover_owner_kinds, owner_events};
+use crate::owner_watch::{OwnerTables, discover_owner_kinds, owner_events};
 use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET, owner_kinds};
 use crate::placement::PlacementLedger;
 use crate::policy::TierPolicy;
@@ -132,8 +132,8 @@ struct Readers {
     placed_pods: Store<PodView>,
     typed_pods: Store<PodView>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
-    /// The owner-kind stores, once discovery has said which kinds are served.
-    owners: watch::Receiver<Option<Vec<Store<OwnerRecord>>>>,
+    /// The owner-kind tables, filled once discovery has said which kinds are served.
+    owners: OwnerTables,
 }
 
 /// Starts every watch and the snapshot loop; they stop when `shutdown` is cancelled.
@@ -235,28 +235,26 @@ pub fn start_caches(
     Caches { snapshot, owned, changes }
 }
 
-/// Discovers the served owner kinds, then starts one metadata-only watch per kind (in the background: discovery
-/// waits on the API server); the receiver holds the stores once they exist.
+/// Discovers the served owner kinds, then starts one metadata-only watch per kind into the owner tables (in the
+/// background: discovery waits on the API server).
 fn start_owner_watches(
     client: &Client,
     spawner: &Spawner,
     config: impl Fn() -> watcher::Config + Send + 'static,
-) -> watch::Receiver<Option<Vec<Store<OwnerRecord>>>> {
-    let (stores_tx, stores) = watch::channel(None);
-    let (client, spawner) = (client.clone(), spawner.clone());
+) -> OwnerTables {
+    let tables = OwnerTables::default();
+    let (client, spawner, started) = (client.clone(), spawner.clone(), tables.clone());
     tokio::spawn(async move {
         let served = discover_owner_kinds(&client, &owner_kinds(), &spawner.shutdown).await;
-        let started: Vec<Store<OwnerRecord>> = served
-            .into_iter()
-            .map(|(kind, resource)| {
-                let events = owner_events(client.clone(), kind, &resource, config());
-                spawner.watch(kind.kind, Trigger::Never, Writer::new(kind), events)
-            })
-            .collect();
-        stores_tx.send_replace(Some(started));
+        started.expect(served.len());
+        for (kind, resource) in served {
+            let events = owner_events(client.clone(), kind, &resource, config());
+            let mut sink = started.sink();
+            spawner.watch_into(kind.kind, Trigger::Never, events, move |event| sink.apply(event));
+        }
         spawner.signals.changed.notify_one();
     });
-    stores
+    tables
 }
 
 /// A stateful filter over one watch's events.
@@ -280,18 +278,36 @@ struct Spawner {
 }
 
 impl Spawner {
-    fn watch<K, S>(&self, label: &'static str, mut trigger: Trigger<K>, writer: Writer<K>, stream: S) -> Store<K>
+    fn watch<K, S>(&self, label: &'static str, trigger: Trigger<K>, mut writer: Writer<K>, stream: S) -> Store<K>
     where
         K: Lookup + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
         S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     {
         let reader = writer.as_reader();
+        self.watch_into(label, trigger, stream, move |event| writer.apply_watcher_event(event));
+        reader
+    }
+
+    /// Runs one watch, handing every event to `sink` (a reflector writer, or the owner table).
+    fn watch_into<K, S>(
+        &self,
+        label: &'static str,
+        mut trigger: Trigger<K>,
+        stream: S,
+        mut sink: impl FnMut(&watcher::Event<K>) + Send + 'static,
+    ) where
+        K: Send + 'static,
+        S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    {
         let signals = self.signals.clone();
         let shutdown = self.shutdown.clone();
         let index = signals.register(label);
         tokio::spawn(async move {
-            let events = reflector::reflector(writer, stream.default_backoff()).for_each(|event| {
+            let events = stream.default_backoff().for_each(|event| {
+                if let Ok(event) = &event {
+                    sink(event);
+                }
                 signals.record(index, event.is_ok());
                 match &event {
                     Ok(event) => {
@@ -320,7 +336,6 @@ impl Spawner {
                 () = events => {}
             }
         });
-        reader
     }
 }
 
@@ -367,8 +382,7 @@ async fn wait_for_sync(
     signals: Arc<Signals>,
     shutdown: CancellationToken,
 ) {
-    let Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets, mut owners } =
-        readers;
+    let Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets, owners } = readers;
     let mut waits = vec![
         Box::pin(async move { policies.wait_until_ready().await.is_ok() })
             as std::pin::Pin<Box<dyn Future<Output = bool> + Send>>,
@@ -378,13 +392,7 @@ async fn wait_for_sync(
         Box::pin(async move { placed_pods.wait_until_ready().await.is_ok() }),
         Box::pin(async move { typed_pods.wait_until_ready().await.is_ok() }),
         Box::pin(async move { replica_sets.wait_until_ready().await.is_ok() }),
-        Box::pin(async move {
-            let Ok(stores) = owners.wait_for(Option::is_some).await.map(|stores| stores.clone()) else {
-                return false;
-            };
-            let ready = stores.into_iter().flatten().map(|store| async move { store.wait_until_ready().await.is_ok() });
-            futures::future::join_all(ready).await.into_iter().all(|ready| ready)
-        }),
+        Box::pin(async move { owners.wait_until_ready().await }),
     ];
     for store in owned.into_values() {
         waits.push(Box::pin(async move { store.wait_until_ready().await.is_ok() }));
@@ -444,7 +452,7 @@ async fn run_snapshot_loop(state: SnapshotLoop) {
             local_queues: state.readers.local_queues.state(),
             pods: state.readers.placed_pods.state().into_iter().chain(state.readers.typed_pods.state()).collect(),
             replica_sets: state.readers.replica_sets.state(),
-            owners: state.readers.owners.borrow().iter().flatten().flat_map(Store::state).collect(),
+            owners: state.readers.owners.records(),
             synced: state.synced.load(Ordering::Relaxed),
         };
         let snapshot = Arc::new(build_snapshot(&inputs));

@@ -1,14 +1,15 @@
-//! The owner index's inputs: discovery of which owner kinds the API server serves, and metadata-only watches of
-//! them trimmed to uid, namespace, name and kind; does I/O.
+//! The owner index's inputs: discovery of which owner kinds the API server serves, metadata-only watches of them
+//! trimmed to uid, namespace, name and kind, and the tables they fill (no reflector store: its per-object keys
+//! doubled the memory); does I/O.
 
-use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{Stream, TryStreamExt};
 use kube::Client;
 use kube::api::{Api, ApiResource, GroupVersionKind};
 use kube::core::{DynamicObject, PartialObjectMeta};
-use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
@@ -18,32 +19,115 @@ use crate::owners::{OwnerKind, OwnerRecord};
 /// Wait before asking discovery again after an error other than "not served".
 const DISCOVERY_RETRY: Duration = Duration::from_secs(5);
 
-impl Lookup for OwnerRecord {
-    type DynamicType = OwnerKind;
+/// The owner records of every watched kind, by uid: one table per kind, each replaced whole when its watch
+/// re-lists. Written by the watch tasks, read by the snapshot loop (which shares the records' `Arc`s).
+#[derive(Clone, Debug, Default)]
+pub struct OwnerTables {
+    shared: Arc<Mutex<Tables>>,
+    ready: Arc<tokio::sync::Notify>,
+}
 
-    fn kind(dyntype: &OwnerKind) -> Cow<'_, str> {
-        Cow::Borrowed(dyntype.kind)
+#[derive(Debug, Default)]
+struct Tables {
+    /// How many kinds discovery found served (`None` until it has answered).
+    expected: Option<usize>,
+    kinds: Vec<KindTable>,
+}
+
+#[derive(Debug, Default)]
+struct KindTable {
+    live: HashMap<Arc<str>, Arc<OwnerRecord>>,
+    /// The re-list in progress (between `Init` and `InitDone`).
+    relist: Option<HashMap<Arc<str>, Arc<OwnerRecord>>>,
+    listed: bool,
+}
+
+/// The writer of one kind's table.
+#[derive(Debug)]
+pub struct OwnerSink {
+    tables: OwnerTables,
+    slot: usize,
+}
+
+impl OwnerTables {
+    /// Records how many kinds will be watched (after discovery).
+    pub fn expect(&self, kinds: usize) {
+        if let Ok(mut tables) = self.shared.lock() {
+            tables.expected = Some(kinds);
+        }
+        self.ready.notify_waiters();
     }
-    fn group(dyntype: &OwnerKind) -> Cow<'_, str> {
-        Cow::Borrowed(dyntype.group)
+
+    /// A writer for one more kind's table.
+    pub fn sink(&self) -> OwnerSink {
+        let slot = match self.shared.lock() {
+            Ok(mut tables) => {
+                tables.kinds.push(KindTable::default());
+                tables.kinds.len() - 1
+            }
+            Err(_) => usize::MAX,
+        };
+        OwnerSink { tables: self.clone(), slot }
     }
-    fn version(dyntype: &OwnerKind) -> Cow<'_, str> {
-        Cow::Borrowed(dyntype.version)
+
+    /// Whether discovery has answered and every served kind has listed once.
+    pub fn is_ready(&self) -> bool {
+        self.shared.lock().is_ok_and(|tables| {
+            tables
+                .expected
+                .is_some_and(|expected| tables.kinds.len() >= expected && tables.kinds.iter().all(|kind| kind.listed))
+        })
     }
-    fn plural(dyntype: &OwnerKind) -> Cow<'_, str> {
-        Cow::Owned(format!("{}s", dyntype.kind.to_ascii_lowercase()))
+
+    /// Resolves once [`Self::is_ready`]; true then (the watch tasks never give up, so it waits until shutdown).
+    pub async fn wait_until_ready(&self) -> bool {
+        loop {
+            let notified = self.ready.notified();
+            if self.is_ready() {
+                return true;
+            }
+            notified.await;
+        }
     }
-    fn name(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(self.name.as_str()))
+
+    /// Every record (shared, not copied).
+    pub fn records(&self) -> Vec<Arc<OwnerRecord>> {
+        self.shared
+            .lock()
+            .map(|tables| tables.kinds.iter().flat_map(|kind| kind.live.values().cloned()).collect())
+            .unwrap_or_default()
     }
-    fn namespace(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(self.namespace.as_str()))
-    }
-    fn resource_version(&self) -> Option<Cow<'_, str>> {
-        None
-    }
-    fn uid(&self) -> Option<Cow<'_, str>> {
-        Some(Cow::Borrowed(&self.uid))
+}
+
+impl OwnerSink {
+    /// Applies one watch event to this kind's table.
+    pub fn apply(&mut self, event: &watcher::Event<OwnerRecord>) {
+        let Ok(mut tables) = self.tables.shared.lock() else { return };
+        let Some(table) = tables.kinds.get_mut(self.slot) else { return };
+        let entry = |record: &OwnerRecord| (record.uid.clone(), Arc::new(record.clone()));
+        match event {
+            watcher::Event::Apply(record) => {
+                let (uid, record) = entry(record);
+                table.live.insert(uid, record);
+            }
+            watcher::Event::Delete(record) => {
+                table.live.remove(&record.uid);
+            }
+            watcher::Event::Init => table.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(record) => {
+                let (uid, record) = entry(record);
+                table.relist.get_or_insert_with(HashMap::new).insert(uid, record);
+            }
+            watcher::Event::InitDone => {
+                if let Some(mut relisted) = table.relist.take() {
+                    relisted.shrink_to_fit();
+                    table.live = relisted;
+                }
+                table.listed = true;
+                drop(tables);
+                self.tables.ready.notify_waiters();
+            }
+        }
     }
 }
 

@@ -230,7 +230,8 @@ fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
             "/metadata/ownerReferences",
             json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "1", "controller": true}]),
         );
-    // The Job must exist in the caches (issue 13: an owner reference is verified, never trusted on its word).
+    // The Job must exist in the caches and the Pod be written by a controller (issue 13: an owner reference is
+    // verified, never trusted on its word).
     let job = tiergate::owners::OwnerRecord {
         kind: tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" },
         namespace: "ml-team-dev".into(),
@@ -240,7 +241,9 @@ fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
     };
     let mut snapshot = snapshot_with(policy());
     snapshot.owners = Some(std::sync::Arc::new(tiergate::owners::OwnerIndex::build([std::sync::Arc::new(job)])));
-    let decision = mutate(&pod.create(), &snapshot, &AdmissionInputs::default());
+    let mut request = pod.create();
+    request.user_info.username = Some("system:serviceaccount:kube-system:job-controller".into());
+    let decision = mutate(&request, &snapshot, &AdmissionInputs::default());
     assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
     assert!(decision.reasons.iter().any(|reason| reason.contains("Job ml-team-dev/train")));
 }

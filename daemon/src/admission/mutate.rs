@@ -147,7 +147,8 @@ fn decide(
             return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
         }
     };
-    let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, snapshot);
+    let requester = request.user_info.username.as_deref();
+    let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, requester, snapshot);
     let mut work = Work {
         adapter,
         templates: adapter.pod_templates(&before),
@@ -678,8 +679,8 @@ impl Work {
         let pointers: Vec<&str> =
             self.adapter.immutable_on_update.iter().copied().filter(|pointer| *pointer != queue_pointer).collect();
         // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'
-        // mutable scheduling directives of a suspended Job, which JobSet follows): the tier's selector and
-        // tolerations an update removed are put back there; everything else stays as the update wrote it.
+        // mutable scheduling directives of a suspended Job, which JobSet follows), also while being unsuspended:
+        // the tier's selector and tolerations an update removed are put back; the rest stays as the update wrote it.
         let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable(request) {
             self.templates
                 .iter()
@@ -715,12 +716,12 @@ impl Work {
         }
     }
 
-    /// Whether this UPDATE may change the templates' scheduling directives: the workload was and stays suspended
-    /// and never started (`status.startTime` unset).
+    /// Whether this UPDATE may change the templates' scheduling directives: the old object was suspended and never
+    /// started (`status.startTime` unset). Kubernetes allows it then, also in the update that unsuspends (that is
+    /// how Kueue injects a flavor's node labels at admission).
     fn scheduling_mutable(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
         let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
         self.adapter.templates != TemplateLayout::Pod
-            && self.adapter.is_suspended(&self.before)
             && old.as_ref().is_some_and(|old| {
                 self.adapter.is_suspended(old) && old.pointer("/status/startTime").is_none_or(Value::is_null)
             })

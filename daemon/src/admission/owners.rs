@@ -1,8 +1,10 @@
 //! Owner references verified against the snapshot's owner index, never trusted on their word; pure, no I/O.
 //!
 //! An owner is verified only when an object of that kind, with that uid and name, exists in the caches in the
-//! request's namespace, and tiergate checks that kind's pod templates itself. A ReplicaSet is verified only through
-//! its controlling Deployment. Offline there are no caches, so no owner is verified.
+//! request's namespace, tiergate checks that kind's pod templates itself, and the object is written by a
+//! controller (a `system:` identity that is not a service account of the request's namespace): a tenant can
+//! point an ownerReference at its own real Job, but cannot write objects as the Job controller. A ReplicaSet is
+//! verified only through its controlling Deployment. Offline there are no caches, so no owner is verified.
 
 use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET, owner_adapter};
 use crate::view::Snapshot;
@@ -42,7 +44,12 @@ impl OwnerCheck {
 }
 
 /// Checks the controller reference of an object in `namespace` against the snapshot's owner index.
-pub fn check_owner(owner_references: Option<&[OwnerReference]>, namespace: &str, snapshot: &Snapshot) -> OwnerCheck {
+pub fn check_owner(
+    owner_references: Option<&[OwnerReference]>,
+    namespace: &str,
+    requester: Option<&str>,
+    snapshot: &Snapshot,
+) -> OwnerCheck {
     let controller = owner_references.unwrap_or_default().iter().find(|owner| owner.controller == Some(true));
     let Some(controller) = controller else {
         return OwnerCheck::None;
@@ -54,6 +61,12 @@ pub fn check_owner(owner_references: Option<&[OwnerReference]>, namespace: &str,
             "tiergate runs without caches here (offline or explain), so no owner can be verified".into(),
         );
     };
+    if !is_controller(requester, namespace) {
+        let user = requester.unwrap_or("an unnamed user");
+        return unverified(format!(
+            "the object was written by {user}, not by a controller (a system: identity outside namespace {namespace})"
+        ));
+    }
     let (group, _) = controller.api_version.split_once('/').unwrap_or(("", &controller.api_version));
     let replica_set = group == REPLICA_SET.group && controller.kind == REPLICA_SET.kind;
     let adapter = owner_adapter(group, &controller.kind);
@@ -89,6 +102,18 @@ pub fn check_owner(owner_references: Option<&[OwnerReference]>, namespace: &str,
     }
 }
 
+/// Whether `user` is a controller for objects in `namespace`: a `system:` identity (reserved for the control
+/// plane and service accounts) that is not a service account of `namespace` itself, which the tenant controls.
+pub fn is_controller(user: Option<&str>, namespace: &str) -> bool {
+    let Some(user) = user.filter(|user| user.starts_with("system:")) else {
+        return false;
+    };
+    match user.strip_prefix("system:serviceaccount:") {
+        Some(account) => account.split(':').next().is_some_and(|account_namespace| account_namespace != namespace),
+        None => true,
+    }
+}
+
 fn find<'i>(index: &'i OwnerIndex, controller: &OwnerReference, namespace: &str) -> Result<&'i OwnerRecord, String> {
     let Some(record) = index.get(&controller.uid) else {
         return Err(format!("no {} with uid {} exists in namespace {namespace}", controller.kind, controller.uid));
@@ -110,4 +135,18 @@ fn find<'i>(index: &'i OwnerIndex, controller: &OwnerReference, namespace: &str)
         ));
     }
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_system_identities_outside_the_namespace_are_controllers() {
+        assert!(is_controller(Some("system:serviceaccount:kube-system:job-controller"), "team"));
+        assert!(is_controller(Some("system:kube-controller-manager"), "team"));
+        assert!(!is_controller(Some("system:serviceaccount:team:builder"), "team"), "the tenant's own account");
+        assert!(!is_controller(Some("alice"), "team"));
+        assert!(!is_controller(None, "team"));
+    }
 }

@@ -19,6 +19,7 @@ mod support {
     pub use tiergate::view::Snapshot;
 
     pub const BRONZE: &str = "ml-team-dev";
+    pub const CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
     pub const QUEUE: &str = "kueue.x-k8s.io/queue-name";
     pub const PRIORITY: &str = "kueue.x-k8s.io/priority-class";
     pub const CLASS: &str = "gpu.nvidia.com/class";
@@ -97,6 +98,13 @@ mod support {
         decide(&review("CREATE", object, None, false), snapshot)
     }
 
+    /// The CREATE as a controller sends it (the Job controller's service account in kube-system).
+    pub fn create_by_controller(object: &Value, snapshot: &Snapshot) -> (Decision, Value) {
+        let mut request = review("CREATE", object, None, false);
+        request.user_info.username = Some(CONTROLLER.to_owned());
+        decide(&request, snapshot)
+    }
+
     pub fn update(old: &Value, new: &Value, snapshot: &Snapshot) -> (Decision, Value) {
         decide(&review("UPDATE", new, Some(old), false), snapshot)
     }
@@ -133,33 +141,33 @@ mod support {
 #[test]
 fn h100_pod_claiming_a_job_that_does_not_exist_is_denied() {
     let pod = owned_by(h100_pod(), JOB, "train", "forged-uid");
-    let (decision, _) = create(&pod, &live(&[]));
+    let (decision, _) = create_by_controller(&pod, &live(&[]));
     assert_denied(&decision, "foreign_gpu_class", &["h100", "tier bronze"]);
 }
 
 #[test]
 fn h100_pod_claiming_a_statefulset_that_does_not_exist_is_denied() {
     let pod = owned_by(h100_pod(), STATEFULSET, "db", "forged-uid");
-    assert_denied(&create(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_claiming_a_jobset_that_does_not_exist_is_denied() {
     let pod = owned_by(h100_pod(), JOBSET, "js", "forged-uid");
-    assert_denied(&create(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_claiming_a_replicaset_that_does_not_exist_is_denied() {
     let pod = owned_by(h100_pod(), REPLICASET, "web-123", "forged-uid");
-    assert_denied(&create(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_claiming_another_pod_as_controller_is_denied_even_when_that_pod_exists() {
     let pod = owned_by(h100_pod(), POD, "other", "pod-uid");
     let snapshot = live(&[record(POD, BRONZE, "other", "pod-uid")]);
-    let (decision, _) = create(&pod, &snapshot);
+    let (decision, _) = create_by_controller(&pod, &snapshot);
     assert_denied(&decision, "foreign_gpu_class", &["h100"]);
 }
 
@@ -167,14 +175,14 @@ fn h100_pod_claiming_another_pod_as_controller_is_denied_even_when_that_pod_exis
 fn h100_pod_naming_a_real_job_with_a_wrong_uid_is_denied() {
     let pod = owned_by(h100_pod(), JOB, "train", "guessed-uid");
     let snapshot = live(&[record(JOB, BRONZE, "train", "real-uid")]);
-    assert_denied(&create(&pod, &snapshot).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &snapshot).0, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_claiming_a_gold_namespace_job_by_its_real_uid_is_denied() {
     let pod = owned_by(h100_pod(), JOB, "train", "gold-uid");
     let snapshot = live(&[record(JOB, "ml-research", "train", "gold-uid")]);
-    let (decision, _) = create(&pod, &snapshot);
+    let (decision, _) = create_by_controller(&pod, &snapshot);
     assert_denied(&decision, "foreign_gpu_class", &["h100"]);
 }
 
@@ -182,21 +190,21 @@ fn h100_pod_claiming_a_gold_namespace_job_by_its_real_uid_is_denied() {
 fn h100_pod_claiming_a_deployment_uid_as_a_job_is_denied() {
     let pod = owned_by(h100_pod(), JOB, "web", "deploy-uid");
     let snapshot = live(&[record(DEPLOYMENT, BRONZE, "web", "deploy-uid")]);
-    assert_denied(&create(&pod, &snapshot).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &snapshot).0, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_of_a_tenant_made_replicaset_without_a_deployment_is_denied() {
     let pod = owned_by(h100_pod(), REPLICASET, "rs", "rs-uid");
     let snapshot = live(&[record(REPLICASET, BRONZE, "rs", "rs-uid")]);
-    let (decision, _) = create(&pod, &snapshot);
+    let (decision, _) = create_by_controller(&pod, &snapshot);
     assert_denied(&decision, "foreign_gpu_class", &["h100"]);
 }
 
 #[test]
 fn h100_pod_claiming_a_job_offline_is_denied_and_explain_says_the_owner_is_unverified() {
     let pod = owned_by(h100_pod(), JOB, "train", "any");
-    assert_denied(&create(&pod, &offline()).0, "foreign_gpu_class", &["h100"]);
+    assert_denied(&create_by_controller(&pod, &offline()).0, "foreign_gpu_class", &["h100"]);
     let (decision, _) = create(
         &owned_by(
             json!({"apiVersion": "v1", "kind": "Pod",
@@ -214,7 +222,7 @@ fn h100_pod_claiming_a_job_offline_is_denied_and_explain_says_the_owner_is_unver
 #[test]
 fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
     let pod = owned_by(h100_pod(), JOB, "train", "job-uid");
-    let (decision, object) = create(&pod, &live(&[record(JOB, BRONZE, "train", "job-uid")]));
+    let (decision, object) = create_by_controller(&pod, &live(&[record(JOB, BRONZE, "train", "job-uid")]));
     assert_allowed(&decision);
     assert_eq!(object["spec"]["nodeSelector"][CLASS], "h100");
 }
@@ -225,9 +233,27 @@ fn pod_of_a_verified_deployment_through_its_replicaset_is_trusted() {
     let replica_set =
         OwnerRecord { controller_uid: Some("deploy-uid".into()), ..record(REPLICASET, BRONZE, "web-123", "rs-uid") };
     let snapshot = live(&[replica_set, record(DEPLOYMENT, BRONZE, "web", "deploy-uid")]);
-    let (decision, _) = create(&pod, &snapshot);
+    let (decision, _) = create_by_controller(&pod, &snapshot);
     assert_allowed(&decision);
     assert!(decision.reasons.iter().any(|reason| reason.contains("Deployment ml-team-dev/web")));
+}
+
+#[test]
+fn h100_pod_pointing_at_the_tenants_own_real_job_is_denied() {
+    // The Job exists with that uid, but the tenant wrote the Pod itself: its template was never the Job's.
+    let pod = owned_by(h100_pod(), JOB, "train", "job-uid");
+    let (decision, _) = create(&pod, &live(&[record(JOB, BRONZE, "train", "job-uid")]));
+    assert_denied(&decision, "foreign_gpu_class", &["h100"]);
+}
+
+#[test]
+fn h100_pod_written_by_a_service_account_of_the_tenant_namespace_is_denied() {
+    let pod = owned_by(h100_pod(), JOB, "train", "job-uid");
+    let mut request = review("CREATE", &pod, None, false);
+    request.user_info.username = Some(format!("system:serviceaccount:{BRONZE}:builder"));
+    let (decision, _) = decide(&request, &live(&[record(JOB, BRONZE, "train", "job-uid")]));
+    assert_denied(&decision, "foreign_gpu_class", &["h100"]);
+    assert!(!decision.reasons.is_empty());
 }
 
 // Class 6: children of Kueue-managed parents.
@@ -235,7 +261,7 @@ fn pod_of_a_verified_deployment_through_its_replicaset_is_trusted() {
 #[test]
 fn job_of_a_verified_jobset_is_left_unqueued_and_unsuspended_but_gets_the_tier_class() {
     let child = owned_by(job(), JOBSET, "js", "js-uid");
-    let (decision, object) = create(&child, &live(&[record(JOBSET, BRONZE, "js", "js-uid")]));
+    let (decision, object) = create_by_controller(&child, &live(&[record(JOBSET, BRONZE, "js", "js-uid")]));
     assert_allowed(&decision);
     assert_eq!(label(&object, QUEUE), None);
     assert_eq!(object["spec"].get("suspend"), None);
@@ -248,7 +274,7 @@ fn job_of_a_verified_jobset_is_left_unqueued_and_unsuspended_but_gets_the_tier_c
 fn job_claiming_a_jobset_that_does_not_exist_is_still_queued_and_suspended() {
     let child = owned_by(job(), JOBSET, "js", "forged");
     for snapshot in [live(&[]), offline()] {
-        let (decision, object) = create(&child, &snapshot);
+        let (decision, object) = create_by_controller(&child, &snapshot);
         assert_allowed(&decision);
         assert_eq!(label(&object, QUEUE), Some("tiergate-bronze"));
         assert_eq!(object["spec"]["suspend"], true);
@@ -256,10 +282,22 @@ fn job_claiming_a_jobset_that_does_not_exist_is_still_queued_and_suspended() {
 }
 
 #[test]
+fn job_pointing_at_the_tenants_own_real_jobset_is_still_queued_and_suspended() {
+    // The tenant's own JobSet exists, but the tenant (not the JobSet controller) wrote this Job: leaving it to
+    // the JobSet would let it run outside the tier's quota.
+    let child = owned_by(job(), JOBSET, "js", "js-uid");
+    let (decision, object) = create(&child, &live(&[record(JOBSET, BRONZE, "js", "js-uid")]));
+    assert_allowed(&decision);
+    assert_eq!(label(&object, QUEUE), Some("tiergate-bronze"));
+    assert_eq!(object["spec"]["suspend"], true);
+    assert!(decision.reasons.iter().any(|reason| reason.contains("not by a controller")), "{:?}", decision.reasons);
+}
+
+#[test]
 fn job_of_a_verified_jobset_selecting_h100_is_still_denied() {
     let child =
         with(owned_by(job(), JOBSET, "js", "js-uid"), "/spec/template/spec/nodeSelector", json!({CLASS: "h100"}));
-    let (decision, _) = create(&child, &live(&[record(JOBSET, BRONZE, "js", "js-uid")]));
+    let (decision, _) = create_by_controller(&child, &live(&[record(JOBSET, BRONZE, "js", "js-uid")]));
     assert_denied(&decision, "foreign_gpu_class", &["h100"]);
 }
 
@@ -398,6 +436,16 @@ fn removing_the_selector_and_tolerations_of_a_suspended_job_by_update_restores_t
     assert_allowed(&decision);
     assert_eq!(object["spec"]["template"]["spec"]["nodeSelector"], old["spec"]["template"]["spec"]["nodeSelector"]);
     assert_eq!(object["spec"]["template"]["spec"]["tolerations"], old["spec"]["template"]["spec"]["tolerations"]);
+}
+
+#[test]
+fn removing_the_selector_while_unsuspending_a_never_started_job_restores_it() {
+    let old = admitted_suspended_job();
+    let new = with(without(old.clone(), "/spec/template/spec/nodeSelector"), "/spec/suspend", json!(false));
+    let (decision, object) = update(&old, &new, &offline());
+    assert_allowed(&decision);
+    assert_eq!(object["spec"]["template"]["spec"]["nodeSelector"][CLASS], "l4");
+    assert_eq!(label(&object, QUEUE), Some("tiergate-bronze"));
 }
 
 #[test]
