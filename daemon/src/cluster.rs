@@ -876,7 +876,7 @@ mod tests {
                     );
                     continue;
                 }
-                if is_discovery(&path) {
+                if is_discovery(&path) || path == FORBIDDEN_LIST {
                     let (code, body) = discovery(&path);
                     send.send_response(
                         http::Response::builder()
@@ -900,6 +900,9 @@ mod tests {
 
     /// `Some` for a discovery path (`/apis/GROUP/VERSION`): the mocked API server serves batch/v1 Jobs and the
     /// apps/v1 kinds, and no JobSet (its CRD is not installed).
+    /// The mocked daemon may not list StatefulSets (as if the chart's RBAC lacked them).
+    const FORBIDDEN_LIST: &str = "/apis/apps/v1/statefulsets";
+
     fn is_discovery(path: &str) -> bool {
         path.starts_with("/apis/") && path.split('/').count() == 4
     }
@@ -916,6 +919,13 @@ mod tests {
                 resource("statefulsets", "StatefulSet"),
                 resource("replicasets", "ReplicaSet"),
             ],
+            FORBIDDEN_LIST => {
+                return (
+                    403,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden",
+                           "code": 403, "message": "statefulsets.apps is forbidden"}),
+                );
+            }
             _ => {
                 return (
                     404,
@@ -997,9 +1007,9 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn owner_index_holds_the_served_owner_kinds_and_skips_a_kind_the_server_does_not_serve() {
-        // The mocked server serves Jobs and the apps kinds but not JobSets (404 on discovery): the caches must
-        // still sync, with the Job and the ReplicaSet in the owner index.
+    async fn owner_index_holds_the_served_owner_kinds_and_skips_kinds_not_served_or_not_listable() {
+        // The mocked server serves Jobs and the apps kinds but not JobSets (404 on discovery), and forbids listing
+        // StatefulSets (403): the caches must still sync, with the Job and the ReplicaSet in the owner index.
         let client = quiet_cluster(one_job_and_a_standalone_replica_set);
         let shutdown = CancellationToken::new();
         let caches = start_test_caches(&client, &shutdown);

@@ -131,8 +131,9 @@ impl OwnerSink {
     }
 }
 
-/// The owner kinds the API server serves, each with its API resource; a kind it does not serve (its CRD is not
-/// installed) is skipped with one log line. Other discovery errors are retried until `shutdown`.
+/// The owner kinds the API server serves and the daemon may list, each with its API resource; a kind it does not
+/// serve (its CRD is not installed) or may not list (RBAC) is skipped with one log line. Other errors are retried
+/// until `shutdown`.
 pub async fn discover_owner_kinds(
     client: &Client,
     kinds: &[OwnerKind],
@@ -142,9 +143,23 @@ pub async fn discover_owner_kinds(
     for kind in kinds {
         let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
         loop {
-            match kube::discovery::pinned_kind(client, &gvk).await {
-                Ok((resource, _)) => {
+            let found = match kube::discovery::pinned_kind(client, &gvk).await {
+                Ok((resource, _)) => readable(client, &resource).await.map(|()| resource),
+                Err(error) => Err(error),
+            };
+            match found {
+                Ok(resource) => {
                     served.push((*kind, resource));
+                    break;
+                }
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    // A kind added to the adapter table before the chart's RBAC grants it: watching it would fail
+                    // forever and keep the webhook unready.
+                    tracing::warn!(
+                        kind = kind.kind,
+                        api_version = %kind.api_version(),
+                        "no RBAC to list this owner kind; its owner references stay unverified (grant list and watch)"
+                    );
                     break;
                 }
                 Err(error) if not_served(&error) => {
@@ -166,6 +181,12 @@ pub async fn discover_owner_kinds(
         }
     }
     served
+}
+
+/// Whether the daemon may list `resource` (one metadata item).
+async fn readable(client: &Client, resource: &ApiResource) -> Result<(), kube::Error> {
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), resource);
+    api.list_metadata(&kube::api::ListParams::default().limit(1)).await.map(|_| ())
 }
 
 fn not_served(error: &kube::Error) -> bool {
