@@ -40,6 +40,13 @@ GPU_CLASSES = ["h100", "a100", "l4"]
 T = TypeVar("T")
 
 
+# Discovery documents of the owner kinds (GROUP/VERSION -> (resource, kind)); other group versions answer 404.
+OWNER_APIS: dict[str, list[tuple[str, str]]] = {
+    "/apis/batch/v1": [("jobs", "Job")],
+    "/apis/apps/v1": [("deployments", "Deployment"), ("statefulsets", "StatefulSet"), ("replicasets", "ReplicaSet")],
+}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -271,6 +278,15 @@ class FakeApi:
                         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "kueue.x-k8s.io/v1beta2",
                         "resources": [{"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
                                        "verbs": ["get"]} for name, kind, namespaced in KINDS]})
+                if path in OWNER_APIS:
+                    # The owner kinds the daemon's owner index watches (metadata only); JobSet is not served.
+                    return self._send(200, {
+                        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": path.removeprefix("/apis/"),
+                        "resources": [{"name": name, "singularName": "", "namespaced": True, "kind": kind,
+                                       "verbs": ["list", "watch"]} for name, kind in OWNER_APIS[path]]})
+                if path.startswith("/apis/") and path.count("/") == 3:
+                    return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                            "reason": "NotFound", "code": 404})
                 if "/leases/" in path:
                     if api.lease is None:
                         return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",

@@ -250,6 +250,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         local_queues: queues.as_reader().state(),
         pods: vec![],
         replica_sets: vec![],
+        owners: vec![],
         synced: true,
     };
     let snapshot = build_snapshot(&inputs);
@@ -261,12 +262,43 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
     (mib(stats.curr_bytes), mib(stats.max_bytes))
 }
 
+/// Live heap (MiB) of the owner index: `count` owner records in the owner tables (as the metadata-only watch
+/// fills them) and the index a snapshot builds over them.
+fn measure_owner_index_memory(count: usize) -> f64 {
+    let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
+    let before = dhat::HeapStats::get().curr_bytes;
+    let kind = tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" };
+    let tables = tiergate::owner_watch::OwnerTables::default();
+    let mut sink = tables.sink();
+    for index in 0..count {
+        let record = tiergate::owners::OwnerRecord {
+            kind,
+            namespace: format!("team-{:05}", index / 3),
+            name: format!("train-job-{index:06}"),
+            uid: format!("{index:08}-0000-4000-8000-000000000000").into(),
+            controller_uid: None,
+        };
+        sink.apply(&watcher::Event::Apply(record));
+    }
+    let index = tiergate::owners::OwnerIndex::build(tables.records());
+    let live = dhat::HeapStats::get().curr_bytes.saturating_sub(before);
+    std::hint::black_box((&tables, &index));
+    drop(profiler);
+    println!(
+        "owner index: {count} owner records (tables + snapshot index): {:.1} MiB live heap ({} bytes each)",
+        live as f64 / (1024.0 * 1024.0),
+        live / count.max(1)
+    );
+    live as f64 / (1024.0 * 1024.0)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut policy = tiergate::inputs::load_policy(None).unwrap_or_else(|error| panic_free_exit(&error.to_string()));
     policy.metadata.uid = Some("policy-uid".to_owned());
     policy.metadata.generation = Some(1);
     let (live, peak) = measure_cache_memory(&policy);
+    measure_owner_index_memory(30_000);
     println!(
         "caches with 10,000 namespaces + 2,000 nodes + 10,000 LocalQueues + snapshot: {live:.1} MiB live heap \
          (peak {peak:.1} MiB while filling); process RSS now {:.1} MiB",

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{Container, Namespace, Node, Pod, PodSpec, Taint
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::Api;
 use kube::core::{DynamicObject, ObjectMeta, PartialObjectMeta};
-use kube::runtime::reflector::{self, Lookup, Store, store::Writer};
+use kube::runtime::reflector::{Lookup, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Notify, watch};
@@ -27,6 +27,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+use crate::owner_watch::{OwnerTables, discover_owner_kinds, owner_events};
+use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET, owner_kinds};
 use crate::placement::PlacementLedger;
 use crate::policy::TierPolicy;
 use crate::reconcile::OwnedStores;
@@ -130,6 +132,8 @@ struct Readers {
     placed_pods: Store<PodView>,
     typed_pods: Store<PodView>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
+    /// The owner-kind tables, filled once discovery has said which kinds are served.
+    owners: OwnerTables,
 }
 
 /// Starts every watch and the snapshot loop; they stop when `shutdown` is cancelled.
@@ -211,7 +215,8 @@ pub fn start_caches(
     }
     let local_queues =
         owned.get(&KueueKind::LocalQueue).cloned().unwrap_or_else(|| Writer::new(KueueKind::LocalQueue).as_reader());
-    let readers = Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets };
+    let owners = start_owner_watches(client, &spawner, config);
+    let readers = Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets, owners };
 
     let snapshot: SharedSnapshot = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
     let (changes_tx, changes) = watch::channel(0_u64);
@@ -230,6 +235,28 @@ pub fn start_caches(
     Caches { snapshot, owned, changes }
 }
 
+/// Discovers the served owner kinds, then starts one metadata-only watch per kind into the owner tables (in the
+/// background: discovery waits on the API server).
+fn start_owner_watches(
+    client: &Client,
+    spawner: &Spawner,
+    config: impl Fn() -> watcher::Config + Send + 'static,
+) -> OwnerTables {
+    let tables = OwnerTables::default();
+    let (client, spawner, started) = (client.clone(), spawner.clone(), tables.clone());
+    tokio::spawn(async move {
+        let served = discover_owner_kinds(&client, &owner_kinds(), &spawner.shutdown).await;
+        started.expect(served.len());
+        for (kind, resource) in served {
+            let events = owner_events(client.clone(), kind, &resource, config());
+            let mut sink = started.sink();
+            spawner.watch_into(kind.kind, Trigger::Never, events, move |event| sink.apply(event));
+        }
+        spawner.signals.changed.notify_one();
+    });
+    tables
+}
+
 /// A stateful filter over one watch's events.
 type EventFilter<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
 
@@ -244,24 +271,43 @@ enum Trigger<K> {
 }
 
 /// Spawns reflector tasks that record health and signal changes.
+#[derive(Clone)]
 struct Spawner {
     signals: Arc<Signals>,
     shutdown: CancellationToken,
 }
 
 impl Spawner {
-    fn watch<K, S>(&self, label: &'static str, mut trigger: Trigger<K>, writer: Writer<K>, stream: S) -> Store<K>
+    fn watch<K, S>(&self, label: &'static str, trigger: Trigger<K>, mut writer: Writer<K>, stream: S) -> Store<K>
     where
         K: Lookup + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
         S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
     {
         let reader = writer.as_reader();
+        self.watch_into(label, trigger, stream, move |event| writer.apply_watcher_event(event));
+        reader
+    }
+
+    /// Runs one watch, handing every event to `sink` (a reflector writer, or the owner table).
+    fn watch_into<K, S>(
+        &self,
+        label: &'static str,
+        mut trigger: Trigger<K>,
+        stream: S,
+        mut sink: impl FnMut(&watcher::Event<K>) + Send + 'static,
+    ) where
+        K: Send + 'static,
+        S: Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    {
         let signals = self.signals.clone();
         let shutdown = self.shutdown.clone();
         let index = signals.register(label);
         tokio::spawn(async move {
-            let events = reflector::reflector(writer, stream.default_backoff()).for_each(|event| {
+            let events = stream.default_backoff().for_each(|event| {
+                if let Ok(event) = &event {
+                    sink(event);
+                }
                 signals.record(index, event.is_ok());
                 match &event {
                     Ok(event) => {
@@ -290,7 +336,6 @@ impl Spawner {
                 () = events => {}
             }
         });
-        reader
     }
 }
 
@@ -337,7 +382,7 @@ async fn wait_for_sync(
     signals: Arc<Signals>,
     shutdown: CancellationToken,
 ) {
-    let Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets } = readers;
+    let Readers { policies, namespaces, nodes, local_queues, placed_pods, typed_pods, replica_sets, owners } = readers;
     let mut waits = vec![
         Box::pin(async move { policies.wait_until_ready().await.is_ok() })
             as std::pin::Pin<Box<dyn Future<Output = bool> + Send>>,
@@ -347,6 +392,7 @@ async fn wait_for_sync(
         Box::pin(async move { placed_pods.wait_until_ready().await.is_ok() }),
         Box::pin(async move { typed_pods.wait_until_ready().await.is_ok() }),
         Box::pin(async move { replica_sets.wait_until_ready().await.is_ok() }),
+        Box::pin(async move { owners.wait_until_ready().await }),
     ];
     for store in owned.into_values() {
         waits.push(Box::pin(async move { store.wait_until_ready().await.is_ok() }));
@@ -406,6 +452,7 @@ async fn run_snapshot_loop(state: SnapshotLoop) {
             local_queues: state.readers.local_queues.state(),
             pods: state.readers.placed_pods.state().into_iter().chain(state.readers.typed_pods.state()).collect(),
             replica_sets: state.readers.replica_sets.state(),
+            owners: state.readers.owners.records(),
             synced: state.synced.load(Ordering::Relaxed),
         };
         let snapshot = Arc::new(build_snapshot(&inputs));
@@ -440,6 +487,8 @@ pub struct SnapshotInputs<'a> {
     pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet metadata.
     pub replica_sets: Vec<Arc<PartialObjectMeta<ReplicaSet>>>,
+    /// Records of the owner kinds (Jobs, JobSets, Deployments, ...).
+    pub owners: Vec<Arc<OwnerRecord>>,
     /// Whether every store has synced.
     pub synced: bool,
 }
@@ -476,6 +525,7 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         })
         .collect();
     Snapshot {
+        owners: Some(Arc::new(build_owner_index(inputs))),
         policy: inputs.policies.iter().find(|policy| policy.name_any() == inputs.policy_name).cloned(),
         namespaces,
         nodes,
@@ -485,6 +535,21 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         own_namespace: Some(inputs.own_namespace.to_owned()),
         synced: inputs.synced,
     }
+}
+
+/// The owner index: the owner-kind records plus every ReplicaSet (with its controlling Deployment's uid).
+fn build_owner_index(inputs: &SnapshotInputs<'_>) -> OwnerIndex {
+    let replica_sets = inputs.replica_sets.iter().filter_map(|set| {
+        let controller = set.owner_references().iter().find(|owner| owner.controller == Some(true));
+        Some(Arc::new(OwnerRecord {
+            kind: REPLICA_SET,
+            namespace: set.metadata.namespace.clone()?,
+            name: set.metadata.name.clone()?,
+            uid: set.metadata.uid.as_deref()?.into(),
+            controller_uid: controller.map(|owner| owner.uid.clone()),
+        }))
+    });
+    OwnerIndex::build(inputs.owners.iter().cloned().chain(replica_sets))
 }
 
 /// A watch event with its object converted (kube-runtime's `Event` has no map of its own).
@@ -811,6 +876,16 @@ mod tests {
                     );
                     continue;
                 }
+                if is_discovery(&path) || path == FORBIDDEN_LIST {
+                    let (code, body) = discovery(&path);
+                    send.send_response(
+                        http::Response::builder()
+                            .status(code)
+                            .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                            .unwrap(),
+                    );
+                    continue;
+                }
                 let list = json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "10"},
                                   "items": items_for(request.uri().path())});
                 let response = http::Response::builder()
@@ -821,6 +896,49 @@ mod tests {
             }
         });
         Client::new(service, "default")
+    }
+
+    /// `Some` for a discovery path (`/apis/GROUP/VERSION`): the mocked API server serves batch/v1 Jobs and the
+    /// apps/v1 kinds, and no JobSet (its CRD is not installed).
+    /// The mocked daemon may not list StatefulSets (as if the chart's RBAC lacked them).
+    const FORBIDDEN_LIST: &str = "/apis/apps/v1/statefulsets";
+
+    fn is_discovery(path: &str) -> bool {
+        path.starts_with("/apis/") && path.split('/').count() == 4
+    }
+
+    fn discovery(path: &str) -> (u16, serde_json::Value) {
+        let resource = |name: &str, kind: &str| {
+            json!({"name": name, "singularName": "", "namespaced": true, "kind": kind,
+                   "verbs": ["get", "list", "watch"]})
+        };
+        let resources = match path {
+            "/apis/batch/v1" => vec![resource("jobs", "Job"), resource("cronjobs", "CronJob")],
+            "/apis/apps/v1" => vec![
+                resource("deployments", "Deployment"),
+                resource("statefulsets", "StatefulSet"),
+                resource("replicasets", "ReplicaSet"),
+            ],
+            FORBIDDEN_LIST => {
+                return (
+                    403,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden",
+                           "code": 403, "message": "statefulsets.apps is forbidden"}),
+                );
+            }
+            _ => {
+                return (
+                    404,
+                    json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                                    "reason": "NotFound", "code": 404, "message": "the server could not find the requested resource"}),
+                );
+            }
+        };
+        let group_version = path.trim_start_matches("/apis/");
+        (
+            200,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+        )
     }
 
     fn one_tiered_namespace(path: &str) -> Vec<serde_json::Value> {
@@ -871,6 +989,44 @@ mod tests {
             }
         };
         tokio::time::timeout(Duration::from_secs(60), relabeled).await.expect("the watch event never arrived");
+        shutdown.cancel();
+    }
+
+    fn one_job_and_a_standalone_replica_set(path: &str) -> Vec<serde_json::Value> {
+        let meta = |kind: &str, name: &str, uid: &str| {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                   "metadata": {"name": name, "namespace": "team-a", "uid": uid, "resourceVersion": "5",
+                                "labels": {"big": "x".repeat(64)}, "annotations": {"kind": kind},
+                                "managedFields": [{"manager": "kubectl"}]}})
+        };
+        match path {
+            "/apis/batch/v1/jobs" => vec![meta("Job", "train", "job-uid")],
+            "/apis/apps/v1/replicasets" => vec![meta("ReplicaSet", "rs", "rs-uid")],
+            _ => one_tiered_namespace(path),
+        }
+    }
+
+    #[tokio::test]
+    async fn owner_index_holds_the_served_owner_kinds_and_skips_kinds_not_served_or_not_listable() {
+        // The mocked server serves Jobs and the apps kinds but not JobSets (404 on discovery), and forbids listing
+        // StatefulSets (403): the caches must still sync, with the Job and the ReplicaSet in the owner index.
+        let client = quiet_cluster(one_job_and_a_standalone_replica_set);
+        let shutdown = CancellationToken::new();
+        let caches = start_test_caches(&client, &shutdown);
+        let synced = async {
+            while !caches.snapshot.load().synced
+                || caches.snapshot.load().owners.as_ref().is_none_or(|index| index.len() < 2)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(60), synced).await.expect("the owner index never synced (hang guard)");
+        let snapshot = caches.snapshot.load();
+        let index = snapshot.owners.as_ref().unwrap();
+        let job = index.get("job-uid").unwrap();
+        assert_eq!((job.kind.kind, job.namespace.as_str(), job.name.as_str()), ("Job", "team-a", "train"));
+        assert_eq!(index.get("rs-uid").unwrap().kind.kind, "ReplicaSet");
+        assert_eq!(index.len(), 2, "nothing but the Job and the ReplicaSet");
         shutdown.cancel();
     }
 
@@ -955,6 +1111,7 @@ mod tests {
             local_queues: vec![],
             pods: vec![pod.clone(), pod],
             replica_sets: vec![],
+            owners: vec![],
             synced: true,
         };
         let snapshot = build_snapshot(&inputs);

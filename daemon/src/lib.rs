@@ -14,6 +14,8 @@ pub mod cmd;
 pub mod inputs;
 pub mod live;
 pub mod metrics;
+pub mod owner_watch;
+pub mod owners;
 pub mod placement;
 pub mod plan;
 pub mod policy;

@@ -89,6 +89,9 @@ pub struct Snapshot {
     pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet UID -> owning Deployment (namespace, name), so pods of one Deployment share a ledger.
     pub replica_set_owners: BTreeMap<String, (String, String)>,
+    /// Owners the caches have seen (by uid), to verify ownerReferences; `None` offline (`webhook --offline`,
+    /// `explain`, tests without caches), where no owner can be verified.
+    pub owners: Option<Arc<crate::owners::OwnerIndex>>,
     /// The daemon's own namespace (always excluded).
     pub own_namespace: Option<String>,
     /// True once every store behind this snapshot has synced; the webhook is not ready before.

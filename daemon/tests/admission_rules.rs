@@ -223,16 +223,29 @@ fn job_update_without_labels_gets_no_empty_label_map() {
 }
 
 #[test]
-fn pod_of_a_job_keeps_the_class_its_job_was_admitted_with() {
+fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
     let pod = Workload::pod("ml-team-dev", gpu_container(1))
         .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "h100"}))
         .at(
             "/metadata/ownerReferences",
             json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "1", "controller": true}]),
         );
-    let decision = decide(&pod.create());
+    // The Job must exist in the caches and the Pod be written by a controller (issue 13: an owner reference is
+    // verified, never trusted on its word).
+    let job = tiergate::owners::OwnerRecord {
+        kind: tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" },
+        namespace: "ml-team-dev".into(),
+        name: "train".into(),
+        uid: "1".into(),
+        controller_uid: None,
+    };
+    let mut snapshot = snapshot_with(policy());
+    snapshot.owners = Some(std::sync::Arc::new(tiergate::owners::OwnerIndex::build([std::sync::Arc::new(job)])));
+    let mut request = pod.create();
+    request.user_info.username = Some("system:serviceaccount:kube-system:job-controller".into());
+    let decision = mutate(&request, &snapshot, &AdmissionInputs::default());
     assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
-    assert!(decision.reasons.iter().any(|reason| reason.contains("Job train")));
+    assert!(decision.reasons.iter().any(|reason| reason.contains("Job ml-team-dev/train")));
 }
 
 #[test]

@@ -39,6 +39,10 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     ("events.k8s.io", "events"): {"create", "patch"},
     ("apps", "replicasets"): {"get", "list", "watch"},
     ("apps", "deployments"): {"get", "list", "watch"},
+    # The owner index (issue 13): metadata-only watches of every kind whose pod templates tiergate checks.
+    ("apps", "statefulsets"): {"list", "watch"},
+    ("batch", "jobs"): {"list", "watch"},
+    ("jobset.x-k8s.io", "jobsets"): {"list", "watch"},
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
 }
 NAMESPACED_ALLOWLIST: dict[tuple[str, str], set[str]] = {

@@ -4,9 +4,11 @@ mod classes;
 mod decision;
 mod mutate;
 mod offline;
+mod owners;
 pub mod podspec;
 mod review;
 pub mod server;
+mod update;
 
 pub use decision::{AdmissionInputs, Decision, Verdict};
 pub use mutate::{DECISION_ANNOTATION, MutateError, TIER_ANNOTATION, mutate};

@@ -12,12 +12,14 @@ use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
     PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter,
-    adapter_for, controller_of, requests_any, restore_pointers, set_pointer,
+    adapter_for, requests_any, restore_pointers, set_pointer,
 };
 
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
+use super::owners::{OwnerCheck, check_owner};
 use super::podspec::{self, ShapeError};
+use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass};
 use crate::scoring::features::JOB_TYPE_LABEL;
@@ -145,6 +147,8 @@ fn decide(
             return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
         }
     };
+    let requester = request.user_info.username.as_deref();
+    let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, requester, snapshot);
     let mut work = Work {
         adapter,
         templates: adapter.pod_templates(&before),
@@ -152,6 +156,10 @@ fn decide(
         before,
         warnings: Vec::new(),
         reasons: Vec::new(),
+        owner,
+        template_reasons: 0..0,
+        queue_note: None,
+        templates_restored: false,
     };
     let placed = work.apply_placement(placement)?;
     let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
@@ -173,7 +181,11 @@ fn decide(
             format!("nothing requests {} (requests or limits, containers or init containers)", resources.join(", "));
         return Ok(work.finish(request, placed, "no_gpu_request", why));
     }
+    if let Some(why) = work.owner.unverified_reason() {
+        work.reasons.push(why);
+    }
     let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes };
+    let first_template_reason = work.reasons.len();
     for template in &gpu_templates {
         if let Some(denial) = work.apply_gpu_class(&context, template, inputs.score.as_ref())? {
             return Ok(denial);
@@ -182,11 +194,13 @@ fn decide(
     if let Some(score) = &inputs.score {
         work.apply_score(&context, score, &gpu_templates)?;
     }
-    work.apply_queue(&context)?;
-    if let Some(score) = &inputs.score {
-        work.apply_priority(score)?;
+    work.template_reasons = first_template_reason..work.reasons.len();
+    if let Some(denial) = work.apply_queue(&context)? {
+        return Ok(denial);
     }
+    work.apply_priority(request, inputs.score.as_ref())?;
     work.restore_immutable(request);
+    work.settle_reasons(&context);
     work.annotate_decision(&context)?;
     Ok(work.decision(Verdict::Allow))
 }
@@ -199,6 +213,14 @@ struct Work {
     after: Value,
     warnings: Vec<String>,
     reasons: Vec<String>,
+    /// The object's controller reference, verified against the owner index.
+    owner: OwnerCheck,
+    /// The reasons that describe pod-template changes (dropped when an UPDATE leaves the templates as they were).
+    template_reasons: std::ops::Range<usize>,
+    /// Why the queue label is what it is, stated once the final object is known.
+    queue_note: Option<String>,
+    /// An UPDATE restored the templates as they came, undoing tiergate's template changes.
+    templates_restored: bool,
 }
 
 impl Work {
@@ -381,7 +403,7 @@ impl Work {
         if let Some(why) = context.foreign_allowed_for_requester() {
             return Some(why);
         }
-        if let Some(owner) = self.trusted_owner(context.request, context.snapshot) {
+        if let Some(owner) = self.trusted_owner() {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
@@ -398,19 +420,24 @@ impl Work {
         None
     }
 
-    /// A Pod whose controller is a kind tiergate admits itself (its template was checked there).
-    fn trusted_owner(&self, request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot) -> Option<String> {
+    /// A Pod whose controller was verified in the caches and is a kind tiergate admits itself (its template was
+    /// checked there); an unverified claim is never trusted.
+    fn trusted_owner(&self) -> Option<String> {
         if self.adapter.templates != TemplateLayout::Pod {
             return None;
         }
-        let controller = controller_of(&request.object.as_ref()?.metadata)?;
-        let (kind, name) = (controller.kind.as_str(), controller.name.as_str());
-        let (group, version) = controller.api_version.split_once('/').unwrap_or(("", &controller.api_version));
-        if adapter_for(group, version, kind).is_some() {
-            return Some(format!("{kind} {name}"));
+        match &self.owner {
+            OwnerCheck::Verified { owner, .. } => Some(owner.clone()),
+            OwnerCheck::None | OwnerCheck::Unverified { .. } => None,
         }
-        let (namespace, deployment) = snapshot.replica_set_owners.get(&controller.uid)?;
-        (kind == "ReplicaSet").then(|| format!("Deployment {namespace}/{deployment}"))
+    }
+
+    /// Kueue manages the verified owner as one workload: this object is the owner's to queue and unsuspend.
+    fn left_to_owner(&self) -> Option<&str> {
+        match &self.owner {
+            OwnerCheck::Verified { owner, queued_by_kueue: true } => Some(owner),
+            _ => None,
+        }
     }
 
     fn foreign_denial(&self, context: &TierContext<'_>, selected: &Selection<'_>) -> Decision {
@@ -506,55 +533,107 @@ impl Work {
         Ok(())
     }
 
-    fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
+    /// The queue label and suspension of a queued kind (see `update::queue_outcome`); `Some` is a refusal.
+    fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
         let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing else {
-            return Ok(());
+            return Ok(None);
         };
-        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        if self.left_to_owner().is_some() {
+            return Ok(None);
+        }
+        let request = context.request;
+        let update = request.operation == Operation::Update;
+        let old = if update { request.old_object.as_ref().and_then(|old| object_json(old).ok()) } else { None };
+        let current = label(&self.before, QUEUE_NAME_LABEL);
+        let old_queue = old.as_ref().and_then(|old| label(old, QUEUE_NAME_LABEL));
         let tier_queue = context.tier.local_queue();
+        let facts = QueueFacts {
+            update,
+            current: current.as_deref(),
+            old: old_queue.as_deref(),
+            suspended: self.adapter.is_suspended(&self.before),
+            old_suspended: old.as_ref().is_some_and(|old| self.adapter.is_suspended(old)),
+            tier_queue: &tier_queue,
+        };
+        let foreign_tier = |queue: &str| {
+            context
+                .policy
+                .tiers
+                .iter()
+                .find(|tier| tier.name != context.tier.name && tier.local_queue() == queue)
+                .map(|tier| tier.name.clone())
+        };
         let exists =
             |queue: &str| context.snapshot.local_queues.contains(&(context.namespace.to_owned(), queue.to_owned()));
-        match labels.get(QUEUE_NAME_LABEL) {
-            Some(queue) => {
-                if !exists(queue) {
+        match queue_outcome(facts, foreign_tier) {
+            QueueOutcome::Keep(queue) => {
+                if !exists(&queue) {
                     self.warnings.push(format!(
                         "LocalQueue {queue} does not exist in namespace {}; Kueue keeps the workload suspended until \
                          it does (tier {}'s queue is {tier_queue})",
                         context.namespace, context.tier.name
                     ));
                 }
-                self.reasons.push(format!("keeps the user's queue {queue}"));
+                self.queue_note = Some("the user's queue, kept".to_owned());
             }
-            None => {
-                self.edit("/metadata", |metadata| {
-                    podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &tier_queue)
-                })?;
-                if !exists(&tier_queue) {
+            QueueOutcome::Set { queue, why } => {
+                self.edit("/metadata", |metadata| podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue))?;
+                if !exists(&queue) {
                     self.warnings.push(format!(
-                        "LocalQueue {tier_queue} does not exist in namespace {} yet; Kueue admits the workload once \
+                        "LocalQueue {queue} does not exist in namespace {} yet; Kueue admits the workload once \
                          tiergate has created it",
                         context.namespace
                     ));
                 }
-                self.reasons.push(format!("queued in LocalQueue {tier_queue} of tier {}", context.tier.name));
+                if current.is_some() || update {
+                    self.warnings.push(format!("{QUEUE_NAME_LABEL} set to {queue}: {why}"));
+                }
+                self.queue_note = Some(why);
+            }
+            QueueOutcome::Running { warning } => self.warnings.push(warning),
+            QueueOutcome::Refuse { missing } => {
+                let message = format!(
+                    "{} {}/{}: this update sets spec.suspend: false, but the object has {missing}, so it would run \
+                     outside tier {}'s quota. Fix: keep spec.suspend: true and set the label {QUEUE_NAME_LABEL}: \
+                     {tier_queue} (or remove the label and tiergate sets it); Kueue unsuspends the workload once it \
+                     is admitted.",
+                    self.adapter.kind,
+                    context.namespace,
+                    object_name(&self.before),
+                    context.tier.name,
+                );
+                let verdict = Verdict::Deny { reason: "unsuspended_without_queue", message: message.clone() };
+                return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
             }
         }
-        if !self.adapter.is_suspended(&self.before) {
-            if !set_pointer(&mut self.after, suspend, Some(Value::Bool(true))) {
-                return Err(MutateError::EditField {
-                    pointer: suspend.to_owned(),
-                    source: ShapeError { field: "suspend", expected: "object" },
-                });
-            }
-            self.reasons.push("suspended so Kueue admits it (spec.suspend: true)".to_owned());
+        if !update
+            && !self.adapter.is_suspended(&self.before)
+            && !set_pointer(&mut self.after, suspend, Some(Value::Bool(true)))
+        {
+            return Err(MutateError::EditField {
+                pointer: suspend.to_owned(),
+                source: ShapeError { field: "suspend", expected: "object" },
+            });
         }
-        Ok(())
+        Ok(None)
     }
 
-    fn apply_priority(&mut self, score: &ScoreOutcome) -> Result<(), MutateError> {
-        if !matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. }) {
+    /// The priority label: the score's class when scored; on UPDATE without a score, the old object's label is
+    /// restored (priority is decided at creation, never by the tenant's update).
+    fn apply_priority(
+        &mut self,
+        request: &AdmissionRequest<DynamicObject>,
+        score: Option<&ScoreOutcome>,
+    ) -> Result<(), MutateError> {
+        if !self.adapter.is_queued() || self.left_to_owner().is_some() {
             return Ok(());
         }
+        let Some(score) = score else {
+            if request.operation == Operation::Update {
+                self.restore_priority(request);
+            }
+            return Ok(());
+        };
         let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
         if let Some(user) = labels.get(PRIORITY_CLASS_LABEL).filter(|user| **user != score.priority_class) {
             self.warnings
@@ -571,13 +650,54 @@ impl Work {
         Ok(())
     }
 
+    fn restore_priority(&mut self, request: &AdmissionRequest<DynamicObject>) {
+        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+        let old_priority = old.as_ref().and_then(|old| label(old, PRIORITY_CLASS_LABEL));
+        let new_priority = label(&self.before, PRIORITY_CLASS_LABEL);
+        if old_priority == new_priority {
+            return;
+        }
+        let pointer = format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
+        let restored = old_priority.clone().map(Value::String);
+        if old_priority.is_some() && self.after.pointer("/metadata/labels").is_none_or(Value::is_null) {
+            set_pointer(&mut self.after, "/metadata/labels", Some(Value::Object(serde_json::Map::new())));
+        }
+        set_pointer(&mut self.after, &pointer, restored);
+        let (was, now) = (old_priority.as_deref().unwrap_or("(none)"), new_priority.as_deref().unwrap_or("(none)"));
+        self.warnings.push(format!(
+            "{PRIORITY_CLASS_LABEL} is decided at creation: this update's change from {was} to {now} was undone"
+        ));
+        self.reasons.push(format!("UPDATE: priority class restored to {was}"));
+    }
+
     fn restore_immutable(&mut self, request: &AdmissionRequest<DynamicObject>) {
         if request.operation != Operation::Update || self.adapter.immutable_on_update.is_empty() {
             return;
         }
-        let pointers = self.adapter.immutable_on_update;
+        // The queue label is decided by `apply_queue` on UPDATE too (restored when dropped, Kueue's rule).
+        let queue_pointer = format!("/metadata/labels/{}", escape_token(QUEUE_NAME_LABEL));
+        let pointers: Vec<&str> =
+            self.adapter.immutable_on_update.iter().copied().filter(|pointer| *pointer != queue_pointer).collect();
+        // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'
+        // mutable scheduling directives of a suspended Job, which JobSet follows), also while being unsuspended:
+        // the tier's selector and tolerations an update removed are put back; the rest stays as the update wrote it.
+        let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable(request) {
+            self.templates
+                .iter()
+                .flat_map(|template| ["nodeSelector", "tolerations"].map(|field| format!("{}/{field}", template.spec)))
+                .map(|pointer| {
+                    let value = self.after.pointer(&pointer).cloned();
+                    (pointer, value)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
-        restore_pointers(&self.before, &mut self.after, pointers);
+        restore_pointers(&self.before, &mut self.after, &pointers);
+        for (pointer, value) in directives {
+            set_pointer(&mut self.after, &pointer, value);
+        }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
         for map in ["/metadata/labels", "/metadata/annotations"] {
             let created_empty = self.before.pointer(map).is_none()
@@ -586,11 +706,56 @@ impl Work {
                 set_pointer(&mut self.after, map, None);
             }
         }
+        self.templates_restored = changed
+            && self
+                .templates
+                .iter()
+                .all(|template| self.before.pointer(&template.spec) == self.after.pointer(&template.spec));
         if changed {
-            self.reasons.push(format!(
-                "UPDATE: left {} as they were (immutable after creation)",
-                self.adapter.immutable_on_update.join(", ")
-            ));
+            self.reasons.push(format!("UPDATE: left {} as they were (immutable after creation)", pointers.join(", ")));
+        }
+    }
+
+    /// Whether this UPDATE may change the templates' scheduling directives: the old object was suspended and never
+    /// started (`status.startTime` unset). Kubernetes allows it then, also in the update that unsuspends (that is
+    /// how Kueue injects a flavor's node labels at admission).
+    fn scheduling_mutable(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
+        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+        self.adapter.templates != TemplateLayout::Pod
+            && old.as_ref().is_some_and(|old| {
+                self.adapter.is_suspended(old) && old.pointer("/status/startTime").is_none_or(Value::is_null)
+            })
+    }
+
+    /// Reasons checked against the final object: template reasons are dropped when the templates ended as they
+    /// came, and queue and suspension are read from the final object, so `explain` never claims a change the
+    /// patch does not make.
+    fn settle_reasons(&mut self, context: &TierContext<'_>) {
+        if self.templates_restored {
+            // The GPU-class and scoring changes to the templates were undone: they must not be reported.
+            let dropped = self.template_reasons.clone();
+            self.reasons.drain(dropped);
+        }
+        if !self.adapter.is_queued() {
+            return;
+        }
+        if let Some(owner) = self.left_to_owner() {
+            let why = format!(
+                "left to its owner {owner}: Kueue admits the owner as one workload, so this object gets no queue \
+                 name and no suspension from tiergate"
+            );
+            self.reasons.push(why);
+            return;
+        }
+        match label(&self.after, QUEUE_NAME_LABEL) {
+            Some(queue) => {
+                let note = self.queue_note.take().map(|note| format!(": {note}")).unwrap_or_default();
+                self.reasons.push(format!("queued in LocalQueue {queue} of tier {}{note}", context.tier.name));
+            }
+            None => self.reasons.push(format!("not queued: the final object has no {QUEUE_NAME_LABEL}")),
+        }
+        if self.adapter.is_suspended(&self.after) && !self.adapter.is_suspended(&self.before) {
+            self.reasons.push("suspended so Kueue admits it (spec.suspend: true)".to_owned());
         }
     }
 
@@ -683,6 +848,11 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
     }
     map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
     Ok(Value::Object(map))
+}
+
+/// The value of label `key` of `object`, if any.
+fn label(object: &Value, key: &str) -> Option<String> {
+    object.pointer("/metadata/labels").and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// `key` as one JSON-pointer token (`/` -> `~1`).

@@ -1,0 +1,222 @@
+//! The owner index's inputs: discovery of which owner kinds the API server serves, metadata-only watches of them
+//! trimmed to uid, namespace, name and kind, and the tables they fill (no reflector store: its per-object keys
+//! doubled the memory); does I/O.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, TryStreamExt};
+use kube::Client;
+use kube::api::{Api, ApiResource, GroupVersionKind};
+use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use crate::cluster::map_watch_event;
+use crate::owners::{OwnerKind, OwnerRecord};
+
+/// Wait before asking discovery again after an error other than "not served".
+const DISCOVERY_RETRY: Duration = Duration::from_secs(5);
+
+/// The owner records of every watched kind, by uid: one table per kind, each replaced whole when its watch
+/// re-lists. Written by the watch tasks, read by the snapshot loop (which shares the records' `Arc`s).
+#[derive(Clone, Debug, Default)]
+pub struct OwnerTables {
+    shared: Arc<Mutex<Tables>>,
+    ready: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Debug, Default)]
+struct Tables {
+    /// How many kinds discovery found served (`None` until it has answered).
+    expected: Option<usize>,
+    kinds: Vec<KindTable>,
+}
+
+#[derive(Debug, Default)]
+struct KindTable {
+    live: HashMap<Arc<str>, Arc<OwnerRecord>>,
+    /// The re-list in progress (between `Init` and `InitDone`).
+    relist: Option<HashMap<Arc<str>, Arc<OwnerRecord>>>,
+    listed: bool,
+}
+
+/// The writer of one kind's table.
+#[derive(Debug)]
+pub struct OwnerSink {
+    tables: OwnerTables,
+    slot: usize,
+}
+
+impl OwnerTables {
+    /// Records how many kinds will be watched (after discovery).
+    pub fn expect(&self, kinds: usize) {
+        if let Ok(mut tables) = self.shared.lock() {
+            tables.expected = Some(kinds);
+        }
+        self.ready.notify_waiters();
+    }
+
+    /// A writer for one more kind's table.
+    pub fn sink(&self) -> OwnerSink {
+        let slot = match self.shared.lock() {
+            Ok(mut tables) => {
+                tables.kinds.push(KindTable::default());
+                tables.kinds.len() - 1
+            }
+            Err(_) => usize::MAX,
+        };
+        OwnerSink { tables: self.clone(), slot }
+    }
+
+    /// Whether discovery has answered and every served kind has listed once.
+    pub fn is_ready(&self) -> bool {
+        self.shared.lock().is_ok_and(|tables| {
+            tables
+                .expected
+                .is_some_and(|expected| tables.kinds.len() >= expected && tables.kinds.iter().all(|kind| kind.listed))
+        })
+    }
+
+    /// Resolves once [`Self::is_ready`]; true then (the watch tasks never give up, so it waits until shutdown).
+    pub async fn wait_until_ready(&self) -> bool {
+        loop {
+            let notified = self.ready.notified();
+            if self.is_ready() {
+                return true;
+            }
+            notified.await;
+        }
+    }
+
+    /// Every record (shared, not copied).
+    pub fn records(&self) -> Vec<Arc<OwnerRecord>> {
+        self.shared
+            .lock()
+            .map(|tables| tables.kinds.iter().flat_map(|kind| kind.live.values().cloned()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl OwnerSink {
+    /// Applies one watch event to this kind's table.
+    pub fn apply(&mut self, event: &watcher::Event<OwnerRecord>) {
+        let Ok(mut tables) = self.tables.shared.lock() else { return };
+        let Some(table) = tables.kinds.get_mut(self.slot) else { return };
+        let entry = |record: &OwnerRecord| (record.uid.clone(), Arc::new(record.clone()));
+        match event {
+            watcher::Event::Apply(record) => {
+                let (uid, record) = entry(record);
+                table.live.insert(uid, record);
+            }
+            watcher::Event::Delete(record) => {
+                table.live.remove(&record.uid);
+            }
+            watcher::Event::Init => table.relist = Some(HashMap::new()),
+            watcher::Event::InitApply(record) => {
+                let (uid, record) = entry(record);
+                table.relist.get_or_insert_with(HashMap::new).insert(uid, record);
+            }
+            watcher::Event::InitDone => {
+                if let Some(mut relisted) = table.relist.take() {
+                    relisted.shrink_to_fit();
+                    table.live = relisted;
+                }
+                table.listed = true;
+                drop(tables);
+                self.tables.ready.notify_waiters();
+            }
+        }
+    }
+}
+
+/// The owner kinds the API server serves and the daemon may list, each with its API resource; a kind it does not
+/// serve (its CRD is not installed) or may not list (RBAC) is skipped with one log line. Other errors are retried
+/// until `shutdown`.
+pub async fn discover_owner_kinds(
+    client: &Client,
+    kinds: &[OwnerKind],
+    shutdown: &CancellationToken,
+) -> Vec<(OwnerKind, ApiResource)> {
+    let mut served = Vec::new();
+    for kind in kinds {
+        let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
+        loop {
+            let found = match kube::discovery::pinned_kind(client, &gvk).await {
+                Ok((resource, _)) => readable(client, &resource).await.map(|()| resource),
+                Err(error) => Err(error),
+            };
+            match found {
+                Ok(resource) => {
+                    served.push((*kind, resource));
+                    break;
+                }
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    // A kind added to the adapter table before the chart's RBAC grants it: watching it would fail
+                    // forever and keep the webhook unready.
+                    tracing::warn!(
+                        kind = kind.kind,
+                        api_version = %kind.api_version(),
+                        "no RBAC to list this owner kind; its owner references stay unverified (grant list and watch)"
+                    );
+                    break;
+                }
+                Err(error) if not_served(&error) => {
+                    tracing::info!(
+                        kind = kind.kind,
+                        api_version = %kind.api_version(),
+                        "the API server does not serve this owner kind; its owner references stay unverified"
+                    );
+                    break;
+                }
+                Err(error) => {
+                    tracing::warn!(kind = kind.kind, %error, "owner kind discovery failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return served,
+                        () = tokio::time::sleep(DISCOVERY_RETRY) => {}
+                    }
+                }
+            }
+        }
+    }
+    served
+}
+
+/// Whether the daemon may list `resource` (one metadata item).
+async fn readable(client: &Client, resource: &ApiResource) -> Result<(), kube::Error> {
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), resource);
+    api.list_metadata(&kube::api::ListParams::default().limit(1)).await.map(|_| ())
+}
+
+fn not_served(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Discovery(_) => true,
+        _ => false,
+    }
+}
+
+/// The metadata-only watch of one owner kind, each object reduced to an [`OwnerRecord`].
+pub fn owner_events(
+    client: Client,
+    kind: OwnerKind,
+    resource: &ApiResource,
+    config: watcher::Config,
+) -> impl Stream<Item = watcher::Result<watcher::Event<OwnerRecord>>> + Send + 'static {
+    // `Api<PartialObjectMeta<_>>` makes metadata-only list and watch requests (the old `metadata_watcher`).
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, resource);
+    watcher(api, config).map_ok(move |event| map_watch_event(event, |meta| build_owner_record(kind, meta)))
+}
+
+/// The identity of one watched object; everything else of its metadata is dropped here.
+pub fn build_owner_record(kind: OwnerKind, meta: PartialObjectMeta<DynamicObject>) -> OwnerRecord {
+    let metadata = meta.metadata;
+    OwnerRecord {
+        kind,
+        namespace: metadata.namespace.unwrap_or_default(),
+        name: metadata.name.unwrap_or_default(),
+        uid: metadata.uid.unwrap_or_default().into(),
+        controller_uid: None,
+    }
+}

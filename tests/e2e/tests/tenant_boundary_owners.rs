@@ -1,0 +1,194 @@
+//! End-to-end tenant-boundary attacks through a real API server (issue 13 classes 2 and 3): forged owner
+//! references and UPDATE sequences that try to leave the tier's queue or priority. The real webhook runs in this
+//! process on the daemon's live snapshot (owner index included), registered with a URL client config, as in
+//! `webhook.rs`. Skipped (and passing) without a reachable cluster, without Kueue's v1beta2 CRDs or without
+//! `TIERGATE_E2E_WEBHOOK_HOST`.
+//!
+//! One test function: the webhook port and the cluster-scoped objects are per process.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
+use serde_json::json;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, webhook_endpoint_or_skip};
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, connect_or_skip,
+    create_namespace, install_tierpolicy_crd, kueue_served_or_skip, load_sample_workload, prefixed, random_name,
+    wait_for,
+};
+use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
+
+/// Kueue objects after the policy is applied (a fresh cluster may list slowly).
+const CONVERGE: Duration = Duration::from_secs(30);
+/// The API server picks up a new webhook configuration within a few seconds.
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+
+struct Run {
+    prefix: String,
+    system: String,
+    bronze: String,
+    policy: TierPolicy,
+}
+
+impl Run {
+    fn queue(&self) -> Result<String, HarnessError> {
+        let name = prefixed(&self.prefix, "bronze");
+        let tier = self.policy.spec.tier(&name).ok_or_else(|| format!("the e2e policy has no tier {name}"))?;
+        Ok(tier.local_queue())
+    }
+
+    fn gold_selector(&self) -> Result<BTreeMap<String, String>, HarnessError> {
+        let name = prefixed(&self.prefix, "gold");
+        let tier = self.policy.spec.tier(&name).ok_or_else(|| format!("the e2e policy has no tier {name}"))?;
+        let class = self.policy.spec.gpu_class(&tier.gpu_class).ok_or("the gold tier has no class")?;
+        Ok(class.node_labels.clone())
+    }
+}
+
+fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {
+    if condition { Ok(()) } else { Err(message().into()) }
+}
+
+fn queue_of(job: &Job) -> Option<String> {
+    job.metadata.labels.as_ref().and_then(|labels| labels.get(QUEUE_NAME_LABEL)).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_owners_and_update_sequences_never_leave_the_bronze_tier() {
+    const TEST: &str = "forged_owners_and_update_sequences_never_leave_the_bronze_tier";
+    let Some(client) = connect_or_skip(TEST).await else { return };
+    if !kueue_served_or_skip(&client, TEST).await {
+        return;
+    }
+    let endpoint = match webhook_endpoint_or_skip(TEST) {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => return,
+        Err(error) => panic!("{error}"),
+    };
+    let cleanup = Cleanup::new(client.clone());
+    let result = run_scenario(&client, &cleanup, &endpoint).await;
+    cleanup.run().await;
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e");
+    let run = Run {
+        system: format!("{prefix}-system"),
+        bronze: format!("{prefix}-bronze"),
+        policy: build_prefixed_policy(&prefix)?,
+        prefix,
+    };
+    if install_tierpolicy_crd(client).await? {
+        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
+    }
+    let bronze_tier = prefixed(&run.prefix, "bronze");
+    create_namespace(client, cleanup, &run.system, &[]).await?;
+    create_namespace(client, cleanup, &run.bronze, &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)]).await?;
+    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
+    apply_policy(client, &run.policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let queue = run.queue()?;
+    let local_queues = KueueKind::LocalQueue.api_resource();
+    wait_for("the bronze LocalQueue", CONVERGE, || async {
+        let queues: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), &run.bronze, &local_queues);
+        queues.get_opt(&queue).await.ok()?.map(|_| ())
+    })
+    .await?;
+    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
+    let outcome = async {
+        register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
+        wait_until_mutating(client, &run).await?;
+        check_forged_job_owner_on_a_gold_pod_is_denied(client, &run).await?;
+        check_job_forging_a_jobset_owner_is_queued_and_suspended(client, &run).await?;
+        check_update_sequences_keep_the_queue_and_priority(client, &run).await
+    }
+    .await;
+    cleanup.run().await;
+    webhook.stop().await;
+    daemon.stop().await;
+    outcome
+}
+
+async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.bronze);
+    let job: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
+        jobs.create(&dry_run, &job).await.ok().and_then(|stored| queue_of(&stored)).map(|_| ())
+    })
+    .await
+}
+
+/// Class 2: a bronze Pod selecting the gold class and naming a Job that does not exist as its controller.
+async fn check_forged_job_owner_on_a_gold_pod_is_denied(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let mut pod: Pod = load_sample_workload("pod-override.yaml", &run.bronze)?;
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.node_selector = Some(run.gold_selector()?);
+    }
+    pod.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job", "name": "not-there",
+        "uid": "00000000-0000-0000-0000-000000000001", "controller": true}))?]);
+    match Api::<Pod>::namespaced(client.clone(), &run.bronze).create(&PostParams::default(), &pod).await {
+        Ok(_) => Err("a bronze Pod with a forged Job owner and the gold class was admitted".into()),
+        Err(kube::Error::Api(status)) => {
+            ensure(status.message.contains("selects"), || format!("unexpected denial: {}", status.message))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Class 2 and issue 16: a Job naming a JobSet that does not exist is queued and suspended like any Job.
+async fn check_job_forging_a_jobset_owner_is_queued_and_suspended(
+    client: &Client,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    let mut job: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
+    job.metadata.name = Some("forged-child".to_owned());
+    job.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "not-there",
+        "uid": "00000000-0000-0000-0000-000000000002", "controller": true}))?]);
+    let stored = Api::<Job>::namespaced(client.clone(), &run.bronze).create(&PostParams::default(), &job).await?;
+    ensure(queue_of(&stored) == Some(run.queue()?), || format!("the forged child has queue {:?}", queue_of(&stored)))?;
+    let suspend = stored.spec.as_ref().and_then(|spec| spec.suspend);
+    ensure(suspend == Some(true), || format!("the forged child is stored with suspend {suspend:?}"))
+}
+
+/// Class 3: drop the queue, drop it again while unsuspending, raise the priority: the stored Job keeps the
+/// tier's queue and its priority.
+async fn check_update_sequences_keep_the_queue_and_priority(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.bronze);
+    let mut job: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
+    job.metadata.name = Some("leaver".to_owned());
+    let created = jobs.create(&PostParams::default(), &job).await?;
+    let priority = created.metadata.labels.as_ref().and_then(|labels| labels.get(PRIORITY_CLASS_LABEL)).cloned();
+    let params = PatchParams::default();
+    let dropped =
+        jobs.patch("leaver", &params, &Patch::Merge(json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}}))).await?;
+    ensure(queue_of(&dropped) == Some(run.queue()?), || format!("removing the queue left {:?}", queue_of(&dropped)))?;
+    let unsuspended = jobs
+        .patch(
+            "leaver",
+            &params,
+            &Patch::Merge(json!({"metadata": {"labels": {QUEUE_NAME_LABEL: null}}, "spec": {"suspend": false}})),
+        )
+        .await?;
+    ensure(queue_of(&unsuspended) == Some(run.queue()?), || {
+        format!("removing the queue while unsuspending left {:?}", queue_of(&unsuspended))
+    })?;
+    let raised = jobs
+        .patch("leaver", &params, &Patch::Merge(json!({"metadata": {"labels": {PRIORITY_CLASS_LABEL: "not-mine"}}})))
+        .await?;
+    let now = raised.metadata.labels.as_ref().and_then(|labels| labels.get(PRIORITY_CLASS_LABEL)).cloned();
+    ensure(now == priority, || format!("the priority label became {now:?}, was {priority:?}"))
+}
