@@ -257,7 +257,7 @@ pub enum CeilingAction {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum DraClaimAction {
     /// Deny: tiergate cannot tell which GPU class a claim's DeviceClass reaches, and Kueue v0.19 charges claims
-    /// only with its alpha `DynamicResourceAllocation` gate and device-class mappings.
+    /// only with its alpha `KueueDRAIntegration` gate and `deviceClassMappings`.
     #[default]
     Deny,
     /// Admit, confined to the tier's GPU classes like any other template that can reach GPU nodes.
