@@ -14,9 +14,12 @@ use super::classes::{Selection, selection};
 use crate::policy::{GpuClass, TierPolicySpec};
 use crate::view::{NodeView, Snapshot};
 
-/// Extended-resource prefixes that are GPUs whatever the policy says (device plugins of NVIDIA, AMD and Intel):
-/// a request for one the tier's classes do not list is refused, never admitted unconfined.
-pub const VENDOR_GPU_RESOURCE_PREFIXES: &[&str] = &["nvidia.com/", "amd.com/", "gpu.intel.com/"];
+/// Extended-resource prefixes that are GPUs whatever the policy says: NVIDIA whole GPUs and their shared or
+/// renamed variants (`nvidia.com/gpu`, `nvidia.com/gpu.shared`), MIG slices, AMD GPUs and every Intel GPU resource.
+/// A request for one the tier's classes do not count is refused, never admitted unconfined. Other resources of
+/// these vendors (NICs, FPGAs) are not GPUs; they reach GPU nodes only through the routes below.
+pub const VENDOR_GPU_RESOURCE_PREFIXES: &[&str] =
+    &["nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/"];
 /// Node label every kubelet sets to its node's hostname.
 const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 /// The node field a `matchFields` expression may select on.
@@ -111,7 +114,8 @@ pub(super) fn foreign_targets(
             targets.insert(ForeignTarget { field: format!("{field} {key} In [{value}]"), target });
         }
     }
-    for (field, node) in named_nodes(spec) {
+    // A preferred term only ranks nodes; with the tier's selector ANDed it cannot leave the tier.
+    for (field, node) in named_nodes(spec).into_iter().filter(|(field, _)| !field.contains("preferred")) {
         let Some(view) = find_node(snapshot, &node) else {
             continue;
         };

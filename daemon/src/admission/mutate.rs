@@ -19,7 +19,7 @@ use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::podspec::{self, ShapeError};
-use super::priority::{PriorityFix, priority_fix};
+use super::priority::{PriorityFix, is_admin, priority_fix};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass};
 use crate::scoring::buckets::check_priority_ceiling;
@@ -498,10 +498,7 @@ impl Work {
     /// Holds a priority-class label to the tier's ceiling (or refuses it), and sets the tier's default where a
     /// pod `priorityClassName` would become a queued workload's priority; `Some` is a denial.
     fn apply_priority_fix(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
-        if context
-            .foreign_allowed_for_requester()
-            .is_some_and(|_| context.policy.admission.foreign_gpu_class != crate::policy::ForeignClassAction::Allow)
-        {
+        if is_admin(context.policy, context.request, context.namespace) {
             return Ok(None);
         }
         let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
 use tiergate_workloads::PRIORITY_CLASS_LABEL;
 
 use crate::policy::{CeilingAction, Tier, TierPolicySpec};
@@ -87,4 +89,14 @@ pub(super) fn priority_fix(
         },
         None => PriorityFix::Remove { warning: format!("{field} {user} removed: {why}, which has no buckets") },
     }
+}
+
+/// Whether the requester may keep any priority class: an admin namespace, user or group of the policy
+/// (`foreignGpuClass: Allow` opens GPU classes, not priorities).
+pub(super) fn is_admin(policy: &TierPolicySpec, request: &AdmissionRequest<DynamicObject>, namespace: &str) -> bool {
+    let admission = &policy.admission;
+    let user = &request.user_info;
+    admission.admin_namespaces.iter().any(|name| name == namespace)
+        || user.username.as_ref().is_some_and(|name| admission.admin_users.contains(name))
+        || user.groups.as_deref().unwrap_or_default().iter().any(|group| admission.admin_groups.contains(group))
 }

@@ -541,3 +541,75 @@ fn an_admin_group_may_keep_a_priority_label_above_the_tier_ceiling() {
     let job = patched(&request, &decide_with(policy, &request, None));
     assert_eq!(job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-ultra");
 }
+
+#[test]
+fn bronze_pod_preferring_an_h100_node_by_hostname_is_confined_to_l4_not_refused() {
+    let affinity = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1,
+        "preference": {"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-h100-node-1"]}]}}]}});
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "affinity": affinity})));
+    assert_confined_to_l4(&admitted_spec(&request, &decide(&request)));
+}
+
+#[test]
+fn bronze_pod_with_a_second_required_term_naming_an_h100_node_is_refused() {
+    let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": L4, "operator": "In", "values": ["l4"]}]},
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["gpu-h100-node-1"]}]}]}}});
+    let request = create(&pod(BRONZE, json!({"containers": [gpus("nvidia.com/gpu", "1")], "affinity": affinity})));
+    denied(&decide(&request), "foreign_gpu_class");
+}
+
+#[test]
+fn bronze_pod_requesting_time_sliced_shared_gpus_of_no_class_is_refused() {
+    let request = create(&pod(BRONZE, json!({"containers": [gpus("nvidia.com/gpu.shared", "1")]})));
+    let message = denied(&decide(&request), "unprovided_gpu_resource");
+    assert!(message.contains("nvidia.com/gpu.shared"), "{message}");
+}
+
+#[test]
+fn bronze_pod_requesting_a_zero_quantity_of_amd_gpu_is_not_refused_for_it() {
+    let request = create(&pod(BRONZE, json!({"containers": [gpus("amd.com/gpu", "0")]})));
+    assert_eq!(decide(&request).verdict, Verdict::Skip { reason: "no_gpu_request" });
+}
+
+#[test]
+fn bronze_pod_tolerating_only_a_no_execute_gpu_taint_is_not_a_gpu_pod() {
+    let toleration = json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]);
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "tolerations": toleration})));
+    // The class taint is NoSchedule: this toleration does not let the pod onto GPU nodes.
+    assert_eq!(decide(&request).verdict, Verdict::Skip { reason: "no_gpu_request" });
+}
+
+#[test]
+fn bronze_pod_with_a_toleration_of_the_gpu_taint_value_present_is_confined_to_l4() {
+    let toleration = json!([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "present"}]);
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "tolerations": toleration})));
+    assert_confined_to_l4(&admitted_spec(&request, &decide(&request)));
+}
+
+#[test]
+fn bronze_pod_with_node_name_of_a_node_tiergate_does_not_know_is_confined_to_l4() {
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "nodeName": "node-added-later"})));
+    // The kubelet enforces the nodeSelector on a pod bound by nodeName: an unknown node must carry the l4 labels.
+    assert_confined_to_l4(&admitted_spec(&request, &decide(&request)));
+}
+
+#[test]
+fn bronze_job_with_both_a_gold_selector_and_a_priority_label_is_refused_and_not_patched() {
+    let mut job = job_with_priority("gpu-ultra");
+    job["spec"]["template"]["spec"]["nodeSelector"] = json!({L4: "h100"});
+    let decision = decide(&create(&job));
+    denied(&decision, "foreign_gpu_class");
+    assert!(decision.patch.0.is_empty());
+}
+
+#[test]
+fn the_webhook_is_idempotent_on_a_confined_bronze_pod() {
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "tolerations": gpu_toleration()})));
+    let once = patched(&request, &decide(&request));
+    let again = create(&once);
+    let decision = decide(&again);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    assert_eq!(decision.patch.0, Vec::new(), "the confined pod needs no second patch");
+}
