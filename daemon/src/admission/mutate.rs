@@ -184,6 +184,9 @@ fn decide(
             .to_owned();
         return Ok(work.finish(request, placed, "no_gpu_request", why));
     }
+    if let Some(denial) = work.unconfinable_update(&context, &reaching) {
+        return Ok(denial);
+    }
     let mut gpu_templates: Vec<PodTemplatePointers> = Vec::new();
     for (template, reach) in &reaching {
         match work.check_boundary(&context, template, reach) {
@@ -473,6 +476,41 @@ impl Work {
         }
         let written_by_placement = judge(&self.before).is_some_and(|before| before != found);
         Err(Box::new(self.boundary_denial(context, &found, written_by_placement)))
+    }
+
+    /// An UPDATE that gives a template a route to GPU nodes where tiergate may not patch the template (a Pod's
+    /// spec, a Job's template: `immutable_on_update`): the confinement would be dropped, so it is refused.
+    fn unconfinable_update(
+        &self,
+        context: &TierContext<'_>,
+        reaching: &[(PodTemplatePointers, Reach)],
+    ) -> Option<Decision> {
+        if context.request.operation != Operation::Update || context.foreign_allowed_for_requester().is_some() {
+            return None;
+        }
+        let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok())?;
+        let immutable = |pointer: &str| self.adapter.immutable_on_update.iter().any(|fixed| pointer.starts_with(fixed));
+        let (_, reach) = reaching.iter().find(|(template, _)| {
+            immutable(&template.spec)
+                && !old
+                    .pointer(&template.spec)
+                    .is_some_and(|spec| boundary::reach(context.policy, context.snapshot, spec).reaches_gpu())
+        })?;
+        let message = format!(
+            "{} {}/{}: this UPDATE gives the pod template a route to GPU nodes ({}), but tiergate cannot change the \
+             template of an existing {} to confine it to tier {}'s GPU classes [{}]. Fix: create a new {} with it \
+             (tiergate then sets the tier's selector and tolerations).",
+            self.adapter.kind,
+            context.namespace,
+            object_name(&self.before),
+            reach.routes.join(", "),
+            self.adapter.kind,
+            context.tier.name,
+            context.class_names(),
+            self.adapter.kind,
+        );
+        let verdict = Verdict::Deny { reason: "unconfinable_update", message: message.clone() };
+        Some(Decision::unchanged(self.adapter.kind, verdict, vec![message]))
     }
 
     fn boundary_denial(&self, context: &TierContext<'_>, found: &[Violation], written_by_placement: bool) -> Decision {

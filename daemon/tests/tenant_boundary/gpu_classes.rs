@@ -613,3 +613,41 @@ fn the_webhook_is_idempotent_on_a_confined_bronze_pod() {
     assert_eq!(decision.verdict, Verdict::Allow);
     assert_eq!(decision.patch.0, Vec::new(), "the confined pod needs no second patch");
 }
+
+#[test]
+fn bronze_pod_update_adding_a_gpu_toleration_to_a_pending_cpu_pod_is_refused() {
+    let old = pod(BRONZE, json!({"containers": [cpu()]}));
+    let mut new = old.clone();
+    new["spec"]["tolerations"] = gpu_toleration();
+    let message = denied(&decide(&review("UPDATE", &new, Some(&old))), "unconfinable_update");
+    assert!(message.contains("tolerates the GPU taint nvidia.com/gpu"), "{message}");
+    assert!(message.contains("Fix: create a new Pod"), "{message}");
+}
+
+#[test]
+fn bronze_suspended_cpu_job_update_adding_a_gpu_toleration_is_refused() {
+    let mut old = with_template("Job", BRONZE, json!({"containers": [cpu()]}));
+    old["spec"]["suspend"] = json!(true);
+    let mut new = old.clone();
+    new["spec"]["template"]["spec"]["tolerations"] = gpu_toleration();
+    denied(&decide(&review("UPDATE", &new, Some(&old))), "unconfinable_update");
+}
+
+#[test]
+fn bronze_suspended_job_update_switching_its_selector_to_h100_is_refused() {
+    let old_request = create(&with_template("Job", BRONZE, json!({"containers": [gpus("nvidia.com/gpu", "1")]})));
+    let old = patched(&old_request, &decide(&old_request));
+    let mut new = old.clone();
+    new["spec"]["template"]["spec"]["nodeSelector"] = json!({L4: "h100"});
+    denied(&decide(&review("UPDATE", &new, Some(&old))), "foreign_gpu_class");
+}
+
+#[test]
+fn bronze_confined_pod_update_changing_nothing_is_allowed() {
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "tolerations": gpu_toleration()})));
+    let confined = patched(&request, &decide(&request));
+    let mut new = confined.clone();
+    new["metadata"]["annotations"]["note"] = json!("x");
+    let decision = decide(&review("UPDATE", &new, Some(&confined)));
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+}
