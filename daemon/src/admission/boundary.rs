@@ -6,7 +6,7 @@
 //! class (selector and tolerations, ANDed with what the user wrote); only fields that name another tier's class
 //! or node outright are refused. docs/admission.md "Tenant boundary" lists every route.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -342,6 +342,36 @@ pub(super) fn violations(bounds: &TierBounds<'_>, spec: &Value) -> Vec<Violation
                   spec.admission.draClaims: Confine"
                 .to_owned(),
         });
+    }
+    found
+}
+
+/// Rules of the placement strategies declared by `annotations` and `labels` (any seed format, or a policy strategy
+/// by name) whose node selector names a GPU class outside the tier, or a GPU-class label value of no class. Such a
+/// strategy would make tiergate itself write another tier's selector on some pod, so the object is refused at
+/// once, whichever rule this pod would get.
+pub(super) fn foreign_strategy_rules(
+    policy: &TierPolicySpec,
+    in_tier: &dyn Fn(&str) -> bool,
+    annotations: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> Vec<Violation> {
+    let declared = crate::placement::declared_strategies(annotations, labels, Some(policy));
+    let mut found = Vec::new();
+    for strategy in declared.strategies.iter().flatten() {
+        for rule in &strategy.rules {
+            let target = match selection(policy, &rule.node_selector) {
+                Selection::None => continue,
+                Selection::Class(class) if in_tier(&class.name) => continue,
+                Selection::Class(class) => format!("GPU class {}", class.name),
+                Selection::Unknown(label) => format!("{label}, which is no GPU class of the policy"),
+            };
+            found.push(Violation {
+                reason: "foreign_gpu_class",
+                problem: format!("placement rule {} of {} selects {target}", rule.name, strategy.source.key()),
+                fix: "use a strategy whose rules select no GPU class or only the tier's".to_owned(),
+            });
+        }
     }
     found
 }

@@ -169,6 +169,9 @@ fn decide(
         return Ok(denial);
     }
     let placed = placed || work.after.pointer("/metadata/labels") != labels_before.as_ref();
+    if let Some(denial) = work.foreign_strategy_denial(&context) {
+        return Ok(denial);
+    }
     // Read after placement: a strategy or pinning annotation must not make tiergate write another tier's class.
     let reaching: Vec<(PodTemplatePointers, Reach)> = work
         .templates
@@ -476,6 +479,39 @@ impl Work {
         }
         let written_by_placement = judge(&self.before).is_some_and(|before| before != found);
         Err(Box::new(self.boundary_denial(context, &found, written_by_placement)))
+    }
+
+    /// A placement strategy declared on the object or a pod template with a rule on another tier's class.
+    fn foreign_strategy_denial(&self, context: &TierContext<'_>) -> Option<Decision> {
+        let judge = |object: &Value| {
+            let in_tier = |class: &str| context.in_tier(class);
+            let metadata = std::iter::once("/metadata".to_owned())
+                .chain(self.templates.iter().map(|template| template.metadata.clone()));
+            let mut found: Vec<Violation> = Vec::new();
+            for pointer in metadata {
+                let Some(meta) = object.pointer(&pointer) else { continue };
+                let (annotations, labels) =
+                    (podspec::string_map(meta, "annotations"), podspec::string_map(meta, "labels"));
+                for violation in boundary::foreign_strategy_rules(context.policy, &in_tier, &annotations, &labels) {
+                    if !found.contains(&violation) {
+                        found.push(violation);
+                    }
+                }
+            }
+            found
+        };
+        let found = judge(&self.after);
+        if found.is_empty() || context.foreign_allowed_for_requester().is_some() {
+            return None;
+        }
+        let old = match context.request.operation {
+            Operation::Update => context.request.old_object.as_ref().and_then(|old| object_json(old).ok()),
+            _ => None,
+        };
+        if old.is_some_and(|old| judge(&old) == found) {
+            return None;
+        }
+        Some(self.boundary_denial(context, &found, false))
     }
 
     /// An UPDATE that gives a template a route to GPU nodes where tiergate may not patch the template (a Pod's

@@ -338,8 +338,8 @@ fn bronze_cpu_pod_with_a_strategy_annotation_naming_h100_labels_is_refused_not_g
         json!({"smart-scheduler.io/schedule-strategy": "base=1,weight=1,nodeSelector=gpu.nvidia.com/class:h100"});
     let decision = decide_pipeline(&create(&object));
     let message = denied(&decision, "foreign_gpu_class");
-    assert!(message.contains("GPU class h100"), "{message}");
-    assert!(message.contains("written by tiergate from the object's placement or pinning annotation"), "{message}");
+    assert!(message.contains("of smart-scheduler.io/schedule-strategy selects GPU class h100"), "{message}");
+    assert!(decision.patch.0.is_empty(), "tiergate wrote nothing");
 }
 
 #[test]
@@ -649,5 +649,40 @@ fn bronze_confined_pod_update_changing_nothing_is_allowed() {
     let mut new = confined.clone();
     new["metadata"]["annotations"]["note"] = json!("x");
     let decision = decide(&review("UPDATE", &new, Some(&confined)));
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+}
+
+#[test]
+fn bronze_cpu_deployment_whose_strategy_has_an_h100_rule_is_refused_at_creation() {
+    let mut deployment = with_template("Deployment", BRONZE, json!({"containers": [cpu()]}));
+    deployment["metadata"]["annotations"] = json!({"smart-scheduler.io/schedule-strategy":
+        "base=1,weight=1,nodeSelector=node-type:ondemand;weight=2,nodeSelector=gpu.nvidia.com/class:h100"});
+    let message = denied(&decide_pipeline(&create(&deployment)), "foreign_gpu_class");
+    assert!(message.contains("of smart-scheduler.io/schedule-strategy selects GPU class h100"), "{message}");
+}
+
+#[test]
+fn bronze_pod_whose_strategy_base_rule_is_harmless_but_second_rule_is_h100_is_refused() {
+    let mut object = pod(BRONZE, json!({"containers": [cpu()]}));
+    object["metadata"]["annotations"] = json!({"smart-scheduler.io/schedule-strategy":
+        "base=1,weight=1,nodeSelector=node-type:ondemand;weight=2,nodeSelector=gpu.nvidia.com/class:h100"});
+    denied(&decide_pipeline(&create(&object)), "foreign_gpu_class");
+}
+
+#[test]
+fn bronze_pod_with_a_custom_pod_strategy_naming_an_unknown_gpu_class_is_refused() {
+    let mut object = pod(BRONZE, json!({"containers": [cpu()]}));
+    object["metadata"]["annotations"] = json!({"UseCustomKubeScheduler": "true",
+        "CustomPodScheduleStrategy": "gpu.nvidia.com/class=h200,base=1,weight=1"});
+    let message = denied(&decide_pipeline(&create(&object)), "foreign_gpu_class");
+    assert!(message.contains("of CustomPodScheduleStrategy selects gpu.nvidia.com/class=h200, which is no GPU class"));
+}
+
+#[test]
+fn a_seed_deployment_strategy_on_cpu_node_types_is_still_admitted_in_bronze() {
+    let mut deployment = with_template("Deployment", BRONZE, json!({"containers": [cpu()]}));
+    deployment["metadata"]["annotations"] = json!({"smart-scheduler.io/schedule-strategy":
+        "base=1,weight=1,nodeSelector=node-type:ondemand;weight=2,nodeSelector=node-type:spot"});
+    let decision = decide_pipeline(&create(&deployment));
     assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
 }
