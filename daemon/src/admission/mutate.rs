@@ -582,13 +582,9 @@ impl Work {
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
-        match priority_fix(
-            context.policy,
-            context.tier,
-            &labels,
-            self.adapter.is_queued(),
-            pod_priority_class.as_deref(),
-        ) {
+        // Kueue's pod integration queues a Pod the user labelled with a queue: its priority works the same way.
+        let queued = self.adapter.is_queued() || labels.contains_key(QUEUE_NAME_LABEL);
+        match priority_fix(context.policy, context.tier, &labels, queued, pod_priority_class.as_deref()) {
             PriorityFix::Keep => {}
             PriorityFix::Set { class, warning, reason } => {
                 self.edit("/metadata", |metadata| {

@@ -37,8 +37,9 @@ pub(super) enum PriorityFix {
     },
 }
 
-/// The fix for an object with `labels` in `tier`; `queued` for kinds tiergate queues (Job, JobSet), whose pods'
-/// `priorityClassName` (`pod_priority_class`) Kueue takes as the workload priority when no label is set.
+/// The fix for an object with `labels` in `tier`; `queued` for objects Kueue queues (Job, JobSet, anything with a
+/// queue-name label), whose pods' `priorityClassName` (`pod_priority_class`) Kueue takes as the workload priority
+/// when no label is set.
 pub(super) fn priority_fix(
     policy: &TierPolicySpec,
     tier: &Tier,

@@ -686,3 +686,20 @@ fn a_seed_deployment_strategy_on_cpu_node_types_is_still_admitted_in_bronze() {
     let decision = decide_pipeline(&create(&deployment));
     assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
 }
+
+#[test]
+fn bronze_pod_queued_by_kueue_pod_integration_with_a_high_priority_class_name_gets_the_tier_default_label() {
+    let mut object = pod(BRONZE, json!({"containers": [cpu()], "priorityClassName": "team-urgent"}));
+    object["metadata"]["labels"] = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze"});
+    let request = create(&object);
+    let decision = decide(&request);
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    let pod = patched(&request, &decision);
+    assert_eq!(pod["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-default");
+}
+
+#[test]
+fn bronze_pod_not_queued_with_a_priority_class_name_is_left_to_resource_quota_scopes() {
+    let request = create(&pod(BRONZE, json!({"containers": [cpu()], "priorityClassName": "team-urgent"})));
+    assert_eq!(decide(&request).verdict, Verdict::Skip { reason: "no_gpu_request" });
+}
