@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::classes::{Selection, selection};
-use crate::policy::{GpuClass, TierPolicySpec};
+use crate::policy::{DraClaimAction, GpuClass, Tier, TierPolicySpec};
 use crate::view::{NodeView, Snapshot};
 
 /// Extended-resource prefixes that are GPUs whatever the policy says: NVIDIA whole GPUs and their shared or
@@ -288,7 +288,7 @@ pub(super) struct Violation {
 pub(super) struct TierBounds<'a> {
     pub(super) policy: &'a TierPolicySpec,
     pub(super) snapshot: &'a Snapshot,
-    pub(super) tier: &'a crate::policy::Tier,
+    pub(super) tier: &'a Tier,
     pub(super) classes: &'a [&'a GpuClass],
     /// The kind is queued by tiergate (its GPUs are charged to the tier's ClusterQueue).
     pub(super) queued: bool,
@@ -333,7 +333,7 @@ pub(super) fn violations(bounds: &TierBounds<'_>, spec: &Value) -> Vec<Violation
             }
         }
     }
-    if reach.dra_claims && bounds.policy.admission.dra_claims == crate::policy::DraClaimAction::Deny {
+    if reach.dra_claims && bounds.policy.admission.dra_claims == DraClaimAction::Deny {
         found.push(Violation {
             reason: "dra_claim",
             problem: "spec.resourceClaims claims devices through DRA, which tiergate cannot confine to a GPU class"
