@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_TIER_LABEL: &str = "tiergate.io/tier";
 /// Extended resource a GPU class is requested by when the policy does not say otherwise.
 pub const DEFAULT_GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// NVIDIA MIG slices (`nvidia.com/mig-1g.5gb`, ...): GPUs of a class whose resource is the default one.
+pub const DEFAULT_MIG_RESOURCE_PATTERN: &str = "nvidia.com/mig-*";
 /// Namespaces tiergate never acts in, whatever the policy says.
 pub const ALWAYS_EXCLUDED_NAMESPACES: &[&str] = &["kube-system"];
 
@@ -77,9 +79,15 @@ pub struct GpuClass {
     /// Tolerations pods need for this class; when empty, one toleration per node taint is derived.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
-    /// The extended resource that requests a GPU of this class.
+    /// The extended resource that requests a GPU of this class (the whole-GPU resource quotas and the scorer
+    /// count). Superseded by `resourceNames`; when that is empty the class's GPUs are this name, plus
+    /// `nvidia.com/mig-*` when it is `nvidia.com/gpu`.
     #[serde(default = "default_gpu_resource")]
     pub resource_name: String,
+    /// Every extended resource that counts as a GPU of this class: exact names or a prefix ending in `*`
+    /// (`nvidia.com/mig-*`). The first exact name is the class's whole-GPU resource. Empty: see `resourceName`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<String>,
     /// GPU memory per device in GiB, used by the built-in scorer to judge fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<u32>,
@@ -114,6 +122,10 @@ pub struct Tier {
     /// WorkloadPriorityClass (a bucket name) used when no score is available (default: the lowest bucket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default_priority_class: Option<String>,
+    /// The highest WorkloadPriorityClass (a bucket name) workloads of this tier may carry (default: the top
+    /// bucket). Higher scores and user labels are clamped to it (or refused, `spec.admission.priorityAboveCeiling`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_priority_class: Option<String>,
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
@@ -238,6 +250,29 @@ pub enum ForeignClassAction {
     Allow,
 }
 
+/// What the webhook does with a `kueue.x-k8s.io/priority-class` label above the tier's ceiling (or naming no
+/// priority bucket).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CeilingAction {
+    /// Replace it with the tier's ceiling, with a warning.
+    #[default]
+    Clamp,
+    /// Deny, naming the ceiling and the fix.
+    Deny,
+}
+
+/// What the webhook does with a pod template that claims devices through DRA (`spec.resourceClaims`) in a tiered
+/// namespace.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DraClaimAction {
+    /// Deny: tiergate cannot tell which GPU class a claim's DeviceClass reaches, and Kueue v0.19 charges claims
+    /// only with its alpha `KueueDRAIntegration` gate and `deviceClassMappings`.
+    #[default]
+    Deny,
+    /// Admit, confined to the tier's GPU classes like any other template that can reach GPU nodes.
+    Confine,
+}
+
 /// What the webhook answers when tiergate itself fails while deciding.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum FailureMode {
@@ -267,6 +302,13 @@ pub struct AdmissionSettings {
     /// `Open` (default): an internal error admits unchanged with a warning. `Closed`: it denies.
     #[serde(default)]
     pub failure_mode: FailureMode,
+    /// A priority-class label above the tier's `maxPriorityClass` (or naming no bucket): `Clamp` (default) or
+    /// `Deny`.
+    #[serde(default)]
+    pub priority_above_ceiling: CeilingAction,
+    /// DRA `resourceClaims` on a pod template in a tiered namespace: `Deny` (default) or `Confine`.
+    #[serde(default)]
+    pub dra_claims: DraClaimAction,
 }
 
 /// The external scheduler agent.
@@ -389,6 +431,29 @@ impl GpuClass {
         !self.node_labels.is_empty() && self.node_labels.iter().all(|(key, value)| labels.get(key) == Some(value))
     }
 
+    /// The resource names and patterns that count as this class's GPUs (`resourceNames`, else `resourceName`
+    /// plus `nvidia.com/mig-*` when it is `nvidia.com/gpu`).
+    pub fn resource_patterns(&self) -> Vec<&str> {
+        if !self.resource_names.is_empty() {
+            return self.resource_names.iter().map(String::as_str).collect();
+        }
+        let mut patterns = vec![self.resource_name.as_str()];
+        if self.resource_name == DEFAULT_GPU_RESOURCE {
+            patterns.push(DEFAULT_MIG_RESOURCE_PATTERN);
+        }
+        patterns
+    }
+
+    /// Whether the extended resource `name` counts as a GPU of this class.
+    pub fn counts_resource(&self, name: &str) -> bool {
+        self.resource_patterns().into_iter().any(|pattern| resource_matches(pattern, name))
+    }
+
+    /// The whole-GPU resource: the first exact name of `resourceNames`, else `resourceName`.
+    pub fn primary_resource(&self) -> &str {
+        self.resource_names.iter().find(|name| !name.ends_with('*')).map_or(self.resource_name.as_str(), String::as_str)
+    }
+
     /// Tolerations pods of this class need: the declared ones, or one per node taint.
     pub fn pod_tolerations(&self) -> Vec<Toleration> {
         if !self.tolerations.is_empty() {
@@ -404,6 +469,14 @@ impl GpuClass {
                 toleration_seconds: None,
             })
             .collect()
+    }
+}
+
+/// Whether resource `name` matches `pattern`: equal, or starting with the part before a trailing `*`.
+pub fn resource_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
     }
 }
 

@@ -4,6 +4,7 @@
 //! The checks mirror what Kubernetes and Kueue would refuse later (names, label syntax, quantities, Kueue enums
 //! and the ClusterQueue CEL rules) plus tiergate's own rules (known classes, one bucket per score range...).
 
+mod boundary;
 pub mod names;
 pub mod quantity;
 pub mod quota;
@@ -228,13 +229,7 @@ fn check_gpu_class(path: &str, class: &GpuClass, problems: &mut Problems) {
     problems.labels(&format!("{path}.nodeLabels"), &class.node_labels);
     check_taints(&format!("{path}.nodeTaints"), &class.node_taints, problems);
     check_tolerations(&format!("{path}.tolerations"), &class.tolerations, problems);
-    if !is_qualified_name(&class.resource_name) {
-        problems.push(
-            format!("{path}.resourceName"),
-            format!("{:?} is not a resource name ({QUALIFIED_NAME_RULE})", class.resource_name),
-            "use the extended resource the device plugin advertises, e.g. `nvidia.com/gpu`",
-        );
-    }
+    boundary::check_resource_names(path, class, problems);
 }
 
 fn check_taints(path: &str, taints: &[Taint], problems: &mut Problems) {
@@ -513,10 +508,10 @@ fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Pro
                 format!("unknown GPU class {class_name:?}"),
                 format!("use one of the declared classes {known_classes:?} or declare it under spec.gpuClasses"),
             ),
-            Some(class) if !tier.quotas.contains_key(&class.resource_name) => problems.push(
+            Some(class) if !tier.quotas.contains_key(class.primary_resource()) => problems.push(
                 format!("{path}.quotas"),
-                format!("no quota for {:?}, the GPU resource of class {:?}", class.resource_name, class.name),
-                format!("add `{}: {{nominal: \"N\"}}` under quotas", class.resource_name),
+                format!("no quota for {:?}, the GPU resource of class {:?}", class.primary_resource(), class.name),
+                format!("add `{}: {{nominal: \"N\"}}` under quotas", class.primary_resource()),
             ),
             Some(_) => {}
         }
@@ -561,6 +556,7 @@ fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Pro
             "name one of spec.priorityBuckets[*].name",
         );
     }
+    boundary::check_priority_ceiling(path, tier, &spec.priority_buckets, problems);
     let flavor_count = 1
         + tier.fallback_gpu_classes.len()
         + tier

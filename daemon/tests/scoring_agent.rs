@@ -281,10 +281,12 @@ async fn a_gpu_outside_the_tier_is_ignored_and_the_score_still_used() {
     let (scorer, metrics) = scorer();
     let outcome = scorer.score_for(&bronze_job(), &snapshot_with(agent_settings(&agent.url))).await.unwrap();
     assert_eq!(outcome.source, ScoreSource::Agent);
-    assert_eq!(outcome.priority_class, "gpu-ultra");
+    // 95 is bucket gpu-ultra, above bronze's maxPriorityClass (gpu-high): the agent's score is clamped too.
+    assert_eq!(outcome.priority_class, "gpu-high");
     assert_eq!(outcome.score, Some(95));
     assert_eq!(outcome.chosen_gpu_class, None);
     assert!(outcome.warnings.iter().any(|warning| warning.contains("\"h100\"")), "{:?}", outcome.warnings);
+    assert!(outcome.warnings.iter().any(|warning| warning.contains("clamped to gpu-high")), "{:?}", outcome.warnings);
     assert_eq!(calls_with_outcome(&metrics, "ignored_gpu"), 1);
 }
 

@@ -165,3 +165,63 @@ def test_a_jobset_without_replicated_jobs_is_skipped_without_a_cel_error() -> No
     request = jobset(gpu=True)
     del request["object"]["spec"]["replicatedJobs"]
     assert not sent_to_tiergate(request, webhooks({"webhook": {"failurePolicy": "Fail"}}))
+
+
+# Tenant boundary (issue 13, class 1 and 4): every route by which a pod can reach GPU nodes is sent, so tiergate can
+# confine it to the tier's classes; a CPU pod with none of them still is not.
+BOUNDARY_ROUTES = {
+    "nodeSelector on a GPU class": {"nodeSelector": {"gpu.nvidia.com/class": "h100"}},
+    "required node affinity": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu.nvidia.com/class", "operator": "Exists"}]}]}}}},
+    "preferred node affinity": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [{"key": "gpu.nvidia.com/class", "operator": "In", "values": ["h100"]}]}}]}}},
+    "nodeName": {"nodeName": "gpu-h100-node-1"},
+    "a GPU-taint toleration": {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]},
+    "a toleration of every taint": {"tolerations": [{"operator": "Exists"}]},
+    "a DRA claim": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "h100"}]},
+    "pod-level GPU resources": {"resources": {"limits": {"nvidia.com/gpu": "1"}}},
+    "a MIG slice": {"containers": [{"name": "m", "image": "i", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]},
+    "an amd.com/gpu": {"containers": [{"name": "m", "image": "i", "resources": {"limits": {"amd.com/gpu": "1"}}}]},
+    "a pod priorityClassName": {"priorityClassName": "team-urgent"},
+}
+
+
+@pytest.mark.parametrize("route", sorted(BOUNDARY_ROUTES))
+def test_a_bronze_cpu_pod_with_a_route_to_gpu_nodes_is_sent(route: str) -> None:
+    request = load("pod-create-bronze-cpu-only.json")
+    request["object"]["spec"] |= BOUNDARY_ROUTES[route]
+    assert sent_to_tiergate(request, webhooks({"webhook": {"failurePolicy": "Fail"}})), route
+
+
+@pytest.mark.parametrize("route", sorted(BOUNDARY_ROUTES))
+def test_a_bronze_cpu_deployment_with_a_route_to_gpu_nodes_is_sent(route: str) -> None:
+    request = load("deployment-create-smart-scheduler-strategy.json")
+    del request["object"]["metadata"]["annotations"]
+    request["object"]["spec"]["template"]["spec"] |= BOUNDARY_ROUTES[route]
+    assert sent_to_tiergate(request, webhooks({"webhook": {"failurePolicy": "Fail"}})), route
+
+
+@pytest.mark.parametrize("route", sorted(BOUNDARY_ROUTES))
+def test_a_jobset_with_a_route_to_gpu_nodes_is_sent(route: str) -> None:
+    request = jobset(gpu=False)
+    request["object"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"] |= BOUNDARY_ROUTES[route]
+    assert sent_to_tiergate(request, webhooks({"webhook": {"failurePolicy": "Fail"}})), route
+
+
+def test_a_job_with_a_priority_class_label_is_sent_to_be_held_to_the_tier_ceiling() -> None:
+    request = load("deployment-create-smart-scheduler-strategy.json")
+    del request["object"]["metadata"]["annotations"]
+    request["object"]["metadata"]["labels"] = {"kueue.x-k8s.io/priority-class": "gpu-ultra"}
+    assert sent_to_tiergate(request, webhooks())
+
+
+def test_only_the_api_servers_default_tolerations_do_not_send_a_cpu_pod() -> None:
+    request = load("pod-create-bronze-cpu-only.json")
+    assert request["object"]["spec"]["tolerations"], "the recording carries the default not-ready/unreachable ones"
+    assert not sent_to_tiergate(request, webhooks())
+
+
+def test_a_kube_system_pod_with_a_gpu_selector_is_never_sent() -> None:
+    request = load("pod-create-kube-system.json")
+    request["object"]["spec"]["nodeSelector"] = {"gpu.nvidia.com/class": "h100"}
+    assert not sent_to_tiergate(request, webhooks())

@@ -80,9 +80,14 @@ queue-name label tiergate set. reinvocationPolicy IfNeeded re-runs tiergate if a
 {{- end }}
 
 {{/*
-CEL: does the pod spec at path `.spec` request a GPU-like resource (requests or limits, any container or init
-container)? Every optional field is guarded with has(), so the expression never errors (an error with
-failurePolicy Fail would reject the request).
+CEL: can the pod spec at path `.spec` reach GPU nodes by any route tiergate confines (docs/admission.md, "Tenant
+boundary")? A GPU-like resource (requests or limits of any container, init container or the pod-level
+`resources`), a DRA `resourceClaims` entry, a nodeSelector, node affinity, a nodeName, a toleration other than the
+API server's default `node.kubernetes.io/*` ones (a GPU taint, or an empty key that tolerates everything), or a
+pod `priorityClassName` (Kueue's workload priority when no priority-class label is set). The chart cannot know
+the policy's GPU-class label keys, so any node selection is sent; a CPU pod with none of these is never sent.
+Every optional field is guarded with has(), so the expression never errors (an error with failurePolicy Fail
+would reject the request).
 */}}
 {{- define "tiergate.celGpuPodSpec" -}}
 {{- $prefixes := list }}
@@ -91,7 +96,14 @@ failurePolicy Fail would reject the request).
 {{- end }}
 {{- $isGpu := join " || " $prefixes }}
 {{- $container := printf "has(c.resources) && ((has(c.resources.requests) && c.resources.requests.exists(r, %s)) || (has(c.resources.limits) && c.resources.limits.exists(r, %s)))" $isGpu $isGpu }}
-{{- printf "(%s.containers.exists(c, %s) || (has(%s.initContainers) && %s.initContainers.exists(c, %s)))" .spec $container .spec .spec $container }}
+{{- $resources := printf "(SPEC.containers.exists(c, %s) || (has(SPEC.initContainers) && SPEC.initContainers.exists(c, %s)) || (has(SPEC.resources) && ((has(SPEC.resources.requests) && SPEC.resources.requests.exists(r, %s)) || (has(SPEC.resources.limits) && SPEC.resources.limits.exists(r, %s)))))" $container $container $isGpu $isGpu }}
+{{- $routes := "(has(SPEC.resourceClaims) && size(SPEC.resourceClaims) > 0) || has(SPEC.nodeSelector) || (has(SPEC.affinity) && has(SPEC.affinity.nodeAffinity)) || (has(SPEC.nodeName) && SPEC.nodeName != '') || (has(SPEC.tolerations) && SPEC.tolerations.exists(t, !has(t.key) || !t.key.startsWith('node.kubernetes.io/'))) || has(SPEC.priorityClassName)" }}
+{{- printf "(%s || %s)" $resources $routes | replace "SPEC" .spec }}
+{{- end }}
+
+{{/* CEL: does the object at `.meta` carry a Kueue priority-class label (held to the tier's ceiling)? */}}
+{{- define "tiergate.celPriorityLabel" -}}
+{{- printf "(has(%s.labels) && 'kueue.x-k8s.io/priority-class' in %s.labels)" .meta .meta }}
 {{- end }}
 
 {{/* CEL: do the annotations at `.meta` (a metadata path) declare placement or GPU pinning? */}}

@@ -12,16 +12,19 @@ use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
     PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter,
-    adapter_for, requests_any, restore_pointers, set_pointer,
+    adapter_for, restore_pointers, set_pointer,
 };
 
+use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::owners::{OwnerCheck, check_owner};
 use super::podspec::{self, ShapeError};
+use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass};
+use crate::scoring::buckets::check_priority_ceiling;
 use crate::scoring::features::JOB_TYPE_LABEL;
 use crate::scoring::{
     CHOSEN_GPU_ANNOTATION, DECIDED_AT_ANNOTATION, SEED_CHOSEN_GPU_ANNOTATION, SEED_DECIDED_AT_ANNOTATION, ScoreOutcome,
@@ -168,24 +171,45 @@ fn decide(
             format!("namespace {namespace} has no tier (label {} names no tier of the policy)", policy.tier_label);
         return Ok(work.finish(request, placed, "no_tier", why));
     };
-    let tier_classes = tier_classes(policy, tier)?;
-    let resources: Vec<&str> = tier_classes.iter().map(|class| class.resource_name.as_str()).collect();
-    let gpu_templates: Vec<PodTemplatePointers> = work
+    let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes(policy, tier)? };
+    let labels_before = work.after.pointer("/metadata/labels").cloned();
+    if let Some(denial) = work.apply_priority_fix(&context)? {
+        return Ok(denial);
+    }
+    let placed = placed || work.after.pointer("/metadata/labels") != labels_before.as_ref();
+    if let Some(denial) = work.foreign_strategy_denial(&context) {
+        return Ok(denial);
+    }
+    // Read after placement: a strategy or pinning annotation must not make tiergate write another tier's class.
+    let reaching: Vec<(PodTemplatePointers, Reach)> = work
         .templates
         .iter()
-        .filter(|template| work.before.pointer(&template.spec).is_some_and(|spec| requests_any(spec, &resources)))
-        .cloned()
+        .filter_map(|template| {
+            let reach = boundary::reach(policy, snapshot, work.after.pointer(&template.spec)?);
+            reach.reaches_gpu().then(|| (template.clone(), reach))
+        })
         .collect();
-    if gpu_templates.is_empty() {
-        let why =
-            format!("nothing requests {} (requests or limits, containers or init containers)", resources.join(", "));
+    if reaching.is_empty() {
+        let why = "no pod template can reach GPU nodes (no GPU resource, DRA claim, toleration of a GPU taint, \
+                   GPU-class node selection or GPU node name)"
+            .to_owned();
         return Ok(work.finish(request, placed, "no_gpu_request", why));
+    }
+    if let Some(denial) = work.unconfinable_update(&context, &reaching) {
+        return Ok(denial);
     }
     if let Some(why) = work.owner.unverified_reason() {
         work.reasons.push(why);
     }
-    let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes };
     let first_template_reason = work.reasons.len();
+    let mut gpu_templates: Vec<PodTemplatePointers> = Vec::new();
+    for (template, reach) in &reaching {
+        match work.check_boundary(&context, template, reach) {
+            Ok(true) => gpu_templates.push(template.clone()),
+            Ok(false) => {}
+            Err(denial) => return Ok(*denial),
+        }
+    }
     for template in &gpu_templates {
         if let Some(denial) = work.apply_gpu_class(&context, template, inputs.score.as_ref())? {
             return Ok(denial);
@@ -198,7 +222,7 @@ fn decide(
     if let Some(denial) = work.apply_queue(&context)? {
         return Ok(denial);
     }
-    work.apply_priority(request, inputs.score.as_ref())?;
+    work.apply_priority(&context, request, inputs.score.as_ref())?;
     work.restore_immutable(request);
     work.settle_reasons(&context);
     work.annotate_decision(&context)?;
@@ -326,7 +350,7 @@ impl Work {
         template: &PodTemplatePointers,
         score: Option<&ScoreOutcome>,
     ) -> Result<Option<Decision>, MutateError> {
-        let selector = self.before.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+        let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
         let selected = selection(context.policy, &selector.unwrap_or_default());
         let class = match &selected {
             Selection::Class(class) if context.in_tier(&class.name) => {
@@ -336,7 +360,13 @@ impl Work {
             }
             Selection::Class(_) | Selection::Unknown(_) => {
                 let Some(why) = self.foreign_allowed(context, template, &selected) else {
-                    return Ok(Some(self.foreign_denial(context, &selected)));
+                    let written =
+                        self.before.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+                    let denial = self.foreign_denial(context, &selected);
+                    if selection(context.policy, &written.unwrap_or_default()) != selected {
+                        return Ok(Some(with_placement_hint(denial)));
+                    }
+                    return Ok(Some(denial));
                 };
                 self.warnings.push(format!(
                     "{} kept outside tier {} ({}): {why}",
@@ -418,6 +448,183 @@ impl Work {
             }
         }
         None
+    }
+
+    /// The tenant boundary of one template that can reach GPU nodes: `Ok(true)` confines it to the tier's classes,
+    /// `Ok(false)` leaves an allowed override alone (with a warning), `Err` is the denial.
+    fn check_boundary(
+        &mut self,
+        context: &TierContext<'_>,
+        template: &PodTemplatePointers,
+        reach: &Reach,
+    ) -> Result<bool, Box<Decision>> {
+        let bounds = TierBounds {
+            policy: context.policy,
+            snapshot: context.snapshot,
+            tier: context.tier,
+            classes: &context.classes,
+            queued: self.adapter.is_queued(),
+        };
+        let judge = |object: &Value| object.pointer(&template.spec).map(|spec| boundary::violations(&bounds, spec));
+        let found = judge(&self.after).unwrap_or_default();
+        if found.is_empty() {
+            if reach.gpu_resources.is_empty() {
+                self.reasons.push(format!(
+                    "confined to tier {}: the pod template {}",
+                    context.tier.name,
+                    reach.routes.join(", ")
+                ));
+            }
+            return Ok(true);
+        }
+        let old_found = match context.request.operation {
+            Operation::Update => {
+                context.request.old_object.as_ref().and_then(|old| object_json(old).ok()).and_then(|old| judge(&old))
+            }
+            _ => None,
+        };
+        let exemption = context
+            .foreign_allowed_for_requester()
+            .or_else(|| {
+                self.trusted_owner()
+                    .map(|owner| format!("its owner {owner} was admitted by tiergate with it"))
+            })
+            .or_else(|| {
+                (old_found.as_ref() == Some(&found)).then(|| "the object already had it before this update".to_owned())
+            });
+        if let Some(why) = exemption {
+            for violation in &found {
+                self.warnings.push(format!("{} kept in tier {}: {why}", violation.problem, context.tier.name));
+            }
+            self.reasons.push(format!("keeps what it names outside tier {}: {why}", context.tier.name));
+            return Ok(false);
+        }
+        let written_by_placement = judge(&self.before).is_some_and(|before| before != found);
+        Err(Box::new(self.boundary_denial(context, &found, written_by_placement)))
+    }
+
+    /// A placement strategy declared on the object or a pod template with a rule on another tier's class.
+    fn foreign_strategy_denial(&self, context: &TierContext<'_>) -> Option<Decision> {
+        let judge = |object: &Value| {
+            let in_tier = |class: &str| context.in_tier(class);
+            let metadata = std::iter::once("/metadata".to_owned())
+                .chain(self.templates.iter().map(|template| template.metadata.clone()));
+            let mut found: Vec<Violation> = Vec::new();
+            for pointer in metadata {
+                let Some(meta) = object.pointer(&pointer) else { continue };
+                let (annotations, labels) =
+                    (podspec::string_map(meta, "annotations"), podspec::string_map(meta, "labels"));
+                for violation in boundary::foreign_strategy_rules(context.policy, &in_tier, &annotations, &labels) {
+                    if !found.contains(&violation) {
+                        found.push(violation);
+                    }
+                }
+            }
+            found
+        };
+        let found = judge(&self.after);
+        if found.is_empty() || context.foreign_allowed_for_requester().is_some() {
+            return None;
+        }
+        let old = match context.request.operation {
+            Operation::Update => context.request.old_object.as_ref().and_then(|old| object_json(old).ok()),
+            _ => None,
+        };
+        if old.is_some_and(|old| judge(&old) == found) {
+            return None;
+        }
+        Some(self.boundary_denial(context, &found, false))
+    }
+
+    /// An UPDATE that gives a template a route to GPU nodes where tiergate may not patch the template (a Pod's
+    /// spec, a Job's template: `immutable_on_update`): the confinement would be dropped, so it is refused.
+    fn unconfinable_update(
+        &self,
+        context: &TierContext<'_>,
+        reaching: &[(PodTemplatePointers, Reach)],
+    ) -> Option<Decision> {
+        if context.request.operation != Operation::Update || context.foreign_allowed_for_requester().is_some() {
+            return None;
+        }
+        let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok())?;
+        let immutable = |pointer: &str| self.adapter.immutable_on_update.iter().any(|fixed| pointer.starts_with(fixed));
+        let (_, reach) = reaching.iter().find(|(template, _)| {
+            immutable(&template.spec)
+                && !old
+                    .pointer(&template.spec)
+                    .is_some_and(|spec| boundary::reach(context.policy, context.snapshot, spec).reaches_gpu())
+        })?;
+        let message = format!(
+            "{} {}/{}: this UPDATE gives the pod template a route to GPU nodes ({}), but tiergate cannot change the \
+             template of an existing {} to confine it to tier {}'s GPU classes [{}]. Fix: create a new {} with it \
+             (tiergate then sets the tier's selector and tolerations).",
+            self.adapter.kind,
+            context.namespace,
+            object_name(&self.before),
+            reach.routes.join(", "),
+            self.adapter.kind,
+            context.tier.name,
+            context.class_names(),
+            self.adapter.kind,
+        );
+        let verdict = Verdict::Deny { reason: "unconfinable_update", message: message.clone() };
+        Some(Decision::unchanged(self.adapter.kind, verdict, vec![message]))
+    }
+
+    fn boundary_denial(&self, context: &TierContext<'_>, found: &[Violation], written_by_placement: bool) -> Decision {
+        let problems: Vec<String> =
+            found.iter().map(|violation| format!("{}. Fix: {}", violation.problem, violation.fix)).collect();
+        let message = format!(
+            "{} {}/{} is in tier {} (namespace {}), which may use GPU classes [{}]: {}. To allow other classes, list \
+             the namespace, user or group in the TierPolicy's spec.admission (adminNamespaces, adminUsers, adminGroups).",
+            self.adapter.kind,
+            context.namespace,
+            object_name(&self.before),
+            context.tier.name,
+            context.namespace,
+            context.class_names(),
+            problems.join("; "),
+        );
+        let reason = found.first().map_or("foreign_gpu_class", |violation| violation.reason);
+        let denial =
+            Decision::unchanged(self.adapter.kind, Verdict::Deny { reason, message: message.clone() }, vec![message]);
+        if written_by_placement { with_placement_hint(denial) } else { denial }
+    }
+
+    /// Holds a priority-class label to the tier's ceiling (or refuses it), and sets the tier's default where a
+    /// pod `priorityClassName` would become a queued workload's priority; `Some` is a denial.
+    fn apply_priority_fix(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
+        if is_admin(context.policy, context.request, context.namespace) {
+            return Ok(None);
+        }
+        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        let pod_priority_class = self.templates.iter().find_map(|template| {
+            self.after
+                .pointer(&format!("{}/priorityClassName", template.spec))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        // Kueue's pod integration queues a Pod the user labelled with a queue: its priority works the same way.
+        let queued = self.adapter.is_queued() || labels.contains_key(QUEUE_NAME_LABEL);
+        match priority_fix(context.policy, context.tier, &labels, queued, pod_priority_class.as_deref()) {
+            PriorityFix::Keep => {}
+            PriorityFix::Set { class, warning, reason } => {
+                self.edit("/metadata", |metadata| {
+                    podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class)
+                })?;
+                self.warnings.extend(warning);
+                self.reasons.push(reason);
+            }
+            PriorityFix::Remove { warning } => {
+                set_pointer(&mut self.after, &format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
+                self.warnings.push(warning);
+            }
+            PriorityFix::Deny { message } => {
+                let verdict = Verdict::Deny { reason: "priority_above_ceiling", message: message.clone() };
+                return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
+            }
+        }
+        Ok(None)
     }
 
     /// A Pod whose controller was verified in the caches and is a kind tiergate admits itself (its template was
@@ -618,10 +825,11 @@ impl Work {
         Ok(None)
     }
 
-    /// The priority label: the score's class when scored; on UPDATE without a score, the old object's label is
-    /// restored (priority is decided at creation, never by the tenant's update).
+    /// The priority label: the score's class (held to the tier's ceiling) when scored; on UPDATE without a score,
+    /// the old object's label is restored (priority is decided at creation, never by the tenant's update).
     fn apply_priority(
         &mut self,
+        context: &TierContext<'_>,
         request: &AdmissionRequest<DynamicObject>,
         score: Option<&ScoreOutcome>,
     ) -> Result<(), MutateError> {
@@ -634,19 +842,32 @@ impl Work {
             }
             return Ok(());
         };
+        // The scorer clamps already; a second guard, like the chosen GPU class.
+        let check = check_priority_ceiling(&score.priority_class, context.tier, &context.policy.priority_buckets);
+        let class = match check.replacement() {
+            None => score.priority_class.clone(),
+            Some(Some(ceiling)) => {
+                self.warnings.push(format!(
+                    "the score's priority class {} is above tier {}'s ceiling; clamped to {ceiling}",
+                    score.priority_class, context.tier.name
+                ));
+                ceiling.to_owned()
+            }
+            Some(None) => return Ok(()),
+        };
         let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
-        if let Some(user) = labels.get(PRIORITY_CLASS_LABEL).filter(|user| **user != score.priority_class) {
-            self.warnings
-                .push(format!("priority class {user} replaced by {} from the workload's score", score.priority_class));
+        let user_before = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        if let Some(user) = user_before.get(PRIORITY_CLASS_LABEL).filter(|user| **user != class)
+            && labels.get(PRIORITY_CLASS_LABEL) == Some(user)
+        {
+            self.warnings.push(format!("priority class {user} replaced by {class} from the workload's score"));
         }
-        self.edit("/metadata", |metadata| {
-            podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &score.priority_class)
-        })?;
+        self.edit("/metadata", |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
         let basis = match (&score.source, score.score) {
             (ScoreSource::Fallback { .. }, _) | (_, None) => "the tier's default".to_owned(),
             (source, Some(value)) => format!("score {value} ({})", source.name()),
         };
-        self.reasons.push(format!("priority class {} from {basis}", score.priority_class));
+        self.reasons.push(format!("priority class {class} from {basis}"));
         Ok(())
     }
 
@@ -853,6 +1074,18 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
 /// The value of label `key` of `object`, if any.
 fn label(object: &Value, key: &str) -> Option<String> {
     object.pointer("/metadata/labels").and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
+}
+
+/// A denial whose cause tiergate itself wrote from the object's placement or pinning annotation.
+fn with_placement_hint(mut decision: Decision) -> Decision {
+    const HINT: &str = " This was written by tiergate from the object's placement or pinning annotation \
+        (smart-scheduler.io/schedule-strategy, CustomPodScheduleStrategy, tiergate.io/placement or \
+        gpu-scheduling-map): name a strategy or node of the tier's classes instead.";
+    if let Verdict::Deny { message, .. } = &mut decision.verdict {
+        message.push_str(HINT);
+        decision.reasons = vec![message.clone()];
+    }
+    decision
 }
 
 /// `key` as one JSON-pointer token (`/` -> `~1`).

@@ -31,7 +31,9 @@ use ledger::{InFlight, observed_pods};
 use owner::pod_owner_key;
 use owner_admission::check_owner;
 use pinning::pod_pinning;
-use sources::{ResolvedStrategy, declared_strategies};
+use sources::ResolvedStrategy;
+/// The strategies an object's annotations declare (the admission boundary checks their rules' classes).
+pub(crate) use sources::declared_strategies;
 
 /// Pod label recording the rule a pod was given; the ledger counts pods by it (and rebuilds from it).
 pub const RULE_LABEL: &str = "tiergate.io/placement-rule";

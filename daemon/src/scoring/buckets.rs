@@ -64,6 +64,55 @@ pub fn default_priority_class(tier: &Tier, buckets: &[PriorityBucket]) -> Option
         .or_else(|| buckets.iter().min_by_key(|bucket| bucket.min_score).map(|bucket| bucket.name.clone()))
 }
 
+/// The highest bucket `tier` may use: its `maxPriorityClass`, else the bucket with the highest `minScore`.
+pub fn priority_ceiling<'p>(tier: &Tier, buckets: &'p [PriorityBucket]) -> Option<&'p PriorityBucket> {
+    let top = || buckets.iter().max_by_key(|bucket| (bucket.min_score, bucket.value));
+    match &tier.max_priority_class {
+        Some(name) => buckets.iter().find(|bucket| &bucket.name == name).or_else(top),
+        None => top(),
+    }
+}
+
+/// Where a priority class stands against a tier's ceiling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CeilingCheck {
+    /// A bucket at or below the ceiling.
+    Within,
+    /// A bucket above the ceiling (by WorkloadPriorityClass value).
+    Above {
+        /// The ceiling's name.
+        ceiling: String,
+    },
+    /// No bucket of the policy: some other WorkloadPriorityClass, which a tenant must not pick.
+    NotABucket {
+        /// The ceiling's name (`None` when the policy has no buckets).
+        ceiling: Option<String>,
+    },
+}
+
+impl CeilingCheck {
+    /// The class to use instead: `None` when `class` may stay, `Some(None)` when there is no ceiling at all.
+    pub fn replacement(&self) -> Option<Option<&str>> {
+        match self {
+            Self::Within => None,
+            Self::Above { ceiling } => Some(Some(ceiling)),
+            Self::NotABucket { ceiling } => Some(ceiling.as_deref()),
+        }
+    }
+}
+
+/// Checks `class` (a priority-class label or a score's bucket) against `tier`'s ceiling.
+pub fn check_priority_ceiling(class: &str, tier: &Tier, buckets: &[PriorityBucket]) -> CeilingCheck {
+    let ceiling = priority_ceiling(tier, buckets);
+    let Some(bucket) = buckets.iter().find(|bucket| bucket.name == class) else {
+        return CeilingCheck::NotABucket { ceiling: ceiling.map(|ceiling| ceiling.name.clone()) };
+    };
+    match ceiling {
+        Some(ceiling) if bucket.value > ceiling.value => CeilingCheck::Above { ceiling: ceiling.name.clone() },
+        _ => CeilingCheck::Within,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,6 +133,7 @@ mod tests {
             local_queue_name: None,
             placement: None,
             default_priority_class: default_priority_class.map(str::to_owned),
+            max_priority_class: None,
             provisioning: None,
             quota_shares: Default::default(),
         }
@@ -140,5 +190,27 @@ mod tests {
         assert_eq!(default_priority_class(&tier(Some("gpu-medium")), &buckets).as_deref(), Some("gpu-medium"));
         assert_eq!(default_priority_class(&tier(None), &buckets).as_deref(), Some("gpu-default"));
         assert_eq!(default_priority_class(&tier(None), &[]), None);
+    }
+
+    #[test]
+    fn a_class_above_the_tier_ceiling_is_clamped_to_the_ceiling_and_an_unknown_class_too() {
+        let buckets = default_priority_buckets();
+        let mut bronze = tier(None);
+        bronze.max_priority_class = Some("gpu-medium".to_owned());
+        assert_eq!(check_priority_ceiling("gpu-medium", &bronze, &buckets), CeilingCheck::Within);
+        assert_eq!(check_priority_ceiling("gpu-default", &bronze, &buckets), CeilingCheck::Within);
+        let above = check_priority_ceiling("gpu-ultra", &bronze, &buckets);
+        assert_eq!(above, CeilingCheck::Above { ceiling: "gpu-medium".to_owned() });
+        assert_eq!(above.replacement(), Some(Some("gpu-medium")));
+        let unknown = check_priority_ceiling("system-critical", &bronze, &buckets);
+        assert_eq!(unknown, CeilingCheck::NotABucket { ceiling: Some("gpu-medium".to_owned()) });
+    }
+
+    #[test]
+    fn without_a_ceiling_the_top_bucket_is_the_ceiling() {
+        let buckets = default_priority_buckets();
+        assert_eq!(priority_ceiling(&tier(None), &buckets).map(|bucket| bucket.name.as_str()), Some("gpu-ultra"));
+        assert_eq!(check_priority_ceiling("gpu-ultra", &tier(None), &buckets), CeilingCheck::Within);
+        assert_eq!(priority_ceiling(&tier(None), &[]), None);
     }
 }

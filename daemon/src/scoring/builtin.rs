@@ -52,14 +52,14 @@ pub fn build_inventory<'a>(
     for node in nodes {
         for class in classes.iter().filter(|class| node_is_of_class(node, class)) {
             let capacity = inventory.entry(class.name.clone()).or_default();
-            capacity.allocatable += node.allocatable.get(&class.resource_name).copied().unwrap_or(0);
+            capacity.allocatable += node.allocatable.get(class.primary_resource()).copied().unwrap_or(0);
             classes_of_node.entry(node.name.as_str()).or_default().push(class);
         }
     }
     for pod in pods {
         let node_classes = pod.node_name.as_deref().and_then(|node| classes_of_node.get(node));
         for class in node_classes.into_iter().flatten() {
-            let requested = pod.requests.get(&class.resource_name).copied().unwrap_or(0);
+            let requested = pod.requests.get(class.primary_resource()).copied().unwrap_or(0);
             inventory.entry(class.name.clone()).or_default().in_use += requested;
         }
     }

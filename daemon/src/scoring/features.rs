@@ -63,7 +63,7 @@ pub fn scoring_job<'a>(
     }
     let tier = policy.tier_of(&snapshot.namespaces.get(namespace)?.labels)?;
     let candidates: Vec<&GpuClass> = tier.gpu_class_names().filter_map(|name| policy.gpu_class(name)).collect();
-    let gpu_resources: Vec<&str> = candidates.iter().map(|class| class.resource_name.as_str()).collect();
+    let gpu_resources: Vec<&str> = candidates.iter().map(|class| class.primary_resource()).collect();
     if !adapter.templates.requests_any(&object.data, &gpu_resources) {
         return None;
     }

@@ -221,7 +221,7 @@ pub fn build_outcome(
     match result {
         Ok((answer, source)) => {
             warnings.extend(answer.warnings.iter().cloned());
-            let priority_class = match buckets::bucket_for(answer.score, buckets) {
+            let mut priority_class = match buckets::bucket_for(answer.score, buckets) {
                 Ok(bucket) => bucket.name.clone(),
                 Err(error) => {
                     let class = default_class?;
@@ -229,6 +229,15 @@ pub fn build_outcome(
                     class
                 }
             };
+            if let Some(Some(ceiling)) =
+                buckets::check_priority_ceiling(&priority_class, job.tier, buckets).replacement()
+            {
+                warnings.push(format!(
+                    "score {} maps to priority class {priority_class}, above tier {}'s ceiling; clamped to {ceiling}",
+                    answer.score, job.tier.name
+                ));
+                priority_class = ceiling.to_owned();
+            }
             Some(ScoreOutcome {
                 priority_class,
                 score: Some(answer.score),

@@ -25,12 +25,25 @@ async fn recorded_bronze_job_gets_the_builtin_score_and_a_memory_warning() {
 }
 
 #[tokio::test]
-async fn a_fitting_bronze_job_gets_l4_and_the_bucket_of_its_score() {
+async fn a_fitting_bronze_job_gets_l4_and_the_bucket_of_its_score_held_to_the_bronze_ceiling() {
     let request = with_annotations(fixture_request("job-create-bronze-gpu-scored.json"), &[("gpu.mem.gi", "24")]);
     let outcome = Scorer::default().score_for(&request, &sample_snapshot()).await.unwrap();
-    // 0.6 * 24/24 + 0.4 * 4/4 = 1.0
+    // 0.6 * 24/24 + 0.4 * 4/4 = 1.0: bucket gpu-ultra, above bronze's maxPriorityClass gpu-high.
     assert_eq!(outcome.score, Some(100));
     assert_eq!(outcome.chosen_gpu_class.as_deref(), Some("l4"));
+    assert_eq!(outcome.priority_class, "gpu-high");
+    assert_eq!(
+        outcome.warnings,
+        ["score 100 maps to priority class gpu-ultra, above tier bronze's ceiling; clamped to gpu-high"]
+    );
+}
+
+#[tokio::test]
+async fn without_a_tier_ceiling_a_fitting_bronze_job_gets_the_top_bucket_of_its_score() {
+    let snapshot =
+        snapshot_with_policy(|policy| policy.spec.tiers.iter_mut().for_each(|tier| tier.max_priority_class = None));
+    let request = with_annotations(fixture_request("job-create-bronze-gpu-scored.json"), &[("gpu.mem.gi", "24")]);
+    let outcome = Scorer::default().score_for(&request, &snapshot).await.unwrap();
     assert_eq!(outcome.priority_class, "gpu-ultra");
     assert!(outcome.warnings.is_empty(), "{:?}", outcome.warnings);
 }

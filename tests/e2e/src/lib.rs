@@ -229,6 +229,9 @@ pub fn build_prefixed_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
         if let Some(class) = &tier.default_priority_class {
             tier.default_priority_class = Some(prefixed(prefix, class));
         }
+        if let Some(class) = &tier.max_priority_class {
+            tier.max_priority_class = Some(prefixed(prefix, class));
+        }
         tier.name = prefixed(prefix, &tier.name);
     }
     Ok(policy)
