@@ -524,13 +524,16 @@ fn bronze_job_with_a_pod_priority_class_name_gets_the_tier_default_priority_labe
 }
 
 #[test]
-fn bronze_job_update_raising_its_priority_label_to_gpu_ultra_is_clamped() {
+fn bronze_job_update_raising_its_priority_label_to_gpu_ultra_is_undone() {
+    // Priority is decided at creation: an UPDATE cannot raise it, not even up to the ceiling (UPDATE sequences).
     let old = job_with_priority("gpu-default");
     let mut new = old.clone();
     new["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = json!("gpu-ultra");
     let request = review("UPDATE", &new, Some(&old));
-    let job = patched(&request, &decide(&request));
-    assert_eq!(job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-high");
+    let decision = decide(&request);
+    let job = patched(&request, &decision);
+    assert_eq!(job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-default");
+    assert!(decision.warnings.iter().any(|warning| warning.contains("was undone")), "{:?}", decision.warnings);
 }
 
 #[test]
