@@ -11,15 +11,16 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
-    PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter,
-    adapter_for, controller_of, requests_any, restore_pointers, set_pointer,
+    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing,
+    TemplateLayout, WorkloadAdapter, adapter_for, controller_of, requests_any, restore_pointers, set_pointer,
+    unknown_embedded_kinds, unknown_owner_kind,
 };
 
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::podspec::{self, ShapeError};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
-use crate::policy::{FailureMode, GpuClass};
+use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
 use crate::scoring::features::JOB_TYPE_LABEL;
 use crate::scoring::{
     CHOSEN_GPU_ANNOTATION, DECIDED_AT_ANNOTATION, SEED_CHOSEN_GPU_ANNOTATION, SEED_DECIDED_AT_ANNOTATION, ScoreOutcome,
@@ -75,7 +76,7 @@ impl MutateError {
 pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
-        // Placement validates owners tiergate never mutates (ReplicaSet, CronJob); its "deny" still holds.
+        // Placement validates owners tiergate never mutates (ReplicaSet); its "deny" still holds.
         if let Err(error) = &inputs.placement {
             let message = error.to_string();
             let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
@@ -162,13 +163,17 @@ fn decide(
     };
     let tier_classes = tier_classes(policy, tier)?;
     let resources: Vec<&str> = tier_classes.iter().map(|class| class.resource_name.as_str()).collect();
+    // A kind sized outside its templates (TrainJob) makes every template of the object a GPU template.
+    let sized_outside = adapter.requests_outside_templates(&work.before, &resources);
     let gpu_templates: Vec<PodTemplatePointers> = work
         .templates
         .iter()
-        .filter(|template| work.before.pointer(&template.spec).is_some_and(|spec| requests_any(spec, &resources)))
+        .filter(|template| {
+            sized_outside || work.before.pointer(&template.spec).is_some_and(|spec| requests_any(spec, &resources))
+        })
         .cloned()
         .collect();
-    if gpu_templates.is_empty() {
+    if gpu_templates.is_empty() && !sized_outside {
         let why =
             format!("nothing requests {} (requests or limits, containers or init containers)", resources.join(", "));
         return Ok(work.finish(request, placed, "no_gpu_request", why));
@@ -178,6 +183,9 @@ fn decide(
         if let Some(denial) = work.apply_gpu_class(&context, template, inputs.score.as_ref())? {
             return Ok(denial);
         }
+    }
+    if let Some(denial) = work.apply_unknown_kinds(&context, &resources)? {
+        return Ok(denial);
     }
     if let Some(score) = &inputs.score {
         work.apply_score(&context, score, &gpu_templates)?;
@@ -357,8 +365,7 @@ impl Work {
             self.reasons.push(format!("GPU class {chosen}: the scorer's choice, inside tier {}", context.tier.name));
             return Some(class);
         }
-        let queued = matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. });
-        if queued && context.classes.len() > 1 {
+        if self.adapter.is_queued() && context.classes.len() > 1 {
             self.reasons.push(format!(
                 "tolerations of GPU classes {}; Kueue picks the flavor and sets its node selector at admission",
                 context.class_names()
@@ -507,10 +514,13 @@ impl Work {
     }
 
     fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
-        let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing else {
-            return Ok(());
+        let (suspend, group_annotations) = match self.adapter.queueing {
+            Queueing::NotQueued => return Ok(()),
+            Queueing::SuspendedWithQueueLabel { suspend } => (Some(suspend), None),
+            Queueing::PodGroupWithQueueLabel { template_annotations } => (None, Some(template_annotations)),
         };
-        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        let labels_at = self.adapter.queue_labels_at;
+        let labels = podspec::string_map(self.before.pointer(labels_at).unwrap_or(&Value::Null), "labels");
         let tier_queue = context.tier.local_queue();
         let exists =
             |queue: &str| context.snapshot.local_queues.contains(&(context.namespace.to_owned(), queue.to_owned()));
@@ -526,7 +536,7 @@ impl Work {
                 self.reasons.push(format!("keeps the user's queue {queue}"));
             }
             None => {
-                self.edit("/metadata", |metadata| {
+                self.edit(labels_at, |metadata| {
                     podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &tier_queue)
                 })?;
                 if !exists(&tier_queue) {
@@ -539,6 +549,14 @@ impl Work {
                 self.reasons.push(format!("queued in LocalQueue {tier_queue} of tier {}", context.tier.name));
             }
         }
+        if let Some(annotations) = group_annotations {
+            let queue = labels.get(QUEUE_NAME_LABEL).cloned().unwrap_or(tier_queue);
+            self.label_pod_group(QUEUE_NAME_LABEL, &queue, annotations)?;
+            self.reasons.push("every pod template labelled with the queue; Kueue gates the pods as a group".to_owned());
+        }
+        let Some(suspend) = suspend else {
+            return Ok(());
+        };
         if !self.adapter.is_suspended(&self.before) {
             if !set_pointer(&mut self.after, suspend, Some(Value::Bool(true))) {
                 return Err(MutateError::EditField {
@@ -546,23 +564,102 @@ impl Work {
                     source: ShapeError { field: "suspend", expected: "object" },
                 });
             }
-            self.reasons.push("suspended so Kueue admits it (spec.suspend: true)".to_owned());
+            self.reasons.push(format!("suspended so Kueue admits it ({suspend}: true)"));
         }
         Ok(())
     }
 
+    /// What Kueue's webhook does for a pod-group kind (LeaderWorkerSet): `label` and `annotations` on every pod
+    /// template, so the pods are created labelled and Kueue's pod webhook gates them.
+    fn label_pod_group(&mut self, label: &str, value: &str, annotations: &[(&str, &str)]) -> Result<(), MutateError> {
+        let annotations: BTreeMap<String, String> =
+            annotations.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect();
+        for template in self.templates.clone() {
+            self.edit(&template.metadata, |metadata| {
+                podspec::set_string(metadata, "labels", label, value)?;
+                podspec::merge_string_map(metadata, "annotations", &annotations)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The unknown-kind rule: GPU pods of a kind neither tiergate nor Kueue knows (embedded in an AppWrapper, or
+    /// a Pod's controller) are refused or queued pod by pod, as `spec.admission.unknownGpuKinds` says; `Some` is a
+    /// denial.
+    fn apply_unknown_kinds(
+        &mut self,
+        context: &TierContext<'_>,
+        resources: &[&str],
+    ) -> Result<Option<Decision>, MutateError> {
+        let embedded = unknown_embedded_kinds(self.adapter.templates, &self.before, resources);
+        let owner = match self.adapter.templates {
+            TemplateLayout::Pod => unknown_owner_kind(&self.before),
+            _ => None,
+        };
+        let unknown: Vec<String> = embedded.into_iter().chain(owner.clone()).collect();
+        if unknown.is_empty() {
+            return Ok(None);
+        }
+        let name = object_name(&self.before);
+        if context.policy.admission.unknown_gpu_kinds == UnknownKindAction::Deny {
+            let message = format!(
+                "{} {}/{name}: {} is a kind neither tiergate nor Kueue manages, and its pods request {}, so they \
+                 would run outside tier {}'s quota. Fix: use a kind Kueue manages (Job, JobSet, RayJob, PyTorchJob, \
+                 LeaderWorkerSet, ...), or have the cluster admin set spec.admission.unknownGpuKinds: QueuePods in \
+                 the TierPolicy (with Kueue's pod integration enabled).",
+                self.adapter.kind,
+                context.namespace,
+                unknown.join(", "),
+                resources.join(", "),
+                context.tier.name,
+            );
+            let verdict = Verdict::Deny { reason: "unknown_gpu_kind", message: message.clone() };
+            return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
+        }
+        if owner.is_none() {
+            self.reasons.push(format!(
+                "the pods of {} are queued one by one through Kueue's pod integration (unknownGpuKinds: QueuePods)",
+                unknown.join(", ")
+            ));
+            return Ok(None);
+        }
+        if context.request.operation != Operation::Create {
+            return Ok(None);
+        }
+        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        let queue = labels.get(QUEUE_NAME_LABEL).cloned().unwrap_or_else(|| context.tier.local_queue());
+        let edited = self.edit("/metadata", |metadata| {
+            podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue)?;
+            podspec::set_string(metadata, "labels", KUEUE_MANAGED_LABEL, "true")?;
+            podspec::add_list_item(metadata, "finalizers", &Value::String(KUEUE_MANAGED_LABEL.to_owned()))
+        });
+        edited?;
+        let gate = serde_json::json!({ "name": KUEUE_ADMISSION_GATE });
+        self.edit("/spec", |spec| podspec::add_list_item(spec, "schedulingGates", &gate))?;
+        self.reasons.push(format!(
+            "owned by {}, a kind Kueue does not manage: queued as a single pod in LocalQueue {queue} (gated by \
+             {KUEUE_ADMISSION_GATE} until Kueue admits it)",
+            unknown.join(", ")
+        ));
+        Ok(None)
+    }
+
     fn apply_priority(&mut self, score: &ScoreOutcome) -> Result<(), MutateError> {
-        if !matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. }) {
+        if !self.adapter.is_queued() {
             return Ok(());
         }
-        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        let labels_at = self.adapter.queue_labels_at;
+        let labels = podspec::string_map(self.after.pointer(labels_at).unwrap_or(&Value::Null), "labels");
         if let Some(user) = labels.get(PRIORITY_CLASS_LABEL).filter(|user| **user != score.priority_class) {
             self.warnings
                 .push(format!("priority class {user} replaced by {} from the workload's score", score.priority_class));
         }
-        self.edit("/metadata", |metadata| {
+        self.edit(labels_at, |metadata| {
             podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &score.priority_class)
         })?;
+        if matches!(self.adapter.queueing, Queueing::PodGroupWithQueueLabel { .. }) {
+            self.label_pod_group(PRIORITY_CLASS_LABEL, &score.priority_class, &[])?;
+        }
         let basis = match (&score.source, score.score) {
             (ScoreSource::Fallback { .. }, _) | (_, None) => "the tier's default".to_owned(),
             (source, Some(value)) => format!("score {value} ({})", source.name()),
@@ -605,7 +702,8 @@ impl Work {
                 classes.push(class.name.clone());
             }
         }
-        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        let labels =
+            podspec::string_map(self.after.pointer(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
