@@ -790,4 +790,99 @@ mod tests {
         assert!(!adapter.is_suspended(&json!({"spec": {}})));
         assert!(!adapter_for("", "v1", "Pod").unwrap().is_suspended(&json!({"spec": {"suspend": true}})));
     }
+    #[test]
+    fn kubeflow_templates_are_every_value_of_the_replica_spec_map() {
+        let adapter = adapter_for("kubeflow.org", "v1", "PyTorchJob").unwrap();
+        let object = json!({"spec": {"pytorchReplicaSpecs": {
+            "Master": {"template": {"spec": {"containers": []}}},
+            "Worker": {"template": {"spec": {"containers": []}}}}}});
+        let specs: Vec<String> = adapter.pod_templates(&object).into_iter().map(|t| t.spec).collect();
+        assert_eq!(
+            specs,
+            ["/spec/pytorchReplicaSpecs/Master/template/spec", "/spec/pytorchReplicaSpecs/Worker/template/spec"]
+        );
+        assert!(adapter.is_queued());
+        assert!(adapter.is_suspended(&json!({"spec": {"runPolicy": {"suspend": true}}})));
+        assert!(!adapter.is_suspended(&json!({"spec": {"suspend": true}})));
+    }
+
+    #[test]
+    fn ray_head_and_every_worker_group_are_templates_and_missing_groups_are_skipped() {
+        let adapter = adapter_for("ray.io", "v1", "RayJob").unwrap();
+        let object = json!({"spec": {"rayClusterSpec": {"headGroupSpec": {"template": {"spec": {}}},
+            "workerGroupSpecs": [{"template": {"spec": {}}}, {"groupName": "no-template"}, {"template": {"spec": {}}}]}}});
+        let specs: Vec<String> = adapter.pod_templates(&object).into_iter().map(|t| t.spec).collect();
+        assert_eq!(
+            specs,
+            [
+                "/spec/rayClusterSpec/headGroupSpec/template/spec",
+                "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec",
+                "/spec/rayClusterSpec/workerGroupSpecs/2/template/spec"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_appwrapper_finds_a_wrapped_job_through_the_job_layout_and_an_unknown_kind_by_its_containers() {
+        let adapter = adapter_for("workload.codeflare.dev", "v1beta2", "AppWrapper").unwrap();
+        let gpu = json!([{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        let object = json!({"spec": {"components": [
+            {"template": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {"containers": gpu}}}}},
+            {"template": {"apiVersion": "example.com/v1", "kind": "Trainer", "spec": {"pods": [
+                {"metadata": {}, "spec": {"containers": gpu}}]}}},
+            {"template": {"apiVersion": "example.com/v1", "kind": "Idle", "spec": {"pod": {"spec": {"containers": []}}}}}
+        ]}});
+        let templates = adapter.pod_templates(&object);
+        assert_eq!(templates[0].spec, "/spec/components/0/template/spec/template/spec");
+        assert_eq!(templates[1].spec, "/spec/components/1/template/spec/pods/0/spec");
+        assert_eq!(templates[1].metadata, "/spec/components/1/template/spec/pods/0/metadata");
+        assert_eq!(templates.len(), 3);
+        assert_eq!(unknown_embedded_kinds(adapter.templates, &object, &["nvidia.com/gpu"]), ["example.com/Trainer"]);
+        assert!(
+            unknown_embedded_kinds(TemplateLayout::Single("/spec/template"), &object, &["nvidia.com/gpu"]).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_pod_owned_by_a_kind_nobody_manages_is_reported_and_known_owners_are_not() {
+        let pod = |api_version: &str, kind: &str, controller: bool| {
+            json!({"metadata": {"ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": "o",
+                "uid": "u", "controller": controller}]}})
+        };
+        assert_eq!(
+            unknown_owner_kind(&pod("argoproj.io/v1alpha1", "Workflow", true)).as_deref(),
+            Some("argoproj.io/Workflow")
+        );
+        assert_eq!(unknown_owner_kind(&pod("apps/v1", "DaemonSet", true)).as_deref(), Some("apps/DaemonSet"));
+        assert_eq!(unknown_owner_kind(&pod("argoproj.io/v1alpha1", "Workflow", false)), None);
+        assert_eq!(unknown_owner_kind(&pod("ray.io/v1", "RayCluster", true)), None);
+        assert_eq!(unknown_owner_kind(&pod("apps/v1", "ReplicaSet", true)), None);
+        assert_eq!(unknown_owner_kind(&pod("v1", "Node", true)), None);
+        assert_eq!(unknown_owner_kind(&json!({"metadata": {}})), None);
+    }
+
+    #[test]
+    fn spark_gpus_and_trainjob_resources_per_node_count_as_gpu_requests() {
+        let gpu = &["nvidia.com/gpu"];
+        assert!(requests_any(&json!({"gpu": {"name": "nvidia.com/gpu", "quantity": 1}}), gpu));
+        assert!(!requests_any(&json!({"gpu": {"name": "nvidia.com/gpu", "quantity": 0}}), gpu));
+        assert!(!requests_any(&json!({"gpu": {"name": "amd.com/gpu", "quantity": 1}}), gpu));
+        let trainjob = adapter_for("trainer.kubeflow.org", "v1alpha1", "TrainJob").unwrap();
+        let sized = |quantity: &str| json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": quantity}}}}});
+        assert!(trainjob.requests_outside_templates(&sized("2"), gpu));
+        assert!(!trainjob.requests_outside_templates(&sized("0"), gpu));
+        assert!(!adapter_for("batch", "v1", "Job").unwrap().requests_outside_templates(&sized("2"), gpu));
+    }
+
+    #[test]
+    fn a_cronjob_queues_its_job_template_and_a_leaderworkerset_its_pod_groups() {
+        let cron = adapter_for("batch", "v1", "CronJob").unwrap();
+        assert_eq!(cron.queue_labels_at, "/spec/jobTemplate/metadata");
+        assert!(cron.is_suspended(&json!({"spec": {"jobTemplate": {"spec": {"suspend": true}}}})));
+        assert!(!cron.is_suspended(&json!({"spec": {"suspend": true}})));
+        let lws = adapter_for("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet").unwrap();
+        assert!(lws.is_queued());
+        assert!(!lws.is_suspended(&json!({"spec": {"suspend": true}})));
+        assert!(!adapter_for("apps", "v1", "Deployment").unwrap().is_queued());
+    }
 }
