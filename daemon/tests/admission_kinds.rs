@@ -302,7 +302,7 @@ fn running_every_kind_through_the_webhook_twice_changes_nothing_the_second_time(
 #[test]
 fn an_update_of_a_running_kubeflow_or_ray_job_never_suspends_or_requeues_it() {
     for name in ["pytorchjob-update-bronze-pt-ddp.json", "rayjob-update-bronze-ray-finetune.json"] {
-        let request = load(&name);
+        let request = load(name);
         let adapter = adapter(&request);
         let decision = decide(&request);
         assert_eq!(decision.verdict, Verdict::Allow, "{name}");
