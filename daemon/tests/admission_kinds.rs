@@ -346,6 +346,24 @@ fn a_leaderworkerset_labels_leader_and_worker_templates_as_kueues_own_webhook_wo
 }
 
 #[test]
+fn an_update_of_a_leaderworkerset_created_without_a_queue_does_not_relabel_its_templates() {
+    let name = "leaderworkerset-create-bronze-vllm-multihost.json";
+    let object = object_of(&load(name));
+    let mut review = raw(name);
+    review["request"]["operation"] = json!("UPDATE");
+    review["request"]["oldObject"] = object.clone();
+    let request = request_of(&review);
+    let decision = decide(&request);
+    assert_eq!(decision.verdict, Verdict::Allow);
+    let after = patched(&request, &decision);
+    for template in ["leaderTemplate", "workerTemplate"] {
+        let metadata = &after["spec"]["leaderWorkerTemplate"][template]["metadata"];
+        assert_eq!(metadata.get("labels").and_then(|labels| labels.get(QUEUE)), None, "{template}");
+    }
+    assert_eq!(after["metadata"].get("labels").and_then(|labels| labels.get(QUEUE)), None);
+}
+
+#[test]
 fn a_trainjob_sized_by_resources_per_node_is_queued_and_suspended_and_kueue_places_its_pods() {
     let request = load("trainjob-create-bronze-tj-llm.json");
     let decision = decide(&request);

@@ -549,7 +549,10 @@ impl Work {
                 self.reasons.push(format!("queued in LocalQueue {tier_queue} of tier {}", context.tier.name));
             }
         }
-        if let Some(annotations) = group_annotations {
+        // On UPDATE an object created without a queue keeps none (the label is restored, rule 11); labelling its
+        // templates would only roll its pods for nothing.
+        let unqueued_update = context.request.operation == Operation::Update && !labels.contains_key(QUEUE_NAME_LABEL);
+        if let Some(annotations) = group_annotations.filter(|_| !unqueued_update) {
             let queue = labels.get(QUEUE_NAME_LABEL).cloned().unwrap_or(tier_queue);
             self.label_pod_group(QUEUE_NAME_LABEL, &queue, annotations)?;
             self.reasons.push("every pod template labelled with the queue; Kueue gates the pods as a group".to_owned());

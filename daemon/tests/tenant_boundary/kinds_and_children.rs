@@ -137,6 +137,24 @@ fn leaderworkerset_without_a_queue_gets_the_bronze_queue_on_the_object_and_on_ev
 }
 
 #[test]
+fn leaderworkerset_updated_to_select_h100_in_its_worker_template_is_refused() {
+    let lws = |class| {
+        json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "vllm", "namespace": BRONZE, "labels": {QUEUE: "tiergate-bronze"}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": pod_spec(class)}}}})
+    };
+    let old = lws(None);
+    assert_refused(&decide(&review("UPDATE", &lws(Some("h100")), Some(&old))), "LeaderWorkerSet");
+    // An unrelated UPDATE of a queued LeaderWorkerSet keeps its queue on the object and its templates.
+    let request = review("UPDATE", &old, Some(&old));
+    let object = patched(&request, &decide(&request));
+    assert_eq!(
+        object["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"][QUEUE],
+        "tiergate-bronze"
+    );
+}
+
+#[test]
 fn appwrapper_wrapping_a_job_with_an_h100_selector_is_refused() {
     let object = json!({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
         "metadata": {"name": "aw", "namespace": BRONZE}, "spec": {"components": [{"template": {
