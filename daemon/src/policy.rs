@@ -273,6 +273,19 @@ pub enum DraClaimAction {
     Confine,
 }
 
+/// What the webhook does with GPU pods of a kind neither tiergate nor Kueue knows (a Pod whose controller is such a
+/// kind, or such a kind embedded in an AppWrapper): they would otherwise run outside every tier quota.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum UnknownKindAction {
+    /// Refuse, naming the kind and the fix (default: works whether or not Kueue's pod integration is enabled).
+    #[default]
+    Deny,
+    /// Queue each pod through Kueue's pod integration: the tier's queue label, Kueue's managed label and finalizer
+    /// and its `kueue.x-k8s.io/admission` scheduling gate. Needs the `pod` integration enabled in Kueue, or the
+    /// pods stay gated forever.
+    QueuePods,
+}
+
 /// What the webhook answers when tiergate itself fails while deciding.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum FailureMode {
@@ -290,6 +303,9 @@ pub struct AdmissionSettings {
     /// A GPU-class nodeSelector the user set outside the tier's classes: `Deny` (default) or `Allow`.
     #[serde(default)]
     pub foreign_gpu_class: ForeignClassAction,
+    /// GPU pods of a kind neither tiergate nor Kueue knows: `Deny` (default) or `QueuePods`.
+    #[serde(default)]
+    pub unknown_gpu_kinds: UnknownKindAction,
     /// Namespaces whose workloads may pick any GPU class (KubeNexus "admin override").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub admin_namespaces: Vec<String>,

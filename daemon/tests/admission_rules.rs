@@ -289,10 +289,12 @@ fn objects_being_deleted_and_kinds_not_handled_are_skipped() {
     let deleting =
         Workload::job("ml-team-dev", gpu_container(1)).at("/metadata/deletionTimestamp", json!("2026-01-01T00:00:00Z"));
     assert_eq!(decide(&deleting.create()).verdict, Verdict::Skip { reason: "being_deleted" });
-    let cron = Workload(
-        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "ml-team-dev"}}),
+    // A CronJob used to be the example of a kind not handled; since issue 16 its job template gets a Job's
+    // decision (daemon/tests/admission_kinds.rs), so a DaemonSet (no Kueue integration) stands in for it.
+    let daemon_set = Workload(
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "c", "namespace": "ml-team-dev"}}),
     );
-    let decision = decide(&cron.create());
+    let decision = decide(&daemon_set.create());
     assert_eq!((decision.kind, decision.verdict), ("unknown", Verdict::Skip { reason: "kind_not_handled" }));
 }
 

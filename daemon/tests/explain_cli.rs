@@ -47,3 +47,24 @@ fn explain_says_why_a_cpu_pod_is_left_alone() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("skip (no_gpu_request)"), "{out}");
 }
+
+#[test]
+fn explain_queues_every_kind_kueue_manages_from_the_samples_in_the_bronze_queue() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let samples = ["rayjob", "raycluster", "pytorchjob", "trainjob", "mpijob", "lws", "appwrapper", "cronjob"];
+    for sample in samples {
+        let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+            .arg("explain")
+            .arg("--policy")
+            .arg(root.join("samples/kubenexus/policy.yaml"))
+            .arg("--cluster")
+            .arg(root.join("samples/kubenexus/cluster.yaml"))
+            .arg(root.join(format!("samples/workloads/{sample}-bronze.yaml")))
+            .output()
+            .unwrap();
+        let out = String::from_utf8(output.stdout).unwrap();
+        assert_eq!(output.status.code(), Some(0), "{sample}: {out}");
+        assert!(out.starts_with("decision: admit with"), "{sample}: {out}");
+        assert!(out.contains("queued in LocalQueue tiergate-bronze"), "{sample}: {out}");
+    }
+}

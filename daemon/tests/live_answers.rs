@@ -384,8 +384,13 @@ fn why_targets_come_from_the_adapter_table_in_any_case_or_plural_and_a_bad_one_i
         assert_eq!(parse_target(target).unwrap().0.kind, kind, "{target}");
     }
     assert_eq!(parse_target("statefulsets/db-0").unwrap().1, "db-0");
-    let error = parse_target("cronjob/nightly").unwrap_err().to_string();
-    assert!(error.contains("cronjob") && error.contains("Job, JobSet, Pod, Deployment, StatefulSet"), "{error}");
+    let error = parse_target("daemonset/nightly").unwrap_err().to_string();
+    assert!(
+        error.contains("daemonset")
+            && error.contains("Job, JobSet, Pod, Deployment, StatefulSet")
+            && error.contains("RayJob"),
+        "{error}"
+    );
     assert!(parse_target("train-bert").unwrap_err().to_string().contains("KIND/NAME"));
     assert!(parse_target("deployment.batch/a").is_err());
 }

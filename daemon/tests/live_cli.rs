@@ -226,7 +226,7 @@ fn status_with_an_unknown_tier_fails_naming_the_tiers() {
 fn why_refuses_a_kind_tiergate_does_not_handle_before_connecting() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing");
-    let output = run(&plugin(dir.path()), &["why", "cronjob/nightly"], &[("KUBECONFIG", &missing)]);
+    let output = run(&plugin(dir.path()), &["why", "daemonset/nightly"], &[("KUBECONFIG", &missing)]);
     assert!(!output.status.success());
     let error = text(&output.stderr);
     assert!(error.contains("Job, JobSet, Pod, Deployment, StatefulSet") && !error.contains("kubeconfig"), "{error}");

@@ -192,13 +192,35 @@ def test_webhook_rules_cover_every_kind_the_webhook_handles(rendered) -> None:
         ("apps", "v1", "deployments"),
         ("apps", "v1", "statefulsets"),
         ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+        # issue 16: CronJobs and every kind Kueue v0.19.2 manages (tiergate_workloads::ADAPTERS).
+        ("batch", "v1", "cronjobs"),
+        ("ray.io", "v1", "rayjobs"),
+        ("ray.io", "v1", "rayclusters"),
+        ("ray.io", "v1", "rayservices"),
+        ("kubeflow.org", "v1", "pytorchjobs"),
+        ("kubeflow.org", "v1", "tfjobs"),
+        ("kubeflow.org", "v1", "xgboostjobs"),
+        ("kubeflow.org", "v1", "paddlejobs"),
+        ("kubeflow.org", "v1", "jaxjobs"),
+        ("kubeflow.org", "v2beta1", "mpijobs"),
+        ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+        ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
+        ("workload.codeflare.dev", "v1beta2", "appwrappers"),
+        ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
     }
 
 
 def test_pod_deletes_and_jobsets_are_options(rendered) -> None:
     webhooks = {w["name"]: w for w in only(rendered("pod-deletes-no-jobsets"), "MutatingWebhookConfiguration")["webhooks"]}
-    assert set(webhooks) == {"pods.tiergate.io", "workloads.tiergate.io"}
+    # kinds.tiergate.io (issue 16) is on by default and independent of the JobSet switch.
+    assert set(webhooks) == {"pods.tiergate.io", "workloads.tiergate.io", "kinds.tiergate.io"}
     assert webhooks["pods.tiergate.io"]["rules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
+
+
+def test_the_kinds_webhook_is_an_option() -> None:
+    webhooks = {w["name"]: w for w in only(render({"webhook": {"kinds": False}}), "MutatingWebhookConfiguration")["webhooks"]}
+    assert "kinds.tiergate.io" not in webhooks
+    assert "pods.tiergate.io" in webhooks
 
 
 def test_match_conditions_can_be_turned_off(rendered) -> None:

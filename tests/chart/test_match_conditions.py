@@ -225,3 +225,42 @@ def test_a_kube_system_pod_with_a_gpu_selector_is_never_sent() -> None:
     request = load("pod-create-kube-system.json")
     request["object"]["spec"]["nodeSelector"] = {"gpu.nvidia.com/class": "h100"}
     assert not sent_to_tiergate(request, webhooks())
+
+
+def kinds_fixtures() -> list[pathlib.Path]:
+    directory = fixtures_dir().parent / "kinds" / "admission"
+    if not directory.is_dir():
+        pytest.skip("shared/fixtures/kinds/admission not found beside the repository")
+    return sorted(directory.glob("*.json"))
+
+
+def strip_gpus(value: Any) -> Any:
+    """The same object with every GPU request or limit and every Spark `gpu` field removed."""
+    if isinstance(value, dict):
+        return {
+            key: strip_gpus(child)
+            for key, child in value.items()
+            if not key.startswith("nvidia.com/") and key != "gpu"
+        }
+    if isinstance(value, list):
+        return [strip_gpus(child) for child in value]
+    return value
+
+
+@pytest.mark.parametrize("failure_policy", ["Ignore", "Fail"])
+def test_every_recorded_kind_with_gpus_reaches_tiergate(failure_policy: str) -> None:
+    configured = webhooks({"webhook": {"failurePolicy": failure_policy}})
+    for path in kinds_fixtures():
+        request = json.loads(path.read_text())["request"]
+        assert sent_to_tiergate(request, configured), path.name
+
+
+def test_cpu_only_variants_of_the_recorded_kinds_are_not_sent_except_appwrappers() -> None:
+    configured = webhooks()
+    for path in kinds_fixtures():
+        request = json.loads(path.read_text())["request"]
+        request["object"] = strip_gpus(request["object"])
+        if request.get("oldObject"):
+            request["oldObject"] = strip_gpus(request["oldObject"])
+        always = request["resource"]["resource"] in {"appwrappers", "sparkapplications"}
+        assert sent_to_tiergate(request, configured) is always, path.name

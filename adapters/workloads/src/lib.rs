@@ -12,6 +12,14 @@ pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Label Kueue reads the WorkloadPriorityClass from.
 pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
 
+/// Kueue's label (and finalizer) on the pods its pod integration manages.
+pub const KUEUE_MANAGED_LABEL: &str = "kueue.x-k8s.io/managed";
+/// The scheduling gate Kueue's pod integration holds a pod with until it is admitted.
+pub const KUEUE_ADMISSION_GATE: &str = "kueue.x-k8s.io/admission";
+
+/// Controllers of pods that are not workloads: a mirror pod's Node.
+const NOT_WORKLOAD_OWNERS: &[(&str, &str)] = &[("", "Node")];
+
 /// Where one pod template lives inside an object, as JSON pointers (RFC 6901).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodTemplatePointers {
@@ -19,6 +27,17 @@ pub struct PodTemplatePointers {
     pub metadata: String,
     /// The `PodSpec`.
     pub spec: String,
+}
+
+/// Where one pod template sits, as a pointer pattern: `*` stands for every element of an array or every value of
+/// a map (the Kubeflow `*ReplicaSpecs` maps are keyed by replica type).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplateAt {
+    /// A `PodTemplateSpec` (`metadata` and `spec` below the pointer).
+    PodTemplate(&'static str),
+    /// An object carrying pod fields flat, with `labels`, `annotations`, `nodeSelector`, `tolerations` and a
+    /// `gpu: {name, quantity}` request at the same level (SparkApplication's `driver` and `executor`).
+    Flat(&'static str),
 }
 
 /// How a kind nests its pod templates.
@@ -35,16 +54,38 @@ pub enum TemplateLayout {
         /// Pointer to the template object inside each element.
         item: &'static str,
     },
+    /// Every template matching one of the patterns, in pattern order (head and worker groups, replica specs,
+    /// leader and worker templates).
+    Patterns(&'static [TemplateAt]),
+    /// Objects of other kinds embedded at `item` below each element of `list` (AppWrapper `components`): each
+    /// embedded object's templates are found through the layout of its own kind; an embedded kind tiergate does not
+    /// know is searched for every object with a `containers` array (see [`unknown_embedded_kinds`]).
+    Embedded {
+        /// Pointer to the array.
+        list: &'static str,
+        /// Pointer to the embedded object inside each element.
+        item: &'static str,
+    },
 }
 
 /// How tiergate hands a kind to Kueue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Queueing {
-    /// Kueue manages the kind through `kueue.x-k8s.io/queue-name` on the object and gates it with `suspend`:
-    /// tiergate sets the tier's LocalQueue when absent and `suspend: true` on CREATE (Job, JobSet).
+    /// Kueue manages the kind through `kueue.x-k8s.io/queue-name` (on the metadata at
+    /// [`WorkloadAdapter::queue_labels_at`]) and gates it with a `suspend` field: tiergate sets the tier's
+    /// LocalQueue when absent and `suspend: true` on CREATE (Job, JobSet, Ray, Kubeflow, MPIJob, TrainJob,
+    /// AppWrapper, SparkApplication; for a CronJob both go on the job template, so every Job it spawns carries them).
     SuspendedWithQueueLabel {
         /// Pointer to the boolean `suspend` field.
         suspend: &'static str,
+    },
+    /// Kueue manages the kind but cannot suspend it: it gates the kind's pods as pod groups (LeaderWorkerSet).
+    /// tiergate puts the queue label on the object and, as Kueue's own webhook for the kind would, the queue and
+    /// priority labels and the given annotations on every pod template, so each pod is created labelled and Kueue's
+    /// pod webhook gates it whatever order the webhooks run in (Kueue's webhooks are not reinvoked).
+    PodGroupWithQueueLabel {
+        /// Annotations Kueue's webhook for the kind puts on every pod template.
+        template_annotations: &'static [(&'static str, &'static str)],
     },
     /// tiergate does not queue the kind itself: it only sets GPU class, placement and annotations. Kueue may
     /// still manage it when the user labels it (Deployment/StatefulSet/plain Pod integrations need Kueue's pod
@@ -58,7 +99,8 @@ pub enum Queueing {
 pub struct WorkloadAdapter {
     /// API group (`""` for core).
     pub group: &'static str,
-    /// API version.
+    /// API version: the one Kueue v0.19.2 integrates (the webhook is registered with `matchPolicy: Equivalent`, so
+    /// other served versions arrive converted to it).
     pub version: &'static str,
     /// Kind.
     pub kind: &'static str,
@@ -66,62 +108,209 @@ pub struct WorkloadAdapter {
     pub templates: TemplateLayout,
     /// How Kueue gets the workload.
     pub queueing: Queueing,
+    /// Pointer to the metadata whose labels carry the queue and priority labels: `/metadata`, except for a CronJob
+    /// (`/spec/jobTemplate/metadata`: Kueue manages the Jobs, which copy the template's labels).
+    pub queue_labels_at: &'static str,
+    /// `ResourceRequirements` outside any pod template that size the kind's pods (TrainJob
+    /// `spec.trainer.resourcesPerNode`; its pod template lives in the referenced runtime). When one of them asks
+    /// for a GPU, every template of the object counts as a GPU template.
+    pub resources_outside_templates: &'static [&'static str],
     /// Pointers tiergate never changes on UPDATE: fields Kubernetes makes immutable after creation, and fields
     /// whose change would disturb a running workload (suspending a running Job, moving it between queues).
     pub immutable_on_update: &'static [&'static str],
 }
 
-/// Every kind tiergate mutates.
+const QUEUE_LABEL_POINTER: &str = "/metadata/labels/kueue.x-k8s.io~1queue-name";
+const ON_OBJECT: &str = "/metadata";
+
+/// The annotations Kueue's LeaderWorkerSet webhook puts on the leader and worker templates
+/// (`pkg/controller/jobs/leaderworkerset/leaderworkerset_webhook.go`, v0.19.2).
+const LWS_TEMPLATE_ANNOTATIONS: &[(&str, &str)] = &[
+    ("kueue.x-k8s.io/pod-suspending-parent", "leaderworkerset.x-k8s.io/leaderworkerset"),
+    ("kueue.x-k8s.io/pod-group-serving", "true"),
+];
+
+const fn suspended_at(suspend: &'static str) -> Queueing {
+    Queueing::SuspendedWithQueueLabel { suspend }
+}
+
+/// A Kubeflow training-operator kind (`kubeflow.org/v1`): templates in the `*ReplicaSpecs` map, suspended through
+/// `spec.runPolicy.suspend`; the replica specs are left alone on UPDATE, as a Job's template.
+const fn kubeflow(kind: &'static str, templates: &'static [TemplateAt]) -> WorkloadAdapter {
+    WorkloadAdapter {
+        group: "kubeflow.org",
+        version: "v1",
+        kind,
+        templates: TemplateLayout::Patterns(templates),
+        queueing: suspended_at("/spec/runPolicy/suspend"),
+        queue_labels_at: ON_OBJECT,
+        resources_outside_templates: &[],
+        immutable_on_update: &["/spec/runPolicy/suspend", QUEUE_LABEL_POINTER],
+    }
+}
+
+const fn plain(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    templates: TemplateLayout,
+    queueing: Queueing,
+    immutable_on_update: &'static [&'static str],
+) -> WorkloadAdapter {
+    WorkloadAdapter {
+        group,
+        version,
+        kind,
+        templates,
+        queueing,
+        queue_labels_at: ON_OBJECT,
+        resources_outside_templates: &[],
+        immutable_on_update,
+    }
+}
+
+/// Every kind tiergate mutates. The versions, suspend fields and template locations are those of Kueue v0.19.2's
+/// integrations (`pkg/controller/jobs/*`) and of the CRDs it pins (`../shared/workload-crds/README.md`).
 pub static ADAPTERS: &[WorkloadAdapter] = &[
+    // The pod template is immutable once created (Kubernetes only lets a suspended, never-started Job change
+    // scheduling directives, and that is Kueue's to do); Kueue forbids moving a running Job between queues.
+    plain(
+        "batch",
+        "v1",
+        "Job",
+        TemplateLayout::Single("/spec/template"),
+        suspended_at("/spec/suspend"),
+        &["/spec/template", "/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
+    plain(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "JobSet",
+        TemplateLayout::PerItem { list: "/spec/replicatedJobs", item: "/template/spec/template" },
+        suspended_at("/spec/suspend"),
+        &["/spec/replicatedJobs", "/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
+    // A Pod's spec is immutable apart from image, activeDeadlineSeconds, added tolerations and removed
+    // scheduling gates; tiergate changes none of it after creation.
+    plain("", "v1", "Pod", TemplateLayout::Pod, Queueing::NotQueued, &["/spec"]),
+    plain("apps", "v1", "Deployment", TemplateLayout::Single("/spec/template"), Queueing::NotQueued, &[]),
+    plain("apps", "v1", "StatefulSet", TemplateLayout::Single("/spec/template"), Queueing::NotQueued, &[]),
+    // Kueue does not manage CronJobs: it manages the Jobs they spawn, which copy `spec.jobTemplate`. The template
+    // gets the decision a Job would get (queue label on the job template's metadata, `suspend: true` in the job
+    // template, tier selector), checked at CREATE and UPDATE; `spec.suspend` pauses the schedule and is not ours.
     WorkloadAdapter {
         group: "batch",
         version: "v1",
-        kind: "Job",
-        templates: TemplateLayout::Single("/spec/template"),
-        queueing: Queueing::SuspendedWithQueueLabel { suspend: "/spec/suspend" },
-        // The pod template is immutable once created (Kubernetes only lets a suspended, never-started Job change
-        // scheduling directives, and that is Kueue's to do); Kueue forbids moving a running Job between queues.
-        immutable_on_update: &["/spec/template", "/spec/suspend", "/metadata/labels/kueue.x-k8s.io~1queue-name"],
-    },
-    WorkloadAdapter {
-        group: "jobset.x-k8s.io",
-        version: "v1alpha2",
-        kind: "JobSet",
-        templates: TemplateLayout::PerItem { list: "/spec/replicatedJobs", item: "/template/spec/template" },
-        queueing: Queueing::SuspendedWithQueueLabel { suspend: "/spec/suspend" },
-        immutable_on_update: &["/spec/replicatedJobs", "/spec/suspend", "/metadata/labels/kueue.x-k8s.io~1queue-name"],
-    },
-    WorkloadAdapter {
-        group: "",
-        version: "v1",
-        kind: "Pod",
-        templates: TemplateLayout::Pod,
-        queueing: Queueing::NotQueued,
-        // A Pod's spec is immutable apart from image, activeDeadlineSeconds, added tolerations and removed
-        // scheduling gates; tiergate changes none of it after creation.
-        immutable_on_update: &["/spec"],
-    },
-    WorkloadAdapter {
-        group: "apps",
-        version: "v1",
-        kind: "Deployment",
-        templates: TemplateLayout::Single("/spec/template"),
-        queueing: Queueing::NotQueued,
+        kind: "CronJob",
+        templates: TemplateLayout::Single("/spec/jobTemplate/spec/template"),
+        queueing: suspended_at("/spec/jobTemplate/spec/suspend"),
+        queue_labels_at: "/spec/jobTemplate/metadata",
+        resources_outside_templates: &[],
         immutable_on_update: &[],
     },
+    // KubeRay: a RayJob runs once (its cluster spec is left alone on UPDATE, as a Job's template); a RayCluster
+    // and a RayService live on and may change their worker groups, which then get the same decision.
+    plain(
+        "ray.io",
+        "v1",
+        "RayJob",
+        TemplateLayout::Patterns(&[
+            TemplateAt::PodTemplate("/spec/rayClusterSpec/headGroupSpec/template"),
+            TemplateAt::PodTemplate("/spec/rayClusterSpec/workerGroupSpecs/*/template"),
+        ]),
+        suspended_at("/spec/suspend"),
+        &["/spec/rayClusterSpec", "/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
+    plain(
+        "ray.io",
+        "v1",
+        "RayCluster",
+        TemplateLayout::Patterns(&[
+            TemplateAt::PodTemplate("/spec/headGroupSpec/template"),
+            TemplateAt::PodTemplate("/spec/workerGroupSpecs/*/template"),
+        ]),
+        suspended_at("/spec/suspend"),
+        &["/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
+    plain(
+        "ray.io",
+        "v1",
+        "RayService",
+        TemplateLayout::Patterns(&[
+            TemplateAt::PodTemplate("/spec/rayClusterConfig/headGroupSpec/template"),
+            TemplateAt::PodTemplate("/spec/rayClusterConfig/workerGroupSpecs/*/template"),
+        ]),
+        suspended_at("/spec/rayClusterConfig/suspend"),
+        &["/spec/rayClusterConfig/suspend", QUEUE_LABEL_POINTER],
+    ),
+    kubeflow("PyTorchJob", &[TemplateAt::PodTemplate("/spec/pytorchReplicaSpecs/*/template")]),
+    kubeflow("TFJob", &[TemplateAt::PodTemplate("/spec/tfReplicaSpecs/*/template")]),
+    kubeflow("XGBoostJob", &[TemplateAt::PodTemplate("/spec/xgbReplicaSpecs/*/template")]),
+    kubeflow("PaddleJob", &[TemplateAt::PodTemplate("/spec/paddleReplicaSpecs/*/template")]),
+    kubeflow("JAXJob", &[TemplateAt::PodTemplate("/spec/jaxReplicaSpecs/*/template")]),
     WorkloadAdapter {
-        group: "apps",
-        version: "v1",
-        kind: "StatefulSet",
-        templates: TemplateLayout::Single("/spec/template"),
-        queueing: Queueing::NotQueued,
-        immutable_on_update: &[],
+        version: "v2beta1",
+        kind: "MPIJob",
+        ..kubeflow("MPIJob", &[TemplateAt::PodTemplate("/spec/mpiReplicaSpecs/*/template")])
     },
+    // Kubeflow Trainer v2: the pod template lives in the referenced (Cluster)TrainingRuntime, which tiergate does
+    // not read; the TrainJob sizes its nodes with `spec.trainer.resourcesPerNode`. The only pod templates on the
+    // object are runtime patches (a user's own are checked like any template); the tier's GPU class reaches the
+    // pods through Kueue, which writes the admitted flavor's node labels and tolerations into its own runtime
+    // patch (the tier's ClusterQueue holds only the tier's flavors).
+    WorkloadAdapter {
+        group: "trainer.kubeflow.org",
+        version: "v1alpha1",
+        kind: "TrainJob",
+        templates: TemplateLayout::Patterns(&[TemplateAt::PodTemplate(
+            "/spec/runtimePatches/*/trainingRuntimeSpec/template/spec/replicatedJobs/*/template/spec/template",
+        )]),
+        queueing: suspended_at("/spec/suspend"),
+        queue_labels_at: ON_OBJECT,
+        resources_outside_templates: &["/spec/trainer/resourcesPerNode"],
+        immutable_on_update: &["/spec/suspend", QUEUE_LABEL_POINTER],
+    },
+    // Multi-host inference: Kueue gates the pods of each group (no suspend field); leader and worker templates.
+    plain(
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        TemplateLayout::Patterns(&[
+            TemplateAt::PodTemplate("/spec/leaderWorkerTemplate/leaderTemplate"),
+            TemplateAt::PodTemplate("/spec/leaderWorkerTemplate/workerTemplate"),
+        ]),
+        Queueing::PodGroupWithQueueLabel { template_annotations: LWS_TEMPLATE_ANNOTATIONS },
+        &[QUEUE_LABEL_POINTER],
+    ),
+    // The AppWrapper webhook refuses changes to `spec.components` after creation.
+    plain(
+        "workload.codeflare.dev",
+        "v1beta2",
+        "AppWrapper",
+        TemplateLayout::Embedded { list: "/spec/components", item: "/template" },
+        suspended_at("/spec/suspend"),
+        &["/spec/components", "/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
+    // Alpha in Kueue (feature gate SparkApplicationIntegration): driver and executor are SparkPodSpecs (pod fields
+    // flat, GPUs as `gpu: {name, quantity}`), each with an optional full pod `template`.
+    plain(
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "SparkApplication",
+        TemplateLayout::Patterns(&[
+            TemplateAt::Flat("/spec/driver"),
+            TemplateAt::Flat("/spec/executor"),
+            TemplateAt::PodTemplate("/spec/driver/template"),
+            TemplateAt::PodTemplate("/spec/executor/template"),
+        ]),
+        suspended_at("/spec/suspend"),
+        &["/spec/suspend", QUEUE_LABEL_POINTER],
+    ),
 ];
 
 /// A kind whose pod template tiergate reads but never mutates (no row in [`ADAPTERS`]): placement validates the
 /// strategies on it at its admission. A ReplicaSet's template belongs to its Deployment (the Deployment controller
-/// would see a foreign template and roll out again); a CronJob stamps out Jobs, which tiergate admits itself.
+/// would see a foreign template and roll out again).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TemplateOwner {
     /// API group.
@@ -133,14 +322,8 @@ pub struct TemplateOwner {
 }
 
 /// Kinds with pod templates that tiergate only reads.
-pub static READ_ONLY_TEMPLATE_OWNERS: &[TemplateOwner] = &[
-    TemplateOwner { group: "apps", kind: "ReplicaSet", templates: TemplateLayout::Single("/spec/template") },
-    TemplateOwner {
-        group: "batch",
-        kind: "CronJob",
-        templates: TemplateLayout::Single("/spec/jobTemplate/spec/template"),
-    },
-];
+pub static READ_ONLY_TEMPLATE_OWNERS: &[TemplateOwner] =
+    &[TemplateOwner { group: "apps", kind: "ReplicaSet", templates: TemplateLayout::Single("/spec/template") }];
 
 /// The adapter for a group/version/kind, if tiergate handles it.
 pub fn adapter_for(group: &str, version: &str, kind: &str) -> Option<&'static WorkloadAdapter> {
@@ -157,6 +340,106 @@ pub fn template_layout(group: &str, kind: &str) -> Option<TemplateLayout> {
             .find(|owner| owner.group == group && owner.kind == kind)
             .map(|owner| owner.templates)
     })
+}
+
+/// The group and kind of an embedded object (`apiVersion`, `kind`).
+fn group_kind(object: &Value) -> (String, String) {
+    let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    (group.to_owned(), object.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned())
+}
+
+/// The embedded objects of `object` whose kind tiergate does not know and whose pods (any object with a
+/// `containers` array inside them) request one of `resources`, as `group/kind` (`kind` for the core group).
+pub fn unknown_embedded_kinds(layout: TemplateLayout, object: &Value, resources: &[&str]) -> Vec<String> {
+    let TemplateLayout::Embedded { list, item } = layout else {
+        return Vec::new();
+    };
+    let count = object.pointer(list).and_then(Value::as_array).map_or(0, Vec::len);
+    (0..count)
+        .filter_map(|index| object.pointer(&format!("{list}/{index}{item}")))
+        .filter(|embedded| {
+            let (group, kind) = group_kind(embedded);
+            template_layout(&group, &kind).is_none()
+        })
+        .filter(|embedded| {
+            let mut specs = Vec::new();
+            containers_holders(embedded, String::new(), 0, &mut specs);
+            specs.iter().filter_map(|spec| embedded.pointer(spec)).any(|spec| requests_any(spec, resources))
+        })
+        .map(|embedded| match group_kind(embedded) {
+            (group, kind) if group.is_empty() => kind,
+            (group, kind) => format!("{group}/{kind}"),
+        })
+        .collect()
+}
+
+/// Deepest nesting searched in an embedded object of an unknown kind.
+const MAX_SEARCH_DEPTH: usize = 24;
+
+/// Pointers (below `at`) of every object holding a `containers` array, outermost first.
+fn containers_holders(value: &Value, at: String, depth: usize, found: &mut Vec<String>) {
+    if depth > MAX_SEARCH_DEPTH {
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            if map.get("containers").is_some_and(Value::is_array) {
+                found.push(at.clone());
+            }
+            for (key, child) in map {
+                containers_holders(child, format!("{at}/{}", escape(key)), depth + 1, found);
+            }
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                containers_holders(child, format!("{at}/{index}"), depth + 1, found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `key` as one JSON-pointer token.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Every concrete pointer matching `pattern` in `object` (`*` = every array element or map value), in document
+/// order.
+fn expand(object: &Value, pattern: &str) -> Vec<String> {
+    let mut found = vec![String::new()];
+    for token in pattern.split('/').skip(1) {
+        found = found
+            .into_iter()
+            .flat_map(|prefix| {
+                if token != "*" {
+                    return vec![format!("{prefix}/{token}")];
+                }
+                match object.pointer(&prefix) {
+                    Some(Value::Array(items)) => (0..items.len()).map(|index| format!("{prefix}/{index}")).collect(),
+                    Some(Value::Object(map)) => map.keys().map(|key| format!("{prefix}/{}", escape(key))).collect(),
+                    _ => Vec::new(),
+                }
+            })
+            .collect();
+    }
+    found.into_iter().filter(|pointer| object.pointer(pointer).is_some_and(Value::is_object)).collect()
+}
+
+/// The kind (`group/kind`, `kind` for the core group) of the controller of `pod` (a Pod as JSON) when neither
+/// tiergate nor Kueue knows that kind; `None` for a pod without a controller or with a known one.
+pub fn unknown_owner_kind(pod: &Value) -> Option<String> {
+    let owners = pod.pointer("/metadata/ownerReferences").and_then(Value::as_array)?;
+    let controller = owners.iter().find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?;
+    let (group, kind) = group_kind(controller);
+    let known =
+        template_layout(&group, &kind).is_some() || NOT_WORKLOAD_OWNERS.contains(&(group.as_str(), kind.as_str()));
+    match (known, group.is_empty()) {
+        (true, _) => None,
+        (false, true) => Some(kind),
+        (false, false) => Some(format!("{group}/{kind}")),
+    }
 }
 
 /// The controlling owner reference of an object (`controller: true`), if any.
@@ -183,6 +466,26 @@ impl TemplateLayout {
                     .map(|template| template_pointers(&template))
                     .collect()
             }
+            TemplateLayout::Patterns(patterns) => patterns
+                .iter()
+                .flat_map(|pattern| match pattern {
+                    TemplateAt::PodTemplate(pattern) => {
+                        expand(object, pattern).iter().map(|template| template_pointers(template)).collect::<Vec<_>>()
+                    }
+                    TemplateAt::Flat(pattern) => expand(object, pattern)
+                        .into_iter()
+                        .map(|at| PodTemplatePointers { metadata: at.clone(), spec: at })
+                        .collect(),
+                })
+                .collect(),
+            TemplateLayout::Embedded { list, item } => {
+                let count = object.pointer(list).and_then(Value::as_array).map_or(0, Vec::len);
+                (0..count)
+                    .map(|index| format!("{list}/{index}{item}"))
+                    .filter_map(|at| object.pointer(&at).filter(|embedded| embedded.is_object()).map(|e| (at, e)))
+                    .flat_map(|(at, embedded)| embedded_templates(&at, embedded))
+                    .collect()
+            }
         }
     }
 
@@ -203,9 +506,10 @@ impl WorkloadAdapter {
         self.templates.pod_templates(object)
     }
 
-    /// Whether tiergate queues this kind in Kueue itself (queue label and `suspend`).
+    /// Whether tiergate queues this kind in Kueue itself (queue label, and `suspend` or pod groups): the kinds
+    /// Kueue manages as one workload, whose children are left to them.
     pub fn is_queued(&self) -> bool {
-        matches!(self.queueing, Queueing::SuspendedWithQueueLabel { .. })
+        !matches!(self.queueing, Queueing::NotQueued)
     }
 
     /// Whether `object` is suspended (false for kinds without `suspend`).
@@ -214,9 +518,40 @@ impl WorkloadAdapter {
             Queueing::SuspendedWithQueueLabel { suspend } => {
                 object.pointer(suspend).and_then(Value::as_bool).unwrap_or(false)
             }
-            Queueing::NotQueued => false,
+            Queueing::PodGroupWithQueueLabel { .. } | Queueing::NotQueued => false,
         }
     }
+
+    /// Whether a `ResourceRequirements` outside the pod templates ([`Self::resources_outside_templates`]) requests
+    /// or limits one of `resources` with a non-zero quantity.
+    pub fn requests_outside_templates(&self, object: &Value, resources: &[&str]) -> bool {
+        self.resources_outside_templates
+            .iter()
+            .filter_map(|pointer| object.pointer(pointer))
+            .any(|requirements| requirements_request_any(requirements, resources))
+    }
+}
+
+/// The templates of one embedded object at `at`: through its kind's layout when tiergate knows the kind, else
+/// every object with a `containers` array (its sibling `metadata` as the template's metadata).
+fn embedded_templates(at: &str, embedded: &Value) -> Vec<PodTemplatePointers> {
+    let (group, kind) = group_kind(embedded);
+    let prefixed = |template: PodTemplatePointers| PodTemplatePointers {
+        metadata: format!("{at}{}", template.metadata),
+        spec: format!("{at}{}", template.spec),
+    };
+    if let Some(layout) = template_layout(&group, &kind) {
+        return layout.pod_templates(embedded).into_iter().map(prefixed).collect();
+    }
+    let mut holders = Vec::new();
+    containers_holders(embedded, String::new(), 0, &mut holders);
+    holders
+        .into_iter()
+        .map(|spec| {
+            let parent = spec.rsplit_once('/').map_or("", |(parent, _)| parent);
+            prefixed(PodTemplatePointers { metadata: format!("{parent}/metadata"), spec })
+        })
+        .collect()
 }
 
 fn template_pointers(template: &str) -> PodTemplatePointers {
@@ -224,15 +559,26 @@ fn template_pointers(template: &str) -> PodTemplatePointers {
 }
 
 /// Whether any container or init container of `pod_spec` requests or limits one of `resources` with a non-zero
-/// quantity.
+/// quantity; for a flat SparkPodSpec also its `sidecars` and its `gpu: {name, quantity}`.
 pub fn requests_any(pod_spec: &Value, resources: &[&str]) -> bool {
-    ["containers", "initContainers"]
+    let containers = ["containers", "initContainers", "sidecars"]
         .iter()
         .filter_map(|field| pod_spec.get(field).and_then(Value::as_array))
         .flatten()
         .filter_map(|container| container.get("resources"))
-        .flat_map(|resources_field| ["requests", "limits"].map(|kind| resources_field.get(kind)))
-        .flatten()
+        .any(|requirements| requirements_request_any(requirements, resources));
+    let spark_gpu = pod_spec.get("gpu").is_some_and(|gpu| {
+        gpu.get("name").and_then(Value::as_str).is_some_and(|name| resources.contains(&name))
+            && gpu.get("quantity").is_some_and(|quantity| !is_zero_quantity(quantity))
+    });
+    containers || spark_gpu
+}
+
+/// Whether a `ResourceRequirements` (`requests`, `limits`) names one of `resources` with a non-zero quantity.
+fn requirements_request_any(requirements: &Value, resources: &[&str]) -> bool {
+    ["requests", "limits"]
+        .iter()
+        .filter_map(|kind| requirements.get(kind))
         .filter_map(Value::as_object)
         .flatten()
         .any(|(name, quantity)| resources.contains(&name.as_str()) && !is_zero_quantity(quantity))
@@ -331,7 +677,7 @@ mod tests {
         for adapter in ADAPTERS {
             assert_eq!(adapter_for(adapter.group, adapter.version, adapter.kind), Some(adapter));
         }
-        assert_eq!(adapter_for("batch", "v1", "CronJob"), None);
+        assert_eq!(adapter_for("batch", "v1", "CronTab"), None);
     }
 
     #[test]
@@ -443,5 +789,100 @@ mod tests {
         assert!(adapter.is_suspended(&json!({"spec": {"suspend": true}})));
         assert!(!adapter.is_suspended(&json!({"spec": {}})));
         assert!(!adapter_for("", "v1", "Pod").unwrap().is_suspended(&json!({"spec": {"suspend": true}})));
+    }
+    #[test]
+    fn kubeflow_templates_are_every_value_of_the_replica_spec_map() {
+        let adapter = adapter_for("kubeflow.org", "v1", "PyTorchJob").unwrap();
+        let object = json!({"spec": {"pytorchReplicaSpecs": {
+            "Master": {"template": {"spec": {"containers": []}}},
+            "Worker": {"template": {"spec": {"containers": []}}}}}});
+        let specs: Vec<String> = adapter.pod_templates(&object).into_iter().map(|t| t.spec).collect();
+        assert_eq!(
+            specs,
+            ["/spec/pytorchReplicaSpecs/Master/template/spec", "/spec/pytorchReplicaSpecs/Worker/template/spec"]
+        );
+        assert!(adapter.is_queued());
+        assert!(adapter.is_suspended(&json!({"spec": {"runPolicy": {"suspend": true}}})));
+        assert!(!adapter.is_suspended(&json!({"spec": {"suspend": true}})));
+    }
+
+    #[test]
+    fn ray_head_and_every_worker_group_are_templates_and_missing_groups_are_skipped() {
+        let adapter = adapter_for("ray.io", "v1", "RayJob").unwrap();
+        let object = json!({"spec": {"rayClusterSpec": {"headGroupSpec": {"template": {"spec": {}}},
+            "workerGroupSpecs": [{"template": {"spec": {}}}, {"groupName": "no-template"}, {"template": {"spec": {}}}]}}});
+        let specs: Vec<String> = adapter.pod_templates(&object).into_iter().map(|t| t.spec).collect();
+        assert_eq!(
+            specs,
+            [
+                "/spec/rayClusterSpec/headGroupSpec/template/spec",
+                "/spec/rayClusterSpec/workerGroupSpecs/0/template/spec",
+                "/spec/rayClusterSpec/workerGroupSpecs/2/template/spec"
+            ]
+        );
+    }
+
+    #[test]
+    fn an_appwrapper_finds_a_wrapped_job_through_the_job_layout_and_an_unknown_kind_by_its_containers() {
+        let adapter = adapter_for("workload.codeflare.dev", "v1beta2", "AppWrapper").unwrap();
+        let gpu = json!([{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        let object = json!({"spec": {"components": [
+            {"template": {"apiVersion": "batch/v1", "kind": "Job", "spec": {"template": {"spec": {"containers": gpu}}}}},
+            {"template": {"apiVersion": "example.com/v1", "kind": "Trainer", "spec": {"pods": [
+                {"metadata": {}, "spec": {"containers": gpu}}]}}},
+            {"template": {"apiVersion": "example.com/v1", "kind": "Idle", "spec": {"pod": {"spec": {"containers": []}}}}}
+        ]}});
+        let templates = adapter.pod_templates(&object);
+        assert_eq!(templates[0].spec, "/spec/components/0/template/spec/template/spec");
+        assert_eq!(templates[1].spec, "/spec/components/1/template/spec/pods/0/spec");
+        assert_eq!(templates[1].metadata, "/spec/components/1/template/spec/pods/0/metadata");
+        assert_eq!(templates.len(), 3);
+        assert_eq!(unknown_embedded_kinds(adapter.templates, &object, &["nvidia.com/gpu"]), ["example.com/Trainer"]);
+        assert!(
+            unknown_embedded_kinds(TemplateLayout::Single("/spec/template"), &object, &["nvidia.com/gpu"]).is_empty()
+        );
+    }
+
+    #[test]
+    fn a_pod_owned_by_a_kind_nobody_manages_is_reported_and_known_owners_are_not() {
+        let pod = |api_version: &str, kind: &str, controller: bool| {
+            json!({"metadata": {"ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": "o",
+                "uid": "u", "controller": controller}]}})
+        };
+        assert_eq!(
+            unknown_owner_kind(&pod("argoproj.io/v1alpha1", "Workflow", true)).as_deref(),
+            Some("argoproj.io/Workflow")
+        );
+        assert_eq!(unknown_owner_kind(&pod("apps/v1", "DaemonSet", true)).as_deref(), Some("apps/DaemonSet"));
+        assert_eq!(unknown_owner_kind(&pod("argoproj.io/v1alpha1", "Workflow", false)), None);
+        assert_eq!(unknown_owner_kind(&pod("ray.io/v1", "RayCluster", true)), None);
+        assert_eq!(unknown_owner_kind(&pod("apps/v1", "ReplicaSet", true)), None);
+        assert_eq!(unknown_owner_kind(&pod("v1", "Node", true)), None);
+        assert_eq!(unknown_owner_kind(&json!({"metadata": {}})), None);
+    }
+
+    #[test]
+    fn spark_gpus_and_trainjob_resources_per_node_count_as_gpu_requests() {
+        let gpu = &["nvidia.com/gpu"];
+        assert!(requests_any(&json!({"gpu": {"name": "nvidia.com/gpu", "quantity": 1}}), gpu));
+        assert!(!requests_any(&json!({"gpu": {"name": "nvidia.com/gpu", "quantity": 0}}), gpu));
+        assert!(!requests_any(&json!({"gpu": {"name": "amd.com/gpu", "quantity": 1}}), gpu));
+        let trainjob = adapter_for("trainer.kubeflow.org", "v1alpha1", "TrainJob").unwrap();
+        let sized = |quantity: &str| json!({"spec": {"trainer": {"resourcesPerNode": {"limits": {"nvidia.com/gpu": quantity}}}}});
+        assert!(trainjob.requests_outside_templates(&sized("2"), gpu));
+        assert!(!trainjob.requests_outside_templates(&sized("0"), gpu));
+        assert!(!adapter_for("batch", "v1", "Job").unwrap().requests_outside_templates(&sized("2"), gpu));
+    }
+
+    #[test]
+    fn a_cronjob_queues_its_job_template_and_a_leaderworkerset_its_pod_groups() {
+        let cron = adapter_for("batch", "v1", "CronJob").unwrap();
+        assert_eq!(cron.queue_labels_at, "/spec/jobTemplate/metadata");
+        assert!(cron.is_suspended(&json!({"spec": {"jobTemplate": {"spec": {"suspend": true}}}})));
+        assert!(!cron.is_suspended(&json!({"spec": {"suspend": true}})));
+        let lws = adapter_for("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet").unwrap();
+        assert!(lws.is_queued());
+        assert!(!lws.is_suspended(&json!({"spec": {"suspend": true}})));
+        assert!(!adapter_for("apps", "v1", "Deployment").unwrap().is_queued());
     }
 }

@@ -106,6 +106,73 @@ would reject the request).
 {{- printf "(has(%s.labels) && 'kueue.x-k8s.io/priority-class' in %s.labels)" .meta .meta }}
 {{- end }}
 
+{{/*
+CEL: has() guards for every field on the dotted path `.path` after its root variable (segments with an index, such
+as `m[k]`, need none), so the expression that follows never selects a missing field.
+*/}}
+{{- define "tiergate.celGuards" -}}
+{{- $segments := splitList "." .path }}
+{{- $guards := list }}
+{{- range $index, $segment := $segments }}
+{{- if and (gt $index 0) (not (contains "[" $segment)) }}
+{{- $guards = append $guards (printf "has(%s)" (join "." (slice $segments 0 (add $index 1)))) }}
+{{- end }}
+{{- end }}
+{{- join " && " $guards }}
+{{- end }}
+
+{{/* CEL: the pod spec at the dotted path `.spec` exists (guarded) and requests a GPU-like resource. */}}
+{{- define "tiergate.celGuardedGpu" -}}
+{{- printf "(%s && %s)" (include "tiergate.celGuards" (dict "path" .spec)) (include "tiergate.celGpuPodSpec" .) }}
+{{- end }}
+
+{{/* CEL: the ResourceRequirements at `.requirements` (already guarded) requests or limits a GPU-like resource. */}}
+{{- define "tiergate.celGpuRequirements" -}}
+{{- $prefixes := list }}
+{{- range .root.Values.webhook.matchConditions.gpuResourcePrefixes }}
+{{- $prefixes = append $prefixes (printf "r.startsWith('%s')" .) }}
+{{- end }}
+{{- $isGpu := join " || " $prefixes }}
+{{- printf "((has(%s.requests) && %s.requests.exists(r, %s)) || (has(%s.limits) && %s.limits.exists(r, %s)))" .requirements .requirements $isGpu .requirements .requirements $isGpu }}
+{{- end }}
+
+{{/*
+CEL for kinds.tiergate.io: per resource, does any pod template request a GPU-like resource? AppWrapper (templates of
+any kind) and SparkApplication (GPUs as driver/executor `gpu` fields or templates) are always sent.
+*/}}
+{{- define "tiergate.celKindsGpu" -}}
+{{- $root := .root }}
+{{- $gpu := dict }}
+{{- $_ := set $gpu "cronjobs" (include "tiergate.celGuardedGpu" (dict "root" $root "spec" "object.spec.jobTemplate.spec.template.spec")) }}
+{{- range $resource, $cluster := dict "rayjobs" "object.spec.rayClusterSpec" "rayclusters" "object.spec" "rayservices" "object.spec.rayClusterConfig" }}
+{{- $head := include "tiergate.celGuardedGpu" (dict "root" $root "spec" (printf "%s.headGroupSpec.template.spec" $cluster)) }}
+{{- $workers := printf "(%s && %s.workerGroupSpecs.exists(g, %s))" (include "tiergate.celGuards" (dict "path" (printf "%s.workerGroupSpecs" $cluster))) $cluster (include "tiergate.celGuardedGpu" (dict "root" $root "spec" "g.template.spec")) }}
+{{- $_ := set $gpu $resource (printf "(%s || %s)" $head $workers) }}
+{{- end }}
+{{- $replicas := list }}
+{{- range list "pytorchReplicaSpecs" "tfReplicaSpecs" "xgbReplicaSpecs" "paddleReplicaSpecs" "jaxReplicaSpecs" "mpiReplicaSpecs" }}
+{{- $map := printf "object.spec.%s" . }}
+{{- $replicas = append $replicas (printf "(%s && %s.exists(k, %s))" (include "tiergate.celGuards" (dict "path" $map)) $map (include "tiergate.celGuardedGpu" (dict "root" $root "spec" (printf "%s[k].template.spec" $map)))) }}
+{{- end }}
+{{- range list "pytorchjobs" "tfjobs" "xgboostjobs" "paddlejobs" "jaxjobs" "mpijobs" }}
+{{- $_ := set $gpu . (printf "(%s)" (join " || " $replicas)) }}
+{{- end }}
+{{- $perNode := include "tiergate.celGpuRequirements" (dict "root" $root "requirements" "object.spec.trainer.resourcesPerNode") }}
+{{- $_ := set $gpu "trainjobs" (printf "((%s && %s) || %s)" (include "tiergate.celGuards" (dict "path" "object.spec.trainer.resourcesPerNode")) $perNode (include "tiergate.celGuards" (dict "path" "object.spec.runtimePatches"))) }}
+{{- $lws := list }}
+{{- range list "leaderTemplate" "workerTemplate" }}
+{{- $lws = append $lws (include "tiergate.celGuardedGpu" (dict "root" $root "spec" (printf "object.spec.leaderWorkerTemplate.%s.spec" .))) }}
+{{- end }}
+{{- $_ := set $gpu "leaderworkersets" (printf "(%s)" (join " || " $lws)) }}
+{{- $_ := set $gpu "appwrappers" "true" }}
+{{- $_ := set $gpu "sparkapplications" "true" }}
+{{- $cases := list }}
+{{- range $resource := keys $gpu | sortAlpha }}
+{{- $cases = append $cases (printf "(request.resource.resource == '%s' && %s)" $resource (get $gpu $resource)) }}
+{{- end }}
+{{- join " || " $cases }}
+{{- end }}
+
 {{/* CEL: do the annotations at `.meta` (a metadata path) declare placement or GPU pinning? */}}
 {{- define "tiergate.celPlacementMeta" -}}
 {{- $keys := list }}

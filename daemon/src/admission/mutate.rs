@@ -11,8 +11,9 @@ use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
-    PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter,
-    adapter_for, restore_pointers, set_pointer,
+    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing,
+    TemplateLayout, WorkloadAdapter, adapter_for, restore_pointers, set_pointer, unknown_embedded_kinds,
+    unknown_owner_kind,
 };
 
 use super::boundary::{self, Reach, TierBounds, Violation};
@@ -23,7 +24,7 @@ use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
-use crate::policy::{FailureMode, GpuClass};
+use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
 use crate::scoring::buckets::check_priority_ceiling;
 use crate::scoring::features::JOB_TYPE_LABEL;
 use crate::scoring::{
@@ -80,7 +81,7 @@ impl MutateError {
 pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
-        // Placement validates owners tiergate never mutates (ReplicaSet, CronJob); its "deny" still holds.
+        // Placement validates owners tiergate never mutates (ReplicaSet); its "deny" still holds.
         if let Err(error) = &inputs.placement {
             let message = error.to_string();
             let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
@@ -180,16 +181,22 @@ fn decide(
     if let Some(denial) = work.foreign_strategy_denial(&context) {
         return Ok(denial);
     }
+    let resources: Vec<&str> = context.classes.iter().map(|class| class.primary_resource()).collect();
+    // A kind sized outside its templates (TrainJob `resourcesPerNode`) makes every template of the object reach GPUs.
+    let sized_outside = adapter.requests_outside_templates(&work.before, &resources);
     // Read after placement: a strategy or pinning annotation must not make tiergate write another tier's class.
     let reaching: Vec<(PodTemplatePointers, Reach)> = work
         .templates
         .iter()
         .filter_map(|template| {
-            let reach = boundary::reach(policy, snapshot, work.after.pointer(&template.spec)?);
+            let mut reach = boundary::reach(policy, snapshot, work.after.pointer(&template.spec)?);
+            if sized_outside && !reach.reaches_gpu() {
+                reach.routes.push("its object requests GPUs outside the pod templates".to_owned());
+            }
             reach.reaches_gpu().then(|| (template.clone(), reach))
         })
         .collect();
-    if reaching.is_empty() {
+    if reaching.is_empty() && !sized_outside {
         let why = "no pod template can reach GPU nodes (no GPU resource, DRA claim, toleration of a GPU taint, \
                    GPU-class node selection or GPU node name)"
             .to_owned();
@@ -214,6 +221,9 @@ fn decide(
         if let Some(denial) = work.apply_gpu_class(&context, template, inputs.score.as_ref())? {
             return Ok(denial);
         }
+    }
+    if let Some(denial) = work.apply_unknown_kinds(&context, &resources)? {
+        return Ok(denial);
     }
     if let Some(score) = &inputs.score {
         work.apply_score(&context, score, &gpu_templates)?;
@@ -409,8 +419,7 @@ impl Work {
             self.reasons.push(format!("GPU class {chosen}: the scorer's choice, inside tier {}", context.tier.name));
             return Some(class);
         }
-        let queued = matches!(self.adapter.queueing, Queueing::SuspendedWithQueueLabel { .. });
-        if queued && context.classes.len() > 1 {
+        if self.adapter.is_queued() && context.classes.len() > 1 {
             self.reasons.push(format!(
                 "tolerations of GPU classes {}; Kueue picks the flavor and sets its node selector at admission",
                 context.class_names()
@@ -485,10 +494,7 @@ impl Work {
         };
         let exemption = context
             .foreign_allowed_for_requester()
-            .or_else(|| {
-                self.trusted_owner()
-                    .map(|owner| format!("its owner {owner} was admitted by tiergate with it"))
-            })
+            .or_else(|| self.trusted_owner().map(|owner| format!("its owner {owner} was admitted by tiergate with it")))
             .or_else(|| {
                 (old_found.as_ref() == Some(&found)).then(|| "the object already had it before this update".to_owned())
             });
@@ -740,19 +746,26 @@ impl Work {
         Ok(())
     }
 
-    /// The queue label and suspension of a queued kind (see `update::queue_outcome`); `Some` is a refusal.
+    /// The queue label and suspension of a queued kind (see `update::queue_outcome`), or the pod-group labels of a
+    /// kind Kueue gates pod by pod; `Some` is a refusal.
     fn apply_queue(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
-        let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing else {
-            return Ok(None);
+        let (suspend, group_annotations) = match self.adapter.queueing {
+            Queueing::NotQueued => return Ok(None),
+            Queueing::SuspendedWithQueueLabel { suspend } => (Some(suspend), None),
+            Queueing::PodGroupWithQueueLabel { template_annotations } => (None, Some(template_annotations)),
         };
         if self.left_to_owner().is_some() {
             return Ok(None);
         }
+        let labels_at = self.adapter.queue_labels_at;
         let request = context.request;
-        let update = request.operation == Operation::Update;
+        // A kind whose queue label lives in a template (CronJob) never runs itself: every UPDATE is decided like a
+        // CREATE, so the Jobs it spawns next are queued and suspended.
+        let template_only = labels_at != "/metadata";
+        let update = request.operation == Operation::Update && !template_only;
         let old = if update { request.old_object.as_ref().and_then(|old| object_json(old).ok()) } else { None };
-        let current = label(&self.before, QUEUE_NAME_LABEL);
-        let old_queue = old.as_ref().and_then(|old| label(old, QUEUE_NAME_LABEL));
+        let current = label(&self.before, labels_at, QUEUE_NAME_LABEL);
+        let old_queue = old.as_ref().and_then(|old| label(old, labels_at, QUEUE_NAME_LABEL));
         let tier_queue = context.tier.local_queue();
         let facts = QueueFacts {
             update,
@@ -784,7 +797,7 @@ impl Work {
                 self.queue_note = Some("the user's queue, kept".to_owned());
             }
             QueueOutcome::Set { queue, why } => {
-                self.edit("/metadata", |metadata| podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue))?;
+                self.edit(labels_at, |metadata| podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue))?;
                 if !exists(&queue) {
                     self.warnings.push(format!(
                         "LocalQueue {queue} does not exist in namespace {} yet; Kueue admits the workload once \
@@ -813,7 +826,14 @@ impl Work {
                 return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
             }
         }
-        if !update
+        if let Some(annotations) = group_annotations
+            && let Some(queue) = label(&self.after, labels_at, QUEUE_NAME_LABEL)
+        {
+            self.label_pod_group(QUEUE_NAME_LABEL, &queue, annotations)?;
+            self.reasons.push("every pod template labelled with the queue; Kueue gates the pods as a group".to_owned());
+        }
+        if let Some(suspend) = suspend
+            && !update
             && !self.adapter.is_suspended(&self.before)
             && !set_pointer(&mut self.after, suspend, Some(Value::Bool(true)))
         {
@@ -822,6 +842,81 @@ impl Work {
                 source: ShapeError { field: "suspend", expected: "object" },
             });
         }
+        Ok(None)
+    }
+
+    /// What Kueue's webhook does for a pod-group kind (LeaderWorkerSet): `label` and `annotations` on every pod
+    /// template, so the pods are created labelled and Kueue's pod webhook gates them.
+    fn label_pod_group(&mut self, label: &str, value: &str, annotations: &[(&str, &str)]) -> Result<(), MutateError> {
+        let annotations: BTreeMap<String, String> =
+            annotations.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect();
+        for template in self.templates.clone() {
+            self.edit(&template.metadata, |metadata| {
+                podspec::set_string(metadata, "labels", label, value)?;
+                podspec::merge_string_map(metadata, "annotations", &annotations)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The unknown-kind rule: GPU pods of a kind neither tiergate nor Kueue knows (embedded in an AppWrapper, or
+    /// a Pod's controller) are refused or queued pod by pod, as `spec.admission.unknownGpuKinds` says; `Some` is a
+    /// denial.
+    fn apply_unknown_kinds(
+        &mut self,
+        context: &TierContext<'_>,
+        resources: &[&str],
+    ) -> Result<Option<Decision>, MutateError> {
+        let embedded = unknown_embedded_kinds(self.adapter.templates, &self.before, resources);
+        let owner = match self.adapter.templates {
+            TemplateLayout::Pod => unknown_owner_kind(&self.before),
+            _ => None,
+        };
+        let unknown: Vec<String> = embedded.into_iter().chain(owner.clone()).collect();
+        if unknown.is_empty() {
+            return Ok(None);
+        }
+        let name = object_name(&self.before);
+        if context.policy.admission.unknown_gpu_kinds == UnknownKindAction::Deny {
+            let message = format!(
+                "{} {}/{name}: {} is a kind neither tiergate nor Kueue manages, and its pods request {}, so they \
+                 would run outside tier {}'s quota. Fix: use a kind Kueue manages (Job, JobSet, RayJob, PyTorchJob, \
+                 LeaderWorkerSet, ...), or have the cluster admin set spec.admission.unknownGpuKinds: QueuePods in \
+                 the TierPolicy (with Kueue's pod integration enabled).",
+                self.adapter.kind,
+                context.namespace,
+                unknown.join(", "),
+                resources.join(", "),
+                context.tier.name,
+            );
+            let verdict = Verdict::Deny { reason: "unknown_gpu_kind", message: message.clone() };
+            return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
+        }
+        if owner.is_none() {
+            self.reasons.push(format!(
+                "the pods of {} are queued one by one through Kueue's pod integration (unknownGpuKinds: QueuePods)",
+                unknown.join(", ")
+            ));
+            return Ok(None);
+        }
+        if context.request.operation != Operation::Create {
+            return Ok(None);
+        }
+        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        let queue = labels.get(QUEUE_NAME_LABEL).cloned().unwrap_or_else(|| context.tier.local_queue());
+        let edited = self.edit("/metadata", |metadata| {
+            podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue)?;
+            podspec::set_string(metadata, "labels", KUEUE_MANAGED_LABEL, "true")?;
+            podspec::add_list_item(metadata, "finalizers", &Value::String(KUEUE_MANAGED_LABEL.to_owned()))
+        });
+        edited?;
+        let gate = serde_json::json!({ "name": KUEUE_ADMISSION_GATE });
+        self.edit("/spec", |spec| podspec::add_list_item(spec, "schedulingGates", &gate))?;
+        self.reasons.push(format!(
+            "owned by {}, a kind Kueue does not manage: queued as a single pod in LocalQueue {queue} (gated by \
+             {KUEUE_ADMISSION_GATE} until Kueue admits it)",
+            unknown.join(", ")
+        ));
         Ok(None)
     }
 
@@ -855,14 +950,18 @@ impl Work {
             }
             Some(None) => return Ok(()),
         };
-        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
-        let user_before = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
+        let labels_at = self.adapter.queue_labels_at;
+        let labels = podspec::string_map(self.after.pointer(labels_at).unwrap_or(&Value::Null), "labels");
+        let user_before = podspec::string_map(self.before.pointer(labels_at).unwrap_or(&Value::Null), "labels");
         if let Some(user) = user_before.get(PRIORITY_CLASS_LABEL).filter(|user| **user != class)
             && labels.get(PRIORITY_CLASS_LABEL) == Some(user)
         {
             self.warnings.push(format!("priority class {user} replaced by {class} from the workload's score"));
         }
-        self.edit("/metadata", |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
+        self.edit(labels_at, |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
+        if matches!(self.adapter.queueing, Queueing::PodGroupWithQueueLabel { .. }) {
+            self.label_pod_group(PRIORITY_CLASS_LABEL, &class, &[])?;
+        }
         let basis = match (&score.source, score.score) {
             (ScoreSource::Fallback { .. }, _) | (_, None) => "the tier's default".to_owned(),
             (source, Some(value)) => format!("score {value} ({})", source.name()),
@@ -873,15 +972,17 @@ impl Work {
 
     fn restore_priority(&mut self, request: &AdmissionRequest<DynamicObject>) {
         let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
-        let old_priority = old.as_ref().and_then(|old| label(old, PRIORITY_CLASS_LABEL));
-        let new_priority = label(&self.before, PRIORITY_CLASS_LABEL);
+        let labels_at = self.adapter.queue_labels_at;
+        let old_priority = old.as_ref().and_then(|old| label(old, labels_at, PRIORITY_CLASS_LABEL));
+        let new_priority = label(&self.before, labels_at, PRIORITY_CLASS_LABEL);
         if old_priority == new_priority {
             return;
         }
-        let pointer = format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
+        let pointer = format!("{labels_at}/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
         let restored = old_priority.clone().map(Value::String);
-        if old_priority.is_some() && self.after.pointer("/metadata/labels").is_none_or(Value::is_null) {
-            set_pointer(&mut self.after, "/metadata/labels", Some(Value::Object(serde_json::Map::new())));
+        let labels = format!("{labels_at}/labels");
+        if old_priority.is_some() && self.after.pointer(&labels).is_none_or(Value::is_null) {
+            set_pointer(&mut self.after, &labels, Some(Value::Object(serde_json::Map::new())));
         }
         set_pointer(&mut self.after, &pointer, restored);
         let (was, now) = (old_priority.as_deref().unwrap_or("(none)"), new_priority.as_deref().unwrap_or("(none)"));
@@ -968,15 +1069,19 @@ impl Work {
             self.reasons.push(why);
             return;
         }
-        match label(&self.after, QUEUE_NAME_LABEL) {
+        match label(&self.after, self.adapter.queue_labels_at, QUEUE_NAME_LABEL) {
             Some(queue) => {
                 let note = self.queue_note.take().map(|note| format!(": {note}")).unwrap_or_default();
                 self.reasons.push(format!("queued in LocalQueue {queue} of tier {}{note}", context.tier.name));
             }
             None => self.reasons.push(format!("not queued: the final object has no {QUEUE_NAME_LABEL}")),
         }
-        if self.adapter.is_suspended(&self.after) && !self.adapter.is_suspended(&self.before) {
-            self.reasons.push("suspended so Kueue admits it (spec.suspend: true)".to_owned());
+        if let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing
+            && self.adapter.is_suspended(&self.after)
+            && !self.adapter.is_suspended(&self.before)
+        {
+            let field = suspend.trim_start_matches('/').replace('/', ".");
+            self.reasons.push(format!("suspended so Kueue admits it ({field}: true)"));
         }
     }
 
@@ -991,7 +1096,8 @@ impl Work {
                 classes.push(class.name.clone());
             }
         }
-        let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
+        let labels =
+            podspec::string_map(self.after.pointer(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
@@ -1071,9 +1177,10 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
     Ok(Value::Object(map))
 }
 
-/// The value of label `key` of `object`, if any.
-fn label(object: &Value, key: &str) -> Option<String> {
-    object.pointer("/metadata/labels").and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
+/// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.
+fn label(object: &Value, metadata: &str, key: &str) -> Option<String> {
+    let labels = object.pointer(metadata).and_then(|metadata| metadata.get("labels"));
+    labels.and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
 }
 
 /// A denial whose cause tiergate itself wrote from the object's placement or pinning annotation.

@@ -89,6 +89,15 @@ pub fn add_tolerations(pod_spec: &mut Value, tolerations: &[Value]) -> Result<()
     Ok(())
 }
 
+/// Appends `item` to the array `field` of `parent` unless an equal item is there.
+pub fn add_list_item(parent: &mut Value, field: &'static str, item: &Value) -> Result<(), ShapeError> {
+    let existing = array_field(parent, field)?;
+    if !existing.contains(item) {
+        existing.push(item.clone());
+    }
+    Ok(())
+}
+
 /// Adds a preferred pod anti-affinity term (weight 100, per node) against pods whose job type is one of
 /// `job_types`, unless an identical term is there.
 pub fn add_job_type_anti_affinity(pod_spec: &mut Value, job_types: &[String]) -> Result<(), ShapeError> {

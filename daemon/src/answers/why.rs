@@ -469,7 +469,7 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
     }
     match inputs.adapter.queueing {
         Queueing::NotQueued => Hold::NotQueued,
-        Queueing::SuspendedWithQueueLabel { .. } => {
+        Queueing::SuspendedWithQueueLabel { .. } | Queueing::PodGroupWithQueueLabel { .. } => {
             Hold::NoWorkload { queue: tier.queue_label.clone().or_else(|| tier.local_queue.clone()) }
         }
     }

@@ -1,0 +1,281 @@
+//! End-to-end test of issue 16 against a real API server with Kueue: the CRDs of RayJob, PyTorchJob and
+//! LeaderWorkerSet are installed when absent (from `../shared/workload-crds/`, removed again afterwards), the real
+//! webhook runs in this process on the daemon's live snapshot, and one sample of each kind is created in a bronze
+//! namespace: each must carry the bronze LocalQueue after admission, and where Kueue's configuration enables that
+//! integration, Kueue's Workload for it must sit in that LocalQueue. Skipped (and passing) without a reachable
+//! cluster, without Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`. See docs/reconcile.md
+//! ("End-to-end").
+//!
+//! One test function: the webhook port and the cluster-scoped objects are per process.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, RuleWithOperations};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration};
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy,
+    connect_or_skip, create_namespace, install_tierpolicy_crd, kueue_served_or_skip, prefixed, random_name, wait_for,
+};
+use tiergate_workloads::QUEUE_NAME_LABEL;
+
+const CONVERGE: Duration = Duration::from_secs(30);
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+/// Kueue creates a Workload for a queued object within seconds once its integration is enabled.
+const WORKLOAD_CREATED: Duration = Duration::from_secs(60);
+
+/// One kind under test: its CRD file, resource and Kueue framework name, and the sample created.
+struct KindCase {
+    crd_file: &'static str,
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    /// The name in Kueue's `integrations.frameworks`.
+    framework: &'static str,
+    sample: &'static str,
+}
+
+const CASES: &[KindCase] = &[
+    KindCase {
+        crd_file: "ray.io_rayjobs.yaml",
+        group: "ray.io",
+        version: "v1",
+        kind: "RayJob",
+        plural: "rayjobs",
+        framework: "ray.io/rayjob",
+        sample: "rayjob-bronze.yaml",
+    },
+    KindCase {
+        crd_file: "kubeflow.org_pytorchjobs.yaml",
+        group: "kubeflow.org",
+        version: "v1",
+        kind: "PyTorchJob",
+        plural: "pytorchjobs",
+        framework: "kubeflow.org/pytorchjob",
+        sample: "pytorchjob-bronze.yaml",
+    },
+    KindCase {
+        crd_file: "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+        group: "leaderworkerset.x-k8s.io",
+        version: "v1",
+        kind: "LeaderWorkerSet",
+        plural: "leaderworkersets",
+        framework: "leaderworkerset.x-k8s.io/leaderworkerset",
+        sample: "lws-bronze.yaml",
+    },
+];
+
+impl KindCase {
+    fn resource(&self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(self.group, self.version, self.kind), self.plural)
+    }
+
+    fn crd_name(&self) -> String {
+        format!("{}.{}", self.plural, self.group)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rayjob_pytorchjob_and_leaderworkerset_in_a_bronze_namespace_land_in_the_bronze_queue() {
+    const TEST: &str = "rayjob_pytorchjob_and_leaderworkerset_in_a_bronze_namespace_land_in_the_bronze_queue";
+    let Some(client) = connect_or_skip(TEST).await else { return };
+    if !kueue_served_or_skip(&client, TEST).await {
+        return;
+    }
+    let endpoint = match tiergate_e2e::webhook::webhook_endpoint_or_skip(TEST) {
+        Ok(Some(endpoint)) => endpoint,
+        Ok(None) => return,
+        Err(error) => panic!("{error}"),
+    };
+    let cleanup = Cleanup::new(client.clone());
+    let result = run_scenario(&client, &cleanup, &endpoint).await;
+    cleanup.run().await;
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    for case in CASES {
+        install_crd_if_absent(client, cleanup, case).await?;
+    }
+    let prefix = random_name("e2e-kinds");
+    let policy = build_prefixed_policy(&prefix)?;
+    let bronze_tier = policy.spec.tier(&prefixed(&prefix, "bronze")).ok_or("the e2e policy has no bronze tier")?;
+    let local_queue = bronze_tier.local_queue();
+    let (system, bronze) = (format!("{prefix}-system"), format!("{prefix}-bronze"));
+    if install_tierpolicy_crd(client).await? {
+        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
+    }
+    create_namespace(client, cleanup, &system, &[]).await?;
+    create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &bronze_tier.name), (RUN_LABEL, &prefix)]).await?;
+    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
+    apply_policy(client, &policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
+    let local_queues = KueueKind::LocalQueue.api_resource();
+    wait_for("the bronze LocalQueue", CONVERGE, || async {
+        let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), &bronze, &local_queues);
+        queues.get_opt(&local_queue).await.ok()?
+    })
+    .await?;
+    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
+    let outcome = check_kinds(client, cleanup, endpoint, &webhook, &prefix, &bronze, &local_queue).await;
+    cleanup.run().await;
+    webhook.stop().await;
+    daemon.stop().await;
+    outcome
+}
+
+/// Server-side applies the kind's CRD from `shared/workload-crds/` when the cluster does not have it, tracked for
+/// removal, and waits until it is established.
+async fn install_crd_if_absent(client: &Client, cleanup: &Cleanup, case: &KindCase) -> Result<(), HarnessError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let name = case.crd_name();
+    if crds.get_opt(&name).await?.is_some() {
+        return Ok(());
+    }
+    let path = workload_crds()?.join(case.crd_file);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("failed to read {}: {error}", path.display()))?;
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(&text).map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
+    crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
+    cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, &name);
+    wait_for(&format!("CRD {name} to be established"), CONVERGE, || {
+        let crds = crds.clone();
+        let name = name.clone();
+        async move {
+            let crd = crds.get_opt(&name).await.ok()??;
+            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        }
+    })
+    .await
+}
+
+/// `shared/workload-crds`, the repository's sibling (also from a worktree one level deeper).
+fn workload_crds() -> Result<PathBuf, HarnessError> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = manifest.ancestors().map(|dir| dir.join("shared/workload-crds")).find(|dir| dir.is_dir());
+    Ok(found.ok_or_else(|| format!("no shared/workload-crds above {}", manifest.display()))?)
+}
+
+/// The harness's webhook configuration, with the rules of the kinds under test instead of the built-in kinds.
+fn kinds_configuration(
+    name: &str,
+    endpoint: &WebhookEndpoint,
+    ca_pem: &str,
+    run: &str,
+) -> MutatingWebhookConfiguration {
+    let mut configuration = build_webhook_configuration(name, endpoint, ca_pem, run);
+    let rules = CASES
+        .iter()
+        .map(|case| RuleWithOperations {
+            api_groups: Some(vec![case.group.to_owned()]),
+            api_versions: Some(vec![case.version.to_owned()]),
+            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
+            resources: Some(vec![case.plural.to_owned()]),
+            scope: Some("Namespaced".to_owned()),
+        })
+        .collect();
+    if let Some(webhook) = configuration.webhooks.iter_mut().flatten().next() {
+        webhook.rules = Some(rules);
+        webhook.match_policy = Some("Equivalent".to_owned());
+    }
+    configuration
+}
+
+fn sample(case: &KindCase, namespace: &str) -> Result<DynamicObject, HarnessError> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples/workloads").join(case.sample);
+    let text = std::fs::read_to_string(&path).map_err(|error| format!("failed to read {}: {error}", path.display()))?;
+    let mut value: serde_json::Value =
+        serde_saphyr::from_str(&text).map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
+    value["metadata"]["namespace"] = namespace.into();
+    Ok(serde_json::from_value(value)?)
+}
+
+async fn check_kinds(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &str,
+    bronze: &str,
+    local_queue: &str,
+) -> Result<(), HarnessError> {
+    let name = random_name("tiergate-e2e-kinds");
+    let configuration = kinds_configuration(&name, endpoint, &webhook.ca_pem, run);
+    Api::<MutatingWebhookConfiguration>::all(client.clone()).create(&PostParams::default(), &configuration).await?;
+    cleanup.track(ApiResource::erase::<MutatingWebhookConfiguration>(&()), None, &name);
+    let frameworks = kueue_frameworks(client).await;
+    for case in CASES {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), bronze, &case.resource());
+        let object = sample(case, bronze)?;
+        let what = format!("{} {bronze}/{}", case.kind, object.metadata.name.as_deref().unwrap_or_default());
+        // The first create waits for the configuration to reach the API server (a dry run until it is mutated).
+        let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+        wait_for(&format!("the API server to send {what} to the webhook"), WEBHOOK_PROPAGATION, || async {
+            let stored = api.create(&dry_run, &object).await.ok()?;
+            stored.metadata.labels.as_ref()?.contains_key(QUEUE_NAME_LABEL).then_some(())
+        })
+        .await?;
+        let stored = api.create(&PostParams::default(), &object).await?;
+        let queue = stored.metadata.labels.as_ref().and_then(|labels| labels.get(QUEUE_NAME_LABEL)).cloned();
+        if queue.as_deref() != Some(local_queue) {
+            return Err(format!("{what} has queue {queue:?} after admission, expected {local_queue}").into());
+        }
+        match &frameworks {
+            Some(enabled) if enabled.iter().any(|framework| framework == case.framework) => {
+                check_workload_in_queue(client, bronze, &stored, &what, local_queue).await?;
+            }
+            Some(_) => {
+                println!("{what}: Kueue's configuration does not enable {}; Workload not checked", case.framework)
+            }
+            None => println!("{what}: Kueue's configuration is not readable; Workload not checked"),
+        }
+    }
+    Ok(())
+}
+
+/// Kueue's `integrations.frameworks` from its manager configuration (`kueue-system/kueue-manager-config`).
+async fn kueue_frameworks(client: &Client) -> Option<Vec<String>> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "kueue-system");
+    let map = maps.get_opt("kueue-manager-config").await.ok()??;
+    let text = map.data?.get("controller_manager_config.yaml")?.clone();
+    let config: serde_json::Value = serde_saphyr::from_str(&text).ok()?;
+    let frameworks = config.pointer("/integrations/frameworks")?.as_array()?;
+    Some(frameworks.iter().filter_map(|framework| framework.as_str().map(str::to_owned)).collect())
+}
+
+/// A Kueue Workload owned by `owner` appears with `spec.queueName` = the tier's LocalQueue.
+async fn check_workload_in_queue(
+    client: &Client,
+    namespace: &str,
+    owner: &DynamicObject,
+    what: &str,
+    local_queue: &str,
+) -> Result<(), HarnessError> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"), "workloads");
+    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let uid = owner.metadata.uid.clone().unwrap_or_default();
+    let queue = wait_for(&format!("Kueue's Workload for {what}"), WORKLOAD_CREATED, || async {
+        let listed = workloads.list(&Default::default()).await.ok()?.items;
+        listed.into_iter().find_map(|workload| {
+            let owned = workload.metadata.owner_references.as_deref()?.iter().any(|reference| reference.uid == uid);
+            owned.then(|| workload.data.pointer("/spec/queueName").and_then(|queue| queue.as_str()).map(str::to_owned))
+        })
+    })
+    .await?;
+    match queue.as_deref() {
+        Some(queue) if queue == local_queue => Ok(()),
+        other => Err(format!("Kueue's Workload for {what} is in queue {other:?}, expected {local_queue}").into()),
+    }
+}
