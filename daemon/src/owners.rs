@@ -109,4 +109,27 @@ mod tests {
         assert_eq!(OwnerKind { group: "", version: "v1", kind: "Pod" }.api_version(), "v1");
         assert_eq!(REPLICA_SET.api_version(), "apps/v1");
     }
+
+    #[test]
+    fn the_charts_cluster_role_lets_the_daemon_list_and_watch_every_owner_kind() {
+        // Without the rule the kind is skipped at start (403) and its children's owners stay unverified.
+        let rbac = include_str!("../../charts/tiergate/templates/rbac.yaml");
+        let rules: Vec<(String, String)> = rbac
+            .split("- apiGroups: [")
+            .skip(1)
+            .filter_map(|rule| {
+                let (groups, rest) = rule.split_once(']')?;
+                let resources = rest.split("resources: [").nth(1)?.split(']').next()?;
+                Some((groups.replace('"', ""), resources.to_owned()))
+            })
+            .collect();
+        for kind in owner_kinds() {
+            let plural = format!("{}s", kind.kind.to_lowercase());
+            let listed = rules.iter().any(|(groups, resources)| {
+                groups.split(", ").any(|group| group == kind.group)
+                    && resources.split(", ").any(|resource| resource == plural)
+            });
+            assert!(listed, "no RBAC rule for {}/{plural}", kind.group);
+        }
+    }
 }

@@ -43,6 +43,21 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     ("apps", "statefulsets"): {"list", "watch"},
     ("batch", "jobs"): {"list", "watch"},
     ("jobset.x-k8s.io", "jobsets"): {"list", "watch"},
+    **{
+        (group, resource): {"list", "watch"}
+        for group, resource in [
+            ("batch", "cronjobs"),
+            ("ray.io", "rayjobs"),
+            ("ray.io", "rayclusters"),
+            ("ray.io", "rayservices"),
+            *(("kubeflow.org", kind) for kind in ["pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs"]),
+            ("kubeflow.org", "mpijobs"),
+            ("trainer.kubeflow.org", "trainjobs"),
+            ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+            ("workload.codeflare.dev", "appwrappers"),
+            ("sparkoperator.k8s.io", "sparkapplications"),
+        ]
+    },
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
 }
 NAMESPACED_ALLOWLIST: dict[tuple[str, str], set[str]] = {
