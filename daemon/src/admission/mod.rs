@@ -2,6 +2,7 @@
 
 mod classes;
 mod decision;
+pub mod limits;
 mod mutate;
 mod offline;
 pub mod podspec;
