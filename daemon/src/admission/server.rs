@@ -342,7 +342,7 @@ async fn respond(
         match tokio::time::timeout(decision_timeout, decided).await {
             Ok(decision) => decision,
             Err(_) => {
-                let message = format!("failed to decide within {decision_timeout:?}");
+                let message = format!("failed to decide within {} ms", decision_timeout.as_millis());
                 failed(&snapshot, kind_label(request), "decision_timeout", message)
             }
         }
