@@ -63,3 +63,9 @@ def test_a_memory_limit_too_small_for_one_review_is_refused_naming_the_value() -
         render(values)
     assert "resources.limits.memory 100Mi" in str(error.value)
     assert "webhook.maxInflightBytes" in str(error.value)
+
+
+def test_without_a_memory_limit_the_binarys_default_budget_is_used() -> None:
+    objects = render({"resources": {"limits": None}})
+    assert "limits" not in only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert run_args(objects)["--max-inflight-bytes"] == "40Mi"

@@ -121,7 +121,7 @@ docs/operations.md "Memory under load"), so that a flood of large reviews gets 4
 {{- if .Values.webhook.maxInflightBytes -}}
 {{- .Values.webhook.maxInflightBytes -}}
 {{- else if not $limit -}}
-32Mi
+40Mi
 {{- else -}}
 {{- $mi := 0 -}}
 {{- if hasSuffix "Gi" $limit }}{{ $mi = mul (trimSuffix "Gi" $limit | atoi) 1024 }}

@@ -15,9 +15,9 @@ pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 pub const DEFAULT_WEBHOOK_TIMEOUT_SECONDS: u64 = 5;
 /// Kubernetes' range of a webhook's `timeoutSeconds`.
 pub const WEBHOOK_TIMEOUT_SECONDS_RANGE: std::ops::RangeInclusive<u64> = 1..=30;
-/// Default budget of request bytes in flight: (256 MiB limit − 96 MiB baseline and headroom) / amplification 4,
-/// rounded down (docs/operations.md has the arithmetic and the measurement).
-pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 32 * 1024 * 1024;
+/// Default budget of request bytes in flight, the chart's derivation for its 256Mi limit: (256 MiB − 96 MiB
+/// baseline) / amplification 4 (docs/operations.md "Memory under load" has the arithmetic and the measurement).
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 40 * 1024 * 1024;
 /// Default number of requests in flight (each also holds a connection, a task and its decision).
 pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 128;
 /// Bytes charged for a request before its body is read: headers, task, connection buffers.
