@@ -6,7 +6,8 @@ AdmissionReview whose Job carries tens of thousands of env entries (many small J
 to parse), and samples the server's VmRSS every 20 ms until every answer is in. Prints one line per run:
 
     perf/body_flood.py 120 300                       # default flags
-    perf/body_flood.py --server-args="--max-inflight-bytes=1Gi --max-inflight-requests=100000" 120 300
+    perf/body_flood.py --server-args="--max-inflight-bytes=4095Mi --max-inflight-requests=100000" 120 300
+    perf/body_flood.py --shape string 120 300         # one large annotation instead of many small objects
 
 Bounded: one request per connection, 60 s per run, loopback only; the server is stopped on exit.
 """
@@ -31,13 +32,20 @@ FIXTURES = next(
 TARGET_BYTES = int(3.9 * 1024 * 1024)
 
 
-def build_body() -> bytes:
+def build_body(shape: str) -> bytes:
+    """`objects`: tens of thousands of small env objects (the costliest to parse and copy); `string`: one large
+    annotation value (the cheapest)."""
     review = json.loads((FIXTURES / "job-create-bronze-gpu-scored.json").read_text())
-    container = review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]
     base = len(json.dumps(review, separators=(",", ":")))
-    entry = len(json.dumps({"name": "E000000", "value": "v"}, separators=(",", ":"))) + 1
-    count = (TARGET_BYTES - base) // entry
-    container["env"] = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
+    if shape == "string":
+        review["request"]["object"]["metadata"].setdefault("annotations", {})["example.com/blob"] = "x" * (
+            TARGET_BYTES - base - 40
+        )
+    else:
+        container = review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]
+        entry = len(json.dumps({"name": "E000000", "value": "v"}, separators=(",", ":"))) + 1
+        count = (TARGET_BYTES - base) // entry
+        container["env"] = [{"name": f"E{i:06d}", "value": "v"} for i in range(count)]
     return json.dumps(review, separators=(",", ":")).encode()
 
 
@@ -83,9 +91,10 @@ def main() -> int:
     parser.add_argument("concurrency", type=int, nargs="+")
     parser.add_argument("--server-args", default="", help="extra flags for `tiergate webhook`")
     parser.add_argument("--port", type=int, default=18643)
+    parser.add_argument("--shape", choices=["objects", "string"], default="objects", help="what fills the body")
     args = parser.parse_args()
     binary = os.environ.get("BIN", str(ROOT / "target/release/tiergate"))
-    body = build_body()
+    body = build_body(args.shape)
     with tempfile.TemporaryDirectory() as work:
         log = open(pathlib.Path(work) / "server.log", "w")
         command = [
@@ -97,7 +106,7 @@ def main() -> int:
         server = subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "error"})
         try:
             time.sleep(1.5)
-            print(f"body {len(body)} bytes; server {' '.join(command[1:2] + shlex.split(args.server_args))}")
+            print(f"body {len(body)} bytes ({args.shape}); server flags: {args.server_args or 'defaults'}")
             for concurrency in args.concurrency:
                 idle = rss_kib(server.pid)
                 peak = [idle]

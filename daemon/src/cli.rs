@@ -212,8 +212,8 @@ pub struct LimitsArgs {
     /// Decision deadline in milliseconds instead of the derived one; must leave 500 ms of the webhook timeout.
     #[arg(long, env = "TIERGATE_DECISION_TIMEOUT_MS")]
     pub decision_timeout_ms: Option<u64>,
-    /// Request bytes in flight over all connections, a quantity such as `40Mi`; past it requests get 429.
-    #[arg(long, env = "TIERGATE_MAX_INFLIGHT_BYTES", default_value = "40Mi", value_parser = parse_byte_quantity)]
+    /// Request bytes in flight over all connections, a quantity such as `32Mi`; past it requests get 429.
+    #[arg(long, env = "TIERGATE_MAX_INFLIGHT_BYTES", default_value = "32Mi", value_parser = parse_byte_quantity)]
     pub max_inflight_bytes: usize,
     /// Requests in flight over all connections; past it requests get 429.
     #[arg(long, env = "TIERGATE_MAX_INFLIGHT_REQUESTS", default_value_t = DEFAULT_MAX_INFLIGHT_REQUESTS)]
@@ -232,10 +232,10 @@ impl LimitsArgs {
     }
 }
 
-/// A whole, positive number of bytes written as a Kubernetes quantity (`41943040`, `40Mi`).
+/// A whole, positive number of bytes written as a Kubernetes quantity (`33554432`, `32Mi`).
 fn parse_byte_quantity(value: &str) -> Result<usize, String> {
     let parsed = parse_quantity(value.trim())
-        .ok_or_else(|| format!("{value:?} is not a quantity; use bytes such as 41943040 or 40Mi"))?;
+        .ok_or_else(|| format!("{value:?} is not a quantity; use bytes such as 33554432 or 32Mi"))?;
     let whole = parsed.value.fract() == 0.0 && parsed.value > 0.0 && parsed.value <= u32::MAX as f64;
     if !whole {
         return Err(format!("{value:?} must be a whole number of bytes between 1 and 4Gi"));

@@ -33,14 +33,14 @@ def test_the_binary_gets_the_timeout_every_webhook_is_registered_with(timeout: i
 
 @pytest.mark.parametrize(
     ("memory", "budget"),
-    [("256Mi", "40Mi"), ("512Mi", "104Mi"), ("1Gi", "232Mi"), ("268435456", "40Mi")],
+    [("256Mi", "32Mi"), ("512Mi", "83Mi"), ("1Gi", "185Mi"), ("268435456", "32Mi")],
 )
 def test_the_in_flight_budget_is_derived_from_the_memory_limit(memory: str, budget: str) -> None:
     values = {"resources": {"requests": {"cpu": "100m", "memory": "96Mi"}, "limits": {"cpu": "1", "memory": memory}}}
     args = run_args(render(values))
     assert args["--max-inflight-bytes"] == budget
     # baseline + budget x measured amplification stays under the limit.
-    assert 96 * MIB + quantity_bytes(budget) * 4 <= quantity_bytes(memory)
+    assert 96 * MIB + quantity_bytes(budget) * 5 <= quantity_bytes(memory)
     assert args["--max-inflight-requests"] == "128"
 
 
@@ -49,7 +49,7 @@ def test_the_default_chart_budget_fits_its_own_memory_limit() -> None:
     limit = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"]
     budget = quantity_bytes(run_args(objects)["--max-inflight-bytes"])
     assert budget >= 4 * MIB + 16 * 1024, "the budget must hold one largest review"
-    assert 96 * MIB + budget * 4 <= quantity_bytes(limit)
+    assert 96 * MIB + budget * 5 <= quantity_bytes(limit)
 
 
 def test_an_explicit_budget_wins_over_the_derived_one() -> None:
@@ -68,4 +68,4 @@ def test_a_memory_limit_too_small_for_one_review_is_refused_naming_the_value() -
 def test_without_a_memory_limit_the_binarys_default_budget_is_used() -> None:
     objects = render({"resources": {"limits": None}})
     assert "limits" not in only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert run_args(objects)["--max-inflight-bytes"] == "40Mi"
+    assert run_args(objects)["--max-inflight-bytes"] == "32Mi"

@@ -1,8 +1,9 @@
 //! The webhook's limits: the global budget of request bytes and requests in flight, and the decision and scoring
 //! deadlines derived from the API server's `timeoutSeconds`; no I/O (permits are in-memory semaphores).
 //!
-//! Memory arithmetic (docs/operations.md): peak RSS ≈ baseline + in-flight bytes × amplification, where the
-//! amplification (body, parsed object, patch, answer) was measured by `perf/body_flood.py`.
+//! Memory arithmetic (docs/operations.md): peak RSS ≈ baseline + charged bytes × amplification, where a request
+//! is charged its body plus [`STRUCTURE_COST_BYTES`] per JSON object or array, and the amplification (body, parsed
+//! object, patch, answer) was measured by `perf/body_flood.py`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,12 +17,17 @@ pub const DEFAULT_WEBHOOK_TIMEOUT_SECONDS: u64 = 5;
 /// Kubernetes' range of a webhook's `timeoutSeconds`.
 pub const WEBHOOK_TIMEOUT_SECONDS_RANGE: std::ops::RangeInclusive<u64> = 1..=30;
 /// Default budget of request bytes in flight, the chart's derivation for its 256Mi limit: (256 MiB − 96 MiB
-/// baseline) / amplification 4 (docs/operations.md "Memory under load" has the arithmetic and the measurement).
-pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 40 * 1024 * 1024;
+/// baseline) / amplification 5 (docs/operations.md "Memory under load" has the arithmetic and the measurement).
+pub const DEFAULT_MAX_INFLIGHT_BYTES: usize = 32 * 1024 * 1024;
 /// Default number of requests in flight (each also holds a connection, a task and its decision).
 pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 128;
 /// Bytes charged for a request before its body is read: headers, task, connection buffers.
 pub const REQUEST_OVERHEAD_BYTES: usize = 16 * 1024;
+/// Bytes charged for each JSON object or array in a body, on top of its bytes: parsing and deciding build a tree
+/// of every object (maps, strings, copies for the patch). Measured: a 3.9 MiB review of ~131,000 small objects
+/// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`); issue 15's lean view will
+/// lower this.
+pub const STRUCTURE_COST_BYTES: usize = 2 * 1024;
 /// Seconds a refused client is told to wait (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
@@ -208,6 +214,12 @@ impl Charge {
     }
 }
 
+/// What deciding on `body` is estimated to cost beyond its bytes: [`STRUCTURE_COST_BYTES`] per `{` or `[` (also
+/// inside strings: an overestimate is safe, the scan is one pass).
+pub fn structure_cost(body: &[u8]) -> usize {
+    body.iter().filter(|byte| matches!(byte, b'{' | b'[')).count().saturating_mul(STRUCTURE_COST_BYTES)
+}
+
 fn try_bytes(semaphore: &Arc<Semaphore>, bytes: usize) -> Result<OwnedSemaphorePermit, Exhausted> {
     let permits = u32::try_from(bytes).map_err(|_| Exhausted::Bytes)?;
     Arc::clone(semaphore).try_acquire_many_owned(permits).map_err(|_| Exhausted::Bytes)
@@ -239,6 +251,13 @@ mod tests {
         let error = build_limits(5, None, MAX_BODY_BYTES, 1).unwrap_err();
         assert!(error.to_string().starts_with("failed to use --max-inflight-bytes"), "{error}");
         assert_eq!(build_limits(5, None, DEFAULT_MAX_INFLIGHT_BYTES, 0), Err(LimitsError::InflightRequests));
+    }
+
+    #[test]
+    fn many_small_objects_cost_more_than_one_long_string_of_the_same_size() {
+        let objects = br#"[{"a":1},{"b":2}]"#;
+        assert_eq!(structure_cost(objects), 3 * STRUCTURE_COST_BYTES);
+        assert_eq!(structure_cost(br#""aaaaaaaaaaaaaaa""#), 0);
     }
 
     #[test]

@@ -22,7 +22,9 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::decision::{Decision, Verdict};
-use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits};
+use super::limits::{
+    Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, STRUCTURE_COST_BYTES, WebhookLimits, structure_cost,
+};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
 use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
@@ -238,6 +240,14 @@ async fn handle_mutate(State(served): State<Arc<Served>>, request: Request) -> R
         }
         Ok(Ok(body)) => body,
     };
+    // Deciding builds a tree of every object in the body: charge that too, before parsing.
+    let structure = structure_cost(&body);
+    if structure.saturating_add(body.len()) > limits.max_inflight_bytes {
+        return too_complex(state, limits, body.len(), structure);
+    }
+    if let Err(exhausted) = charge.add(structure) {
+        return too_busy(state, exhausted);
+    }
     let response = match parse_review(&body) {
         Err((uid, error)) => {
             count(&state.metrics, "unknown", DecisionLabel::Invalid);
@@ -307,6 +317,18 @@ fn too_large(state: &AdmissionState, limits: &WebhookLimits, http2: bool, mut fr
         });
     }
     refuse_too_large(state, limits)
+}
+
+/// 413 for a body whose objects alone would need more than the whole budget to decide.
+fn too_complex(state: &AdmissionState, limits: &WebhookLimits, bytes: usize, structure: usize) -> Response {
+    state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: "body_too_complex" }).inc();
+    let message = format!(
+        "an AdmissionReview of {bytes} bytes with {} JSON objects and arrays would need more than the webhook's \
+         whole in-flight budget ({} bytes, --max-inflight-bytes) to decide\n",
+        structure / STRUCTURE_COST_BYTES,
+        limits.max_inflight_bytes
+    );
+    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }
 
 fn refuse_too_large(state: &AdmissionState, limits: &WebhookLimits) -> Response {

@@ -194,6 +194,25 @@ async fn requests_past_the_in_flight_request_limit_get_429_even_when_small() {
     assert!(refused(&server.metrics, "inflight_requests"));
 }
 
+#[tokio::test]
+async fn a_review_of_many_small_objects_is_refused_before_it_is_parsed() {
+    let pki = pki();
+    let server = start_limited(&pki, WebhookLimits::default()).await;
+    // 3.9 MiB of tiny env objects: each becomes a map when parsed (~2.4 KiB each, ~300 MiB in all).
+    let mut review: serde_json::Value = serde_json::from_slice(&fixture("job-create-bronze-gpu-scored.json")).unwrap();
+    let env: Vec<serde_json::Value> =
+        (0..130_000).map(|i| serde_json::json!({"name": format!("E{i:06}"), "value": "v"})).collect();
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] = env.into();
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() < MAX_BODY_BYTES);
+    let client = client_with_alpn(&[&pki], true, None, vec![b"h2".to_vec()]);
+    let response = client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let text = response.text().await.unwrap();
+    assert!(text.contains("JSON objects and arrays") && text.contains("--max-inflight-bytes"), "{text}");
+    assert!(refused(&server.metrics, "body_too_complex"));
+}
+
 /// Posts `size` bytes of padded review with the client's protocol; returns the status and the protocol used.
 async fn post_oversize(server: &Limited, pki: &Pki, alpn: &[u8], stream_body: bool) -> (u16, reqwest::Version) {
     let client = client_with_alpn(&[pki], true, None, vec![alpn.to_vec()]);
