@@ -9,7 +9,7 @@ to parse), and samples the server's VmRSS every 20 ms until every answer is in. 
     perf/body_flood.py --server-args="--max-inflight-bytes=4095Mi --max-inflight-requests=100000" 120 300
     perf/body_flood.py --shape string 120 300         # one large annotation instead of many small objects
 
-Bounded: one request per connection, 60 s per run, loopback only; the server is stopped on exit.
+Bounded: one request per connection, 120 s per run, loopback only; the server is stopped on exit.
 """
 
 import argparse
@@ -78,7 +78,7 @@ async def flood(port: int, body: bytes, concurrency: int) -> dict:
     context.verify_mode = ssl.CERT_NONE
     context.set_alpn_protocols(["http/1.1"])
     results = await asyncio.wait_for(
-        asyncio.gather(*(one(port, body, context) for _ in range(concurrency))), timeout=60
+        asyncio.gather(*(one(port, body, context) for _ in range(concurrency))), timeout=120
     )
     counts: dict = {}
     for result in results:
