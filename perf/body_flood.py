@@ -34,10 +34,13 @@ TARGET_BYTES = int(3.9 * 1024 * 1024)
 
 def build_body(shape: str) -> bytes:
     """`objects`: tens of thousands of small env objects (the costliest to parse and copy); `string`: one large
-    annotation value (the cheapest)."""
+    annotation value (the cheapest); `array`: about a million one-letter `args` (many small strings, no objects)."""
     review = json.loads((FIXTURES / "job-create-bronze-gpu-scored.json").read_text())
     base = len(json.dumps(review, separators=(",", ":")))
-    if shape == "string":
+    if shape == "array":
+        container = review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]
+        container["args"] = ["a"] * ((TARGET_BYTES - base) // 4)
+    elif shape == "string":
         review["request"]["object"]["metadata"].setdefault("annotations", {})["example.com/blob"] = "x" * (
             TARGET_BYTES - base - 40
         )
@@ -91,7 +94,7 @@ def main() -> int:
     parser.add_argument("concurrency", type=int, nargs="+")
     parser.add_argument("--server-args", default="", help="extra flags for `tiergate webhook`")
     parser.add_argument("--port", type=int, default=18643)
-    parser.add_argument("--shape", choices=["objects", "string"], default="objects", help="what fills the body")
+    parser.add_argument("--shape", choices=["objects", "string", "array"], default="objects", help="what fills the body")
     args = parser.parse_args()
     binary = os.environ.get("BIN", str(ROOT / "target/release/tiergate"))
     body = build_body(args.shape)

@@ -28,6 +28,9 @@ pub const REQUEST_OVERHEAD_BYTES: usize = 16 * 1024;
 /// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`); issue 15's lean view will
 /// lower this.
 pub const STRUCTURE_COST_BYTES: usize = 2 * 1024;
+/// Bytes charged for each `,` (one more element or member): a 3.9 MiB review of a million one-letter `args` grew
+/// RSS by ~189 MiB, ~190 bytes per element (`perf/body_flood.py --shape array 1`).
+pub const ELEMENT_COST_BYTES: usize = 256;
 /// Seconds a refused client is told to wait (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
@@ -214,10 +217,16 @@ impl Charge {
     }
 }
 
-/// What deciding on `body` is estimated to cost beyond its bytes: [`STRUCTURE_COST_BYTES`] per `{` or `[` (also
-/// inside strings: an overestimate is safe, the scan is one pass).
+/// What deciding on `body` is estimated to cost beyond its bytes: [`STRUCTURE_COST_BYTES`] per `{` or `[` and
+/// [`ELEMENT_COST_BYTES`] per `,` (also inside strings: an overestimate is safe, and the scan is one pass).
 pub fn structure_cost(body: &[u8]) -> usize {
-    body.iter().filter(|byte| matches!(byte, b'{' | b'[')).count().saturating_mul(STRUCTURE_COST_BYTES)
+    body.iter().fold(0usize, |cost, byte| {
+        cost.saturating_add(match byte {
+            b'{' | b'[' => STRUCTURE_COST_BYTES,
+            b',' => ELEMENT_COST_BYTES,
+            _ => 0,
+        })
+    })
 }
 
 fn try_bytes(semaphore: &Arc<Semaphore>, bytes: usize) -> Result<OwnedSemaphorePermit, Exhausted> {
@@ -256,7 +265,7 @@ mod tests {
     #[test]
     fn many_small_objects_cost_more_than_one_long_string_of_the_same_size() {
         let objects = br#"[{"a":1},{"b":2}]"#;
-        assert_eq!(structure_cost(objects), 3 * STRUCTURE_COST_BYTES);
+        assert_eq!(structure_cost(objects), 3 * STRUCTURE_COST_BYTES + ELEMENT_COST_BYTES);
         assert_eq!(structure_cost(br#""aaaaaaaaaaaaaaa""#), 0);
     }
 

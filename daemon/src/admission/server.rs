@@ -22,9 +22,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::decision::{Decision, Verdict};
-use super::limits::{
-    Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, STRUCTURE_COST_BYTES, WebhookLimits, structure_cost,
-};
+use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
 use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
@@ -323,10 +321,9 @@ fn too_large(state: &AdmissionState, limits: &WebhookLimits, http2: bool, mut fr
 fn too_complex(state: &AdmissionState, limits: &WebhookLimits, bytes: usize, structure: usize) -> Response {
     state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: "body_too_complex" }).inc();
     let message = format!(
-        "an AdmissionReview of {bytes} bytes with {} JSON objects and arrays would need more than the webhook's \
-         whole in-flight budget ({} bytes, --max-inflight-bytes) to decide\n",
-        structure / STRUCTURE_COST_BYTES,
-        limits.max_inflight_bytes
+        "an AdmissionReview of {bytes} bytes would need about {} more bytes for its JSON objects, arrays and \
+         elements, more than the webhook's whole in-flight budget ({} bytes, --max-inflight-bytes), to decide\n",
+        structure, limits.max_inflight_bytes
     );
     (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }

@@ -209,7 +209,22 @@ async fn a_review_of_many_small_objects_is_refused_before_it_is_parsed() {
     let response = client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
     assert_eq!(response.status(), 413);
     let text = response.text().await.unwrap();
-    assert!(text.contains("JSON objects and arrays") && text.contains("--max-inflight-bytes"), "{text}");
+    assert!(text.contains("JSON objects, arrays and elements") && text.contains("--max-inflight-bytes"), "{text}");
+    assert!(refused(&server.metrics, "body_too_complex"));
+}
+
+#[tokio::test]
+async fn a_review_of_a_million_one_letter_args_is_refused_before_it_is_parsed() {
+    let pki = pki();
+    let server = start_limited(&pki, WebhookLimits::default()).await;
+    // No objects, just elements: ~190 bytes each once parsed, ~190 MiB for this one review.
+    let mut review: serde_json::Value = serde_json::from_slice(&fixture("job-create-bronze-gpu-scored.json")).unwrap();
+    review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["args"] = vec!["a"; 1_000_000].into();
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() < MAX_BODY_BYTES);
+    let client = client_with_alpn(&[&pki], true, None, Vec::new());
+    let response = client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
+    assert_eq!(response.status(), 413);
     assert!(refused(&server.metrics, "body_too_complex"));
 }
 
