@@ -7,6 +7,11 @@ use std::path::{Path, PathBuf};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tiergate_compat::namespaces::{NamespaceListError, parse_namespace_blocklist};
 
+use crate::admission::limits::{
+    DEFAULT_MAX_INFLIGHT_REQUESTS, DEFAULT_WEBHOOK_TIMEOUT_SECONDS, LimitsError, WebhookLimits, build_limits,
+};
+use crate::validation::quantity::parse_quantity;
+
 /// tiergate: Kueue tiers, GPU classes and priorities from one TierPolicy.
 #[derive(Debug, Parser)]
 #[command(name = "tiergate", version, about, long_about = None)]
@@ -225,6 +230,9 @@ pub struct RunArgs {
     /// Placement flags.
     #[command(flatten)]
     pub placement: PlacementArgs,
+    /// Webhook limits.
+    #[command(flatten)]
+    pub limits: LimitsArgs,
     /// The daemon's own namespace (always excluded from mutation).
     #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
     pub namespace: String,
@@ -285,6 +293,50 @@ pub struct WebhookArgs {
     /// Placement flags.
     #[command(flatten)]
     pub placement: PlacementArgs,
+    /// Webhook limits.
+    #[command(flatten)]
+    pub limits: LimitsArgs,
+}
+
+/// The webhook's limits, shared by `run` and `webhook` (docs/operations.md has the memory arithmetic).
+#[derive(Debug, Args, Clone)]
+pub struct LimitsArgs {
+    /// The MutatingWebhookConfiguration's `timeoutSeconds` (the chart passes `webhook.timeoutSeconds`); the
+    /// decision deadline is 4/5 of it and scheduler-agent calls get at most 3/4 of that.
+    #[arg(long, env = "TIERGATE_WEBHOOK_TIMEOUT_SECONDS", default_value_t = DEFAULT_WEBHOOK_TIMEOUT_SECONDS)]
+    pub webhook_timeout_seconds: u64,
+    /// Decision deadline in milliseconds instead of the derived one; must leave 500 ms of the webhook timeout.
+    #[arg(long, env = "TIERGATE_DECISION_TIMEOUT_MS")]
+    pub decision_timeout_ms: Option<u64>,
+    /// Request bytes in flight over all connections, a quantity such as `32Mi`; past it requests get 429.
+    #[arg(long, env = "TIERGATE_MAX_INFLIGHT_BYTES", default_value = "32Mi", value_parser = parse_byte_quantity)]
+    pub max_inflight_bytes: usize,
+    /// Requests in flight over all connections; past it requests get 429.
+    #[arg(long, env = "TIERGATE_MAX_INFLIGHT_REQUESTS", default_value_t = DEFAULT_MAX_INFLIGHT_REQUESTS)]
+    pub max_inflight_requests: usize,
+}
+
+impl LimitsArgs {
+    /// The limits, or why the combination cannot work (naming the flag).
+    pub fn limits(&self) -> Result<WebhookLimits, LimitsError> {
+        build_limits(
+            self.webhook_timeout_seconds,
+            self.decision_timeout_ms,
+            self.max_inflight_bytes,
+            self.max_inflight_requests,
+        )
+    }
+}
+
+/// A whole, positive number of bytes written as a Kubernetes quantity (`33554432`, `32Mi`).
+fn parse_byte_quantity(value: &str) -> Result<usize, String> {
+    let parsed = parse_quantity(value.trim())
+        .ok_or_else(|| format!("{value:?} is not a quantity; use bytes such as 33554432 or 32Mi"))?;
+    let whole = parsed.value.fract() == 0.0 && parsed.value > 0.0 && parsed.value <= u32::MAX as f64;
+    if !whole {
+        return Err(format!("{value:?} must be a whole number of bytes between 1 and 4Gi"));
+    }
+    Ok(parsed.value as usize)
 }
 
 /// Placement flags shared by `run`, `webhook` and `explain`.
@@ -371,5 +423,28 @@ mod tests {
             }
         }
         check(&Cli::command(), "tiergate");
+    }
+
+    #[test]
+    fn webhook_limits_parse_from_quantities_and_a_bad_combination_names_the_flag() {
+        let parsed = Cli::try_parse_from([
+            "tiergate",
+            "webhook",
+            "--max-inflight-bytes",
+            "48Mi",
+            "--webhook-timeout-seconds",
+            "10",
+        ])
+        .unwrap();
+        let Command::Webhook(args) = parsed.command else { panic!("not the webhook command") };
+        let limits = args.limits.limits().unwrap();
+        assert_eq!(limits.max_inflight_bytes, 48 * 1024 * 1024);
+        assert_eq!(limits.decision_timeout, std::time::Duration::from_secs(8));
+        let parsed = Cli::try_parse_from(["tiergate", "webhook", "--decision-timeout-ms", "8000"]).unwrap();
+        let Command::Webhook(args) = parsed.command else { panic!("not the webhook command") };
+        let error = args.limits.limits().unwrap_err().to_string();
+        assert!(error.contains("--decision-timeout-ms 8000") && error.contains("--webhook-timeout-seconds"), "{error}");
+        let error = Cli::try_parse_from(["tiergate", "webhook", "--max-inflight-bytes", "100m"]).unwrap_err();
+        assert!(error.to_string().contains("whole number of bytes"), "{error}");
     }
 }

@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Namespace, Node};
 use serde::Deserialize;
 
 use crate::policy::TierPolicy;
+use crate::validation::PolicyError;
+use crate::validation::fields::unknown_fields;
 use crate::view::{ClusterView, NamespaceView, NodeView};
 
 /// The embedded sample policy (`samples/kubenexus/policy.yaml`).
@@ -19,13 +21,13 @@ pub const SAMPLE_CLUSTER: &str = include_str!("../../samples/kubenexus/cluster.y
 /// An input file could not be read or understood.
 #[derive(Debug, thiserror::Error)]
 pub enum InputError {
-    /// The file could not be read.
-    #[error("failed to read {path}: {source}")]
+    /// The file could not be read. The OS error is part of the message, not a `source`, so it is printed once.
+    #[error("failed to read {path}: {error}", path = path.display())]
     Read {
         /// File path.
         path: PathBuf,
-        /// Cause.
-        source: std::io::Error,
+        /// The OS error.
+        error: std::io::Error,
     },
     /// The file is not a TierPolicy.
     #[error("failed to parse {origin} as a TierPolicy (apiVersion tiergate.io/v1alpha1, kind TierPolicy): {message}")]
@@ -34,6 +36,14 @@ pub enum InputError {
         origin: String,
         /// Parser message with the location.
         message: String,
+    },
+    /// The policy has fields a TierPolicy does not have (a typo would otherwise change nothing, silently).
+    #[error("failed to accept {origin} as a TierPolicy: {} unknown field(s){}", errors.len(), list(errors))]
+    UnknownPolicyFields {
+        /// File path or `embedded sample`.
+        origin: String,
+        /// Each unknown field with its path and the closest known field.
+        errors: Vec<PolicyError>,
     },
     /// The file is not a cluster view.
     #[error(
@@ -53,6 +63,7 @@ impl InputError {
         match self {
             Self::Read { .. } => "read_input",
             Self::ParsePolicy { .. } => "parse_policy",
+            Self::UnknownPolicyFields { .. } => "unknown_policy_fields",
             Self::ParseCluster { .. } => "parse_cluster",
         }
     }
@@ -60,7 +71,43 @@ impl InputError {
 
 /// Reads a file to a string.
 pub fn read_file(path: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(path).map_err(|source| InputError::Read { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|error| InputError::Read { path: path.to_owned(), error })
+}
+
+fn list(errors: &[PolicyError]) -> String {
+    errors.iter().map(|error| format!("\n  - {error}")).collect()
+}
+
+/// A YAML parser error as a user reads it: the parser's budget and multi-document errors say what to change,
+/// not which library call a developer should have used.
+pub fn yaml_message(error: &serde_saphyr::Error) -> String {
+    use serde_saphyr::budget::BudgetBreach;
+    let at = |location: &serde_saphyr::Location| match (location.line(), location.column()) {
+        (0, _) => String::new(),
+        (line, column) => format!(" (line {line}, column {column})"),
+    };
+    match error.without_snippet() {
+        serde_saphyr::Error::MultipleDocuments { location, .. } => format!(
+            "the file holds more than one YAML document{}; keep one document per file (remove the extra `---` documents)",
+            at(location)
+        ),
+        serde_saphyr::Error::Budget { breach, location } => {
+            let what = match breach {
+                BudgetBreach::Nodes { .. } => "too many YAML nodes",
+                BudgetBreach::Depth { .. } => "nesting too deep",
+                BudgetBreach::Aliases { .. } | BudgetBreach::AliasAnchorRatio { .. } => "too many aliases",
+                BudgetBreach::Anchors { .. } => "too many anchors",
+                BudgetBreach::Documents { .. } => "too many documents",
+                BudgetBreach::ScalarBytes { .. } | BudgetBreach::InputBytes { .. } => "too much text",
+                _ => "past the YAML parser's safety limits",
+            };
+            format!(
+                "the document is larger than a policy or cluster view can be ({what}){}; split it or remove repeated parts",
+                at(location)
+            )
+        }
+        _ => error.to_string(),
+    }
 }
 
 /// Loads a TierPolicy from `path`, or the embedded sample when `None`.
@@ -79,7 +126,7 @@ pub fn load_cluster_view(path: &Path) -> Result<ClusterView, InputError> {
 /// Parses a TierPolicy document.
 pub fn parse_policy(text: &str, origin: &str) -> Result<TierPolicy, InputError> {
     let parse_error = |message: String| InputError::ParsePolicy { origin: origin.to_owned(), message };
-    let header: DocumentHeader = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    let header: DocumentHeader = serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
     if header.api_version.as_deref() != Some("tiergate.io/v1alpha1") || header.kind.as_deref() != Some("TierPolicy") {
         return Err(parse_error(format!(
             "found apiVersion {:?} kind {:?}; set apiVersion: tiergate.io/v1alpha1 and kind: TierPolicy",
@@ -87,7 +134,13 @@ pub fn parse_policy(text: &str, origin: &str) -> Result<TierPolicy, InputError> 
             header.kind.unwrap_or_default()
         )));
     }
-    let policy: TierPolicy = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    let document: serde_json::Value =
+        serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
+    let errors = unknown_fields(&document);
+    if !errors.is_empty() {
+        return Err(InputError::UnknownPolicyFields { origin: origin.to_owned(), errors });
+    }
+    let policy: TierPolicy = serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
     Ok(policy)
 }
 
@@ -115,7 +168,7 @@ struct KubectlList {
 /// Parses a cluster view: our `namespaces:`/`nodes:` form or a kubectl `List` of Namespaces and Nodes.
 pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, InputError> {
     let parse_error = |message: String| InputError::ParseCluster { origin: origin.to_owned(), message };
-    let document: ClusterDocument = serde_saphyr::from_str(text).map_err(|error| parse_error(error.to_string()))?;
+    let document: ClusterDocument = serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
     let list = match document {
         ClusterDocument::Own(view) => return Ok(view),
         ClusterDocument::Kubectl(list) => list,

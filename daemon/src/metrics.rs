@@ -81,6 +81,8 @@ pub struct Metrics {
     pub admission_denials: Family<ReasonLabels, Counter>,
     /// Admissions answered unchanged because of an internal error, by reason.
     pub admission_fail_open: Family<ReasonLabels, Counter>,
+    /// Requests refused before their body was read (`inflight_bytes`, `inflight_requests`, `body_too_large`).
+    pub admission_refused: Family<ReasonLabels, Counter>,
     /// Seconds spent deciding one admission request (server side, including scoring).
     pub admission_latency_seconds: Histogram,
     /// Scheduler-agent calls by outcome.
@@ -120,6 +122,7 @@ impl Metrics {
             admission_requests: Family::default(),
             admission_denials: Family::default(),
             admission_fail_open: Family::default(),
+            admission_refused: Family::default(),
             admission_latency_seconds: Histogram::new(latency_buckets),
             agent_calls: Family::default(),
             agent_latency_seconds: Histogram::new(latency_buckets),
@@ -151,6 +154,11 @@ impl Metrics {
             "admission_fail_open",
             "Admissions answered unchanged after an internal error",
             metrics.admission_fail_open.clone(),
+        );
+        registry.register(
+            "admission_refused",
+            "Admission requests refused over the webhook's limits (429, 413) by reason",
+            metrics.admission_refused.clone(),
         );
         registry.register(
             "admission_latency_seconds",

@@ -5,6 +5,7 @@
 //! and the ClusterQueue CEL rules) plus tiergate's own rules (known classes, one bucket per score range...).
 
 mod boundary;
+pub mod fields;
 pub mod names;
 pub mod quantity;
 pub mod quota;
@@ -604,6 +605,14 @@ fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Pro
     }
 }
 
+/// Largest quantity value Kubernetes stores: its milli-value must fit an int64.
+const MAX_QUANTITY_VALUE: f64 = i64::MAX as f64 / 1000.0;
+
+/// Kubernetes' `IsExtendedResourceName`: a domain-prefixed name outside `kubernetes.io`, not a quota `requests.` name.
+fn is_extended_resource(resource: &str) -> bool {
+    resource.contains('/') && !resource.contains("kubernetes.io/") && !resource.starts_with("requests.")
+}
+
 fn check_quota(path: &str, resource: &str, quota: &ResourceQuota, has_cohort: bool, problems: &mut Problems) {
     if !is_qualified_name(resource) {
         problems.push(
@@ -622,8 +631,31 @@ fn check_quota(path: &str, resource: &str, quota: &ResourceQuota, has_cohort: bo
                 );
                 None
             }
-            Some(parsed) if parsed.is_negative() => {
-                problems.push(format!("{path}.{field}"), format!("{text:?} is negative"), "use zero or more");
+            // `-0` parses as zero, but a sign on a quota is a mistake either way.
+            Some(parsed) if parsed.is_negative() || text.starts_with('-') => {
+                problems.push(
+                    format!("{path}.{field}"),
+                    format!("{text:?} is negative"),
+                    "use zero or more, without a sign",
+                );
+                None
+            }
+            Some(parsed) if parsed.value > MAX_QUANTITY_VALUE => {
+                problems.push(
+                    format!("{path}.{field}"),
+                    format!("{text:?} is beyond the largest quantity Kubernetes stores (2^63-1 milli-units)"),
+                    "use the real quota of the tier, e.g. \"64\" or \"512Gi\"",
+                );
+                None
+            }
+            Some(parsed) if is_extended_resource(resource) && parsed.value.fract() != 0.0 => {
+                problems.push(
+                    format!("{path}.{field}"),
+                    format!(
+                        "{text:?} is not a whole number; {resource} is an extended resource, counted in whole units"
+                    ),
+                    "use a whole number of devices, e.g. \"1\" or \"8\"",
+                );
                 None
             }
             Some(parsed) => Some(parsed),
@@ -648,7 +680,7 @@ fn check_quota(path: &str, resource: &str, quota: &ResourceQuota, has_cohort: bo
                 format!("{path}.lendingLimit"),
                 format!(
                     "lendingLimit {:?} exceeds nominal {:?}",
-                    quota.lending_limit.as_ref().map(|limit| &limit.0),
+                    quota.lending_limit.as_ref().map_or("", |limit| limit.0.as_str()),
                     quota.nominal.0
                 ),
                 "lend at most the nominal quota",
@@ -728,7 +760,11 @@ fn check_scoring(spec: &TierPolicySpec, problems: &mut Problems) {
     if spec.scoring.timeout_ms == 0 || spec.scoring.timeout_ms >= MAX_SCORING_TIMEOUT_MS {
         problems.push(
             "spec.scoring.timeoutMs",
-            format!("{} ms is outside 1..5000", spec.scoring.timeout_ms),
+            format!(
+                "{} ms is not between 1 and {} ms (it must end before the webhook's 5 s deadline)",
+                spec.scoring.timeout_ms,
+                MAX_SCORING_TIMEOUT_MS - 1
+            ),
             "use a timeout well under the webhook's 5 s deadline, e.g. 250",
         );
     }

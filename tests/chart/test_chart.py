@@ -408,7 +408,7 @@ def cli_flags_of_run() -> tuple[set[str], set[str]]:
     source = (REPO / "daemon" / "src" / "cli.rs").read_text()
     flags: set[str] = set()
     envs: set[str] = set()
-    for struct in ["Cli", "RunArgs", "TlsArgs"]:
+    for struct in ["Cli", "RunArgs", "TlsArgs", "LimitsArgs"]:
         body = re.search(rf"pub struct {struct} \{{(.*?)\n\}}", source, re.S)
         assert body, f"{struct} not found in cli.rs"
         for attributes, field in re.findall(r"#\[arg\(([^\]]*)\)\]\s*pub (\w+):", body.group(1)):

@@ -189,3 +189,27 @@ any kind) and SparkApplication (GPUs as driver/executor `gpu` fields or template
 {{- define "tiergate.matchConditionsSupported" -}}
 {{- if and .Values.webhook.matchConditions.enabled (semverCompare ">=1.28.0-0" .Capabilities.KubeVersion.Version) }}true{{ end }}
 {{- end }}
+
+{{- /*
+The webhook's budget of request bytes in flight (`--max-inflight-bytes`): webhook.maxInflightBytes when set, else
+derived from resources.limits.memory as (limit - 96Mi baseline) / 5 (the measured memory per charged byte, see
+docs/operations.md "Memory under load"), so that a flood of large reviews gets 429s, never an OOM kill.
+*/ -}}
+{{- define "tiergate.maxInflightBytes" -}}
+{{- $limit := toString (dig "limits" "memory" "" .Values.resources) -}}
+{{- if .Values.webhook.maxInflightBytes -}}
+{{- .Values.webhook.maxInflightBytes -}}
+{{- else if not $limit -}}
+32Mi
+{{- else -}}
+{{- $mi := 0 -}}
+{{- if hasSuffix "Gi" $limit }}{{ $mi = mul (trimSuffix "Gi" $limit | atoi) 1024 }}
+{{- else if hasSuffix "Mi" $limit }}{{ $mi = trimSuffix "Mi" $limit | atoi }}
+{{- else if regexMatch "^[0-9]+$" $limit }}{{ $mi = div ($limit | atoi) 1048576 }}
+{{- else }}{{ fail (printf "resources.limits.memory %q: write it in Mi or Gi (e.g. 256Mi), or set webhook.maxInflightBytes" $limit) }}
+{{- end -}}
+{{- $budget := div (sub $mi 96) 5 -}}
+{{- if lt $budget 5 }}{{ fail (printf "resources.limits.memory %s leaves no room for one 4 MiB review after the 96Mi baseline: use at least 121Mi, or set webhook.maxInflightBytes" $limit) }}{{ end -}}
+{{- printf "%dMi" $budget -}}
+{{- end -}}
+{{- end }}

@@ -3,6 +3,7 @@
 mod boundary;
 mod classes;
 mod decision;
+pub mod limits;
 mod mutate;
 mod offline;
 mod owners;

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{StatusCode, header};
+use axum::body::{Body, BodyDataStream};
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt as _;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use rustls::ServerConfig;
@@ -22,6 +22,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
 use super::decision::{Decision, Verdict};
+use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
 use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
@@ -29,16 +30,18 @@ use crate::policy::FailureMode;
 use crate::scoring::Scorer;
 use crate::view::{SharedSnapshot, Snapshot};
 
-/// Largest review body accepted: etcd stores objects up to 1.5 MiB and an UPDATE review carries two of them.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+pub use super::limits::MAX_BODY_BYTES;
 /// Time allowed to receive a request body.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed to receive a request's headers.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time allowed for a TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Time allowed to decide (placement, scoring, mutate); below the API server's 10 s default webhook timeout.
-pub const DECISION_TIMEOUT: Duration = Duration::from_secs(8);
+/// The default decision deadline: 4/5 of the chart's `timeoutSeconds: 5` ([`super::limits::deadlines`]).
+pub const DECISION_TIMEOUT: Duration = Duration::from_secs(4);
+/// Most bytes of an oversize HTTP/2 body read and discarded so the client sees the 413 (beyond it, the stream
+/// is reset).
+pub const H2_DRAIN_BYTES: usize = 16 * 1024 * 1024;
 /// How often the certificate and key files are checked for changes.
 pub const CERT_POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How long in-flight requests may take to finish after shutdown is asked for.
@@ -53,6 +56,8 @@ pub struct WebhookConfig {
     pub tls_cert: PathBuf,
     /// PEM private key, reloaded when it changes.
     pub tls_key: PathBuf,
+    /// Body size, in-flight budget and deadlines.
+    pub limits: WebhookLimits,
 }
 
 /// What every admission request reads: the snapshot, the scorer, the placement ledger and the metrics.
@@ -103,15 +108,27 @@ pub async fn serve_webhook(
     let listener = std::net::TcpListener::bind(config.listen)
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
         .map_err(|source| ServeError::Serve { listen: config.listen, source })?;
-    serve_webhook_on(listener, &config.tls_cert, &config.tls_key, state, shutdown).await
+    serve_webhook_with(listener, (&config.tls_cert, &config.tls_key), state, config.limits, shutdown).await
 }
 
-/// [`serve_webhook`] on a listener already bound (tests bind port 0 and read the address first).
+/// [`serve_webhook`] on a listener already bound (tests bind port 0 and read the address first), with the
+/// default limits.
 pub async fn serve_webhook_on(
     listener: std::net::TcpListener,
     tls_cert: &Path,
     tls_key: &Path,
     state: AdmissionState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve_webhook_with(listener, (tls_cert, tls_key), state, WebhookLimits::default(), shutdown).await
+}
+
+/// [`serve_webhook_on`] with `limits`.
+pub async fn serve_webhook_with(
+    listener: std::net::TcpListener,
+    (tls_cert, tls_key): (&Path, &Path),
+    state: AdmissionState,
+    limits: WebhookLimits,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let listen = listener.local_addr().map_err(|source| ServeError::Serve { listen: unspecified(), source })?;
@@ -145,23 +162,46 @@ pub async fn serve_webhook_on(
         .handle(handle);
     server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     tracing::info!(%listen, "webhook serving POST /mutate over TLS");
-    server.serve(router(state).into_make_service()).await.map_err(|source| ServeError::Serve { listen, source })
+    server
+        .serve(router_with(state, limits).into_make_service())
+        .await
+        .map_err(|source| ServeError::Serve { listen, source })
 }
 
 fn unspecified() -> SocketAddr {
     SocketAddr::from(([0, 0, 0, 0], 0))
 }
 
-/// The webhook's routes: `POST /mutate`; axum answers 405 for other methods and 404 for other paths.
-pub fn router(state: AdmissionState) -> Router {
-    Router::new()
-        .route("/mutate", post(handle_mutate))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(Arc::new(state))
+/// What every handler shares: the admission state, the limits and the global budget.
+#[derive(Debug)]
+struct Served {
+    state: AdmissionState,
+    limits: WebhookLimits,
+    budget: RequestBudget,
 }
 
-async fn handle_mutate(State(state): State<Arc<AdmissionState>>, request: Request) -> Response {
+/// The webhook's routes with the default limits.
+pub fn router(state: AdmissionState) -> Router {
+    router_with(state, WebhookLimits::default())
+}
+
+/// The webhook's routes: `POST /mutate`; axum answers 405 for other methods and 404 for other paths.
+pub fn router_with(state: AdmissionState, limits: WebhookLimits) -> Router {
+    let budget = RequestBudget::new(&limits);
+    Router::new().route("/mutate", post(handle_mutate)).with_state(Arc::new(Served { state, limits, budget }))
+}
+
+/// Why a body was not read to the end.
+enum BodyRefusal {
+    /// The rest of the body, still unread.
+    TooLarge(BodyDataStream),
+    Exhausted(Exhausted),
+    Broken(axum::Error),
+}
+
+async fn handle_mutate(State(served): State<Arc<Served>>, request: Request) -> Response {
     let started = Instant::now();
+    let (state, limits) = (&served.state, &served.limits);
     let headers = request.headers();
     let is_json = headers
         .get(header::CONTENT_TYPE)
@@ -176,25 +216,50 @@ async fn handle_mutate(State(state): State<Arc<AdmissionState>>, request: Reques
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<usize>().ok());
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES) {
-        return too_large();
+    let http2 = request.version() == Version::HTTP_2;
+    if declared.is_some_and(|length| length > limits.max_body_bytes) {
+        return too_large(state, limits, http2, request.into_body().into_data_stream());
     }
-    let body = match tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(request, &())).await {
-        Err(_) => return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response(),
-        Ok(Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_)))) => return too_large(),
-        Ok(Err(rejection)) => return rejection.into_response(),
+    // The budget is taken before a byte of the body is buffered: Content-Length up front, the rest as it arrives.
+    let mut charge = match served.budget.admit(declared.unwrap_or(0)) {
+        Ok(charge) => charge,
+        Err(exhausted) => return too_busy(state, exhausted),
+    };
+    let read = read_body(request.into_body(), declared, limits.max_body_bytes, &mut charge);
+    let body = match tokio::time::timeout(BODY_READ_TIMEOUT, read).await {
+        Err(_) => {
+            return (StatusCode::REQUEST_TIMEOUT, "request body not received in time\n").into_response();
+        }
+        Ok(Err(BodyRefusal::TooLarge(rest))) => return too_large(state, limits, http2, rest),
+        Ok(Err(BodyRefusal::Exhausted(exhausted))) => return too_busy(state, exhausted),
+        Ok(Err(BodyRefusal::Broken(error))) => {
+            tracing::debug!(%error, "failed to read the request body");
+            return (StatusCode::BAD_REQUEST, "failed to read the request body\n").into_response();
+        }
         Ok(Ok(body)) => body,
     };
+    // Deciding builds a tree of every object in the body: charge that too, before parsing.
+    let structure = structure_cost(&body);
+    if structure.saturating_add(body.len()) > limits.max_inflight_bytes {
+        return too_complex(state, limits, body.len(), structure);
+    }
+    if let Err(exhausted) = charge.add(structure) {
+        return too_busy(state, exhausted);
+    }
     let response = match parse_review(&body) {
         Err((uid, error)) => {
             count(&state.metrics, "unknown", DecisionLabel::Invalid);
             tracing::warn!(reason = error.reason(), %error, "malformed admission review");
             invalid_response(uid, &error)
         }
-        Ok(request) => respond(&state, &request).await,
+        Ok(request) => {
+            drop(body);
+            respond(state, limits.decision_timeout, &request).await
+        }
     };
     let body = encode_review(&response);
     state.metrics.admission_latency_seconds.observe(started.elapsed().as_secs_f64());
+    drop(charge);
     match body {
         Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
         Err(error) => {
@@ -205,19 +270,98 @@ async fn handle_mutate(State(state): State<Arc<AdmissionState>>, request: Reques
     }
 }
 
-fn too_large() -> Response {
-    let message = format!("an AdmissionReview is at most {MAX_BODY_BYTES} bytes\n");
+/// Reads the body frame by frame, charging bytes beyond the declared length to the budget as they arrive.
+async fn read_body(
+    body: Body,
+    declared: Option<usize>,
+    max_body_bytes: usize,
+    charge: &mut Charge,
+) -> Result<Vec<u8>, BodyRefusal> {
+    let mut charged = declared.unwrap_or(0);
+    let mut buffer = Vec::with_capacity(charged);
+    let mut frames = body.into_data_stream();
+    while let Some(frame) = frames.next().await {
+        let frame = frame.map_err(BodyRefusal::Broken)?;
+        let total = buffer.len() + frame.len();
+        if total > max_body_bytes {
+            return Err(BodyRefusal::TooLarge(frames));
+        }
+        if total > charged {
+            charge.add(total - charged).map_err(BodyRefusal::Exhausted)?;
+            charged = total;
+        }
+        buffer.extend_from_slice(&frame);
+    }
+    Ok(buffer)
+}
+
+/// 413 for a body over the limit (declared or found while reading). Over HTTP/2 the rest of the body is read
+/// and discarded by a task of its own (never buffered, at most [`H2_DRAIN_BYTES`] for [`BODY_READ_TIMEOUT`]), so
+/// the stream ends cleanly after the 413 instead of being reset under a client still sending; HTTP/1.1 answers
+/// and closes the connection.
+fn too_large(state: &AdmissionState, limits: &WebhookLimits, http2: bool, mut frames: BodyDataStream) -> Response {
+    if http2 {
+        tokio::spawn(async move {
+            let drain = async {
+                let mut drained = 0usize;
+                while let Some(Ok(frame)) = frames.next().await {
+                    drained += frame.len();
+                    if drained > H2_DRAIN_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(BODY_READ_TIMEOUT, drain).await;
+        });
+    }
+    refuse_too_large(state, limits)
+}
+
+/// 413 for a body whose objects alone would need more than the whole budget to decide.
+fn too_complex(state: &AdmissionState, limits: &WebhookLimits, bytes: usize, structure: usize) -> Response {
+    state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: "body_too_complex" }).inc();
+    let message = format!(
+        "an AdmissionReview of {bytes} bytes would need about {} more bytes for its JSON objects, arrays and \
+         elements, more than the webhook's whole in-flight budget ({} bytes, --max-inflight-bytes), to decide\n",
+        structure, limits.max_inflight_bytes
+    );
     (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
 }
 
-async fn respond(state: &AdmissionState, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+fn refuse_too_large(state: &AdmissionState, limits: &WebhookLimits) -> Response {
+    state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: "body_too_large" }).inc();
+    let message = format!("an AdmissionReview is at most {} bytes\n", limits.max_body_bytes);
+    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
+}
+
+/// 429 past the global budget. The API server applies the webhook's `failurePolicy` to it (`Fail` rejects the
+/// request, `Ignore` admits it unchanged), so the operator's choice decides, not tiergate; a review-shaped
+/// answer would need the uid from a body the budget cannot afford to read.
+fn too_busy(state: &AdmissionState, exhausted: Exhausted) -> Response {
+    state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: exhausted.reason() }).inc();
+    tracing::warn!(reason = exhausted.reason(), "admission request refused: the in-flight budget is spent");
+    let message = format!(
+        "tiergate is at its in-flight limit ({}); retry in {RETRY_AFTER_SECONDS} s\n",
+        match exhausted {
+            Exhausted::Bytes => "--max-inflight-bytes",
+            Exhausted::Requests => "--max-inflight-requests",
+        }
+    );
+    (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string())], message).into_response()
+}
+
+async fn respond(
+    state: &AdmissionState,
+    decision_timeout: Duration,
+    request: &AdmissionRequest<DynamicObject>,
+) -> AdmissionResponse {
     let snapshot = state.snapshot.load_full();
     let decision = if snapshot.synced {
         let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
-        match tokio::time::timeout(DECISION_TIMEOUT, decided).await {
+        match tokio::time::timeout(decision_timeout, decided).await {
             Ok(decision) => decision,
             Err(_) => {
-                let message = format!("failed to decide within {DECISION_TIMEOUT:?}");
+                let message = format!("failed to decide within {} ms", decision_timeout.as_millis());
                 failed(&snapshot, kind_label(request), "decision_timeout", message)
             }
         }

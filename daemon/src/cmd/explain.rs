@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::CmdError;
 use crate::admission::{Decision, Verdict, build_request, build_static_snapshot, decide_review};
 use crate::cli::ExplainArgs;
-use crate::inputs::{load_cluster_view, load_policy, read_file};
+use crate::inputs::{load_cluster_view, load_policy, read_file, yaml_message};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
@@ -24,8 +24,9 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
         None => ClusterView::default(),
     };
     let text = read_file(&args.workload)?;
-    let object: Value = serde_saphyr::from_str(&text)
-        .map_err(|error| format!("failed to parse {} as YAML or JSON: {error}", args.workload.display()))?;
+    let object: Value = serde_saphyr::from_str(&text).map_err(|error| {
+        format!("failed to parse {} as YAML or JSON: {}", args.workload.display(), yaml_message(&error))
+    })?;
     let request = build_request(object).map_err(|error| format!("{}: {error}", args.workload.display()))?;
     let original = request.object.as_ref().map(serde_json::to_value).transpose()?;
     let snapshot = build_static_snapshot(policy, view, None);

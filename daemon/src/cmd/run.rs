@@ -53,7 +53,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
         AdminState { metrics: metrics.clone(), snapshot: reconciler.snapshot.clone(), draining: draining.clone() };
     let admission_state = AdmissionState {
         snapshot: reconciler.snapshot.clone(),
-        scorer: Arc::new(Scorer::new(args.agent_url.clone(), metrics.clone())),
+        scorer: Arc::new(
+            Scorer::new(args.agent_url.clone(), metrics.clone()).with_timeout_cap(webhook.limits.scoring_timeout_cap),
+        ),
         ledger,
         metrics: metrics.clone(),
     };
@@ -105,7 +107,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
 fn build_webhook_config(args: &RunArgs) -> Result<WebhookConfig, CmdError> {
     match (&args.tls.tls_cert, &args.tls.tls_key) {
         (Some(cert), Some(key)) => {
-            Ok(WebhookConfig { listen: args.webhook_listen, tls_cert: cert.clone(), tls_key: key.clone() })
+            let limits = args.limits.limits()?;
+            Ok(WebhookConfig { listen: args.webhook_listen, tls_cert: cert.clone(), tls_key: key.clone(), limits })
         }
         _ => Err("failed to set up the webhook certificate: pass --tls-cert and --tls-key (TIERGATE_TLS_CERT / \
                   TIERGATE_TLS_KEY): cert-manager's files, or with --self-managed-certs the paths tiergate writes its \

@@ -27,6 +27,7 @@ const SNAPSHOT_DEBOUNCE: std::time::Duration = std::time::Duration::from_millis(
 
 /// Runs `tiergate webhook` until SIGTERM.
 pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
+    let limits = args.limits.limits()?;
     let metrics = Arc::new(Metrics::new());
     let draining = Arc::new(AtomicBool::new(false));
     let shutdown = CancellationToken::new();
@@ -70,11 +71,11 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
 
     let state = AdmissionState {
         snapshot: snapshot.clone(),
-        scorer: Arc::new(Scorer::new(args.agent_url, metrics.clone())),
+        scorer: Arc::new(Scorer::new(args.agent_url, metrics.clone()).with_timeout_cap(limits.scoring_timeout_cap)),
         ledger,
         metrics: metrics.clone(),
     };
-    let config = WebhookConfig { listen: args.listen, tls_cert, tls_key };
+    let config = WebhookConfig { listen: args.listen, tls_cert, tls_key, limits };
     let admin = AdminState { metrics, snapshot, draining };
     let webhook = serve_webhook(config, state, shutdown.clone());
     let admin = serve_admin(args.admin_listen, admin, shutdown.clone());

@@ -14,7 +14,7 @@ pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
@@ -124,6 +124,7 @@ pub struct Scorer {
     agent_url: Option<String>,
     metrics: Arc<Metrics>,
     client: Mutex<Option<Arc<AgentClient>>>,
+    timeout_cap: Option<Duration>,
 }
 
 impl Default for Scorer {
@@ -137,7 +138,13 @@ impl Scorer {
     /// A scorer reporting to `metrics`; `agent_url` (`--agent-url`) beats the policy's `spec.scoring.url`.
     pub fn new(agent_url: Option<String>, metrics: Arc<Metrics>) -> Self {
         let agent_url = agent_url.filter(|url| !url.trim().is_empty());
-        Self { agent_url, metrics, client: Mutex::new(None) }
+        Self { agent_url, metrics, client: Mutex::new(None), timeout_cap: None }
+    }
+
+    /// Caps every agent call at `cap` whatever the policy's `spec.scoring.timeoutMs` says, so scoring always ends
+    /// before the webhook's decision deadline.
+    pub fn with_timeout_cap(self, cap: Duration) -> Self {
+        Self { timeout_cap: Some(cap), ..self }
     }
 
     /// The score for a scorable workload (a GPU job with a job type in a tiered namespace), `None` otherwise.
@@ -162,7 +169,7 @@ impl Scorer {
                 self.metrics.agent_calls.get_or_create(&AgentLabels { outcome: "builtin" }).inc();
                 answer.map(|answer| (answer, ScoreSource::BuiltIn))
             }
-            Some(url) => match self.client_for(AgentConfig::new(url, settings)) {
+            Some(url) => match self.client_for(self.capped(AgentConfig::new(url, settings))) {
                 Ok(client) => client
                     .answer(&job.tier.name, &job.candidates, &job.request)
                     .await
@@ -189,6 +196,13 @@ impl Scorer {
             tracing::warn!(tier = %job.tier.name, "no priority class for a scored job: the policy has no priority buckets");
         }
         outcome
+    }
+
+    fn capped(&self, config: AgentConfig) -> AgentConfig {
+        match self.timeout_cap {
+            Some(cap) if config.timeout > cap => AgentConfig { timeout: cap, ..config },
+            _ => config,
+        }
     }
 
     /// The client for `config`, reusing the current one while the configuration is unchanged.
