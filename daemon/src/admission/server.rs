@@ -241,7 +241,7 @@ async fn handle_mutate(State(served): State<Arc<Served>>, request: Request) -> R
     // Deciding builds a tree of every object in the body: charge that too, before parsing.
     let structure = structure_cost(&body);
     if structure.saturating_add(body.len()) > limits.max_inflight_bytes {
-        return too_complex(state, limits, body.len(), structure);
+        return too_complex(state, limits, &body, structure);
     }
     if let Err(exhausted) = charge.add(structure) {
         return too_busy(state, exhausted);
@@ -317,15 +317,52 @@ fn too_large(state: &AdmissionState, limits: &WebhookLimits, http2: bool, mut fr
     refuse_too_large(state, limits)
 }
 
-/// 413 for a body whose objects alone would need more than the whole budget to decide.
-fn too_complex(state: &AdmissionState, limits: &WebhookLimits, bytes: usize, structure: usize) -> Response {
+/// A body whose objects alone would need more than the whole budget to decide is **denied** with a review-shaped
+/// answer, never refused with a bare 413: the API server applies `failurePolicy` to a non-200, and under `Ignore` a
+/// tenant could otherwise pad any GPU workload past the budget to have it admitted unchecked. Only the request's
+/// uid is read (serde skips every other value without building it), so the answer costs no more than the bytes
+/// already charged. Without a uid the body is no AdmissionReview at all: 413.
+fn too_complex(state: &AdmissionState, limits: &WebhookLimits, body: &[u8], structure: usize) -> Response {
     state.metrics.admission_refused.get_or_create(&ReasonLabels { reason: "body_too_complex" }).inc();
     let message = format!(
-        "an AdmissionReview of {bytes} bytes would need about {} more bytes for its JSON objects, arrays and \
-         elements, more than the webhook's whole in-flight budget ({} bytes, --max-inflight-bytes), to decide\n",
-        structure, limits.max_inflight_bytes
+        "tiergate cannot check this object: its AdmissionReview of {} bytes would need about {structure} more bytes \
+         for its JSON objects, arrays and elements, more than the webhook's whole in-flight budget ({} bytes, \
+         --max-inflight-bytes). Fix: move large inline data (long env lists, configs) into a ConfigMap or Secret \
+         and reference it, or have the platform team raise webhook.maxInflightBytes with the memory limit.",
+        body.len(),
+        limits.max_inflight_bytes
     );
-    (StatusCode::PAYLOAD_TOO_LARGE, message).into_response()
+    let Some(uid) = review_uid(body) else {
+        return (StatusCode::PAYLOAD_TOO_LARGE, format!("{message}\n")).into_response();
+    };
+    let mut response = AdmissionResponse::invalid(message);
+    response.uid = uid;
+    response.result.code = 413;
+    response.result.reason = "RequestEntityTooLarge".to_owned();
+    count(&state.metrics, "unknown", DecisionLabel::Denied);
+    match encode_review(&response) {
+        Ok(body) => ([(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(error) => {
+            tracing::error!(%error, "failed to encode the admission review");
+            (StatusCode::PAYLOAD_TOO_LARGE, format!("{}\n", response.result.message)).into_response()
+        }
+    }
+}
+
+/// The `request.uid` of an AdmissionReview body, read without materializing anything else.
+fn review_uid(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Review<'a> {
+        #[serde(borrow)]
+        request: Option<Uid<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Uid<'a> {
+        #[serde(borrow)]
+        uid: std::borrow::Cow<'a, str>,
+    }
+    let review: Review<'_> = serde_json::from_slice(body).ok()?;
+    review.request.map(|request| request.uid.into_owned()).filter(|uid| !uid.is_empty())
 }
 
 fn refuse_too_large(state: &AdmissionState, limits: &WebhookLimits) -> Response {

@@ -1,6 +1,6 @@
 //! Exhausting the webhook: concurrent large bodies, HTTP/2 oversize bodies, timeouts that disagree with the chart.
-//! Each attack must get a fast, defined answer (429 or 413) while memory stays inside the global budget; does
-//! network I/O on loopback.
+//! Each attack must get a fast, defined answer (429, 413, or a denial for a body too complex to decide) while memory
+//! stays inside the global budget; does network I/O on loopback.
 #![cfg(test)]
 
 #[path = "../webhook_support/mod.rs"]
@@ -195,7 +195,7 @@ async fn requests_past_the_in_flight_request_limit_get_429_even_when_small() {
 }
 
 #[tokio::test]
-async fn a_review_of_many_small_objects_is_refused_before_it_is_parsed() {
+async fn a_gpu_job_padded_with_many_small_objects_is_denied_not_admitted_unchecked() {
     let pki = pki();
     let server = start_limited(&pki, WebhookLimits::default()).await;
     // 3.9 MiB of tiny env objects: each becomes a map when parsed (~2.4 KiB each, ~300 MiB in all).
@@ -207,14 +207,24 @@ async fn a_review_of_many_small_objects_is_refused_before_it_is_parsed() {
     assert!(body.len() < MAX_BODY_BYTES);
     let client = client_with_alpn(&[&pki], true, None, vec![b"h2".to_vec()]);
     let response = client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
-    assert_eq!(response.status(), 413);
-    let text = response.text().await.unwrap();
-    assert!(text.contains("JSON objects, arrays and elements") && text.contains("--max-inflight-bytes"), "{text}");
+    // A denial, not a bare 413: under failurePolicy Ignore a 413 would admit the padded workload unchecked.
+    let message = assert_denied_as_too_complex(response, &review).await;
+    assert!(message.contains("JSON objects, arrays and elements") && message.contains("ConfigMap"), "{message}");
     assert!(refused(&server.metrics, "body_too_complex"));
 }
 
+/// The answer is an AdmissionReview for `review`'s uid that denies it with code 413; returns its message.
+async fn assert_denied_as_too_complex(response: reqwest::Response, review: &serde_json::Value) -> String {
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(answer["response"]["uid"], review["request"]["uid"]);
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 413);
+    answer["response"]["status"]["message"].as_str().unwrap().to_owned()
+}
+
 #[tokio::test]
-async fn a_review_of_a_million_one_letter_args_is_refused_before_it_is_parsed() {
+async fn a_gpu_job_padded_with_a_million_one_letter_args_is_denied_not_admitted_unchecked() {
     let pki = pki();
     let server = start_limited(&pki, WebhookLimits::default()).await;
     // No objects, just elements: ~190 bytes each once parsed, ~190 MiB for this one review.
@@ -224,7 +234,8 @@ async fn a_review_of_a_million_one_letter_args_is_refused_before_it_is_parsed() 
     assert!(body.len() < MAX_BODY_BYTES);
     let client = client_with_alpn(&[&pki], true, None, Vec::new());
     let response = client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
-    assert_eq!(response.status(), 413);
+    let message = assert_denied_as_too_complex(response, &review).await;
+    assert!(message.contains("--max-inflight-bytes"), "{message}");
     assert!(refused(&server.metrics, "body_too_complex"));
 }
 
