@@ -26,6 +26,12 @@ pub mod webhook;
 /// Boxed error for harness results.
 pub type HarnessError = Box<dyn Error + Send + Sync + 'static>;
 
+/// `Ok` when `condition` holds, else the error `message()` describes: the assertion of a scenario that must clean
+/// up before it fails.
+pub fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {
+    if condition { Ok(()) } else { Err(message().into()) }
+}
+
 /// Field manager the harness writes with (distinct from the daemon's `tiergate`).
 pub const HARNESS_MANAGER: &str = "tiergate-e2e";
 

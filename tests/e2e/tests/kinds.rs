@@ -19,10 +19,12 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration, run_webhook_test,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy,
-    connect_or_skip, create_namespace, install_tierpolicy_crd, kueue_served_or_skip, prefixed, random_name, wait_for,
+    create_namespace, install_tierpolicy_crd, prefixed, random_name, wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -86,19 +88,7 @@ impl KindCase {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rayjob_pytorchjob_and_leaderworkerset_in_a_bronze_namespace_land_in_the_bronze_queue() {
     const TEST: &str = "rayjob_pytorchjob_and_leaderworkerset_in_a_bronze_namespace_land_in_the_bronze_queue";
-    let Some(client) = connect_or_skip(TEST).await else { return };
-    if !kueue_served_or_skip(&client, TEST).await {
-        return;
-    }
-    let endpoint = match tiergate_e2e::webhook::webhook_endpoint_or_skip(TEST) {
-        Ok(Some(endpoint)) => endpoint,
-        Ok(None) => return,
-        Err(error) => panic!("{error}"),
-    };
-    let cleanup = Cleanup::new(client.clone());
-    let result = run_scenario(&client, &cleanup, &endpoint).await;
-    cleanup.run().await;
-    if let Err(error) = result {
+    if let Err(error) = run_webhook_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }

@@ -21,10 +21,10 @@ use serde_json::{Value, json};
 use tiergate::plan::quota::tier_quota;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, webhook_endpoint_or_skip};
+use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, connect_or_skip, create_namespace,
-    install_tierpolicy_crd, kueue_served_or_skip, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
+    install_tierpolicy_crd, random_name, wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -148,26 +148,10 @@ fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
     Ok(serde_json::from_value(policy)?)
 }
 
-fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {
-    if condition { Ok(()) } else { Err(message().into()) }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor() {
     const TEST: &str = "kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor";
-    let Some(client) = connect_or_skip(TEST).await else { return };
-    if !kueue_served_or_skip(&client, TEST).await {
-        return;
-    }
-    let endpoint = match webhook_endpoint_or_skip(TEST) {
-        Ok(Some(endpoint)) => endpoint,
-        Ok(None) => return,
-        Err(error) => panic!("{error}"),
-    };
-    let cleanup = Cleanup::new(client.clone());
-    let result = run_scenario(&client, &cleanup, &endpoint).await;
-    cleanup.run().await;
-    if let Err(error) = result {
+    if let Err(error) = run_webhook_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }

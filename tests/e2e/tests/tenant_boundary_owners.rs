@@ -18,11 +18,10 @@ use kube::core::ApiResource;
 use serde_json::json;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, webhook_endpoint_or_skip};
+use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, connect_or_skip,
-    create_namespace, install_tierpolicy_crd, kueue_served_or_skip, load_sample_workload, prefixed, random_name,
-    wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
+    ensure, install_tierpolicy_crd, load_sample_workload, prefixed, random_name, wait_for,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -53,10 +52,6 @@ impl Run {
     }
 }
 
-fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {
-    if condition { Ok(()) } else { Err(message().into()) }
-}
-
 fn queue_of(job: &Job) -> Option<String> {
     job.metadata.labels.as_ref().and_then(|labels| labels.get(QUEUE_NAME_LABEL)).cloned()
 }
@@ -64,19 +59,7 @@ fn queue_of(job: &Job) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_owners_and_update_sequences_never_leave_the_bronze_tier() {
     const TEST: &str = "forged_owners_and_update_sequences_never_leave_the_bronze_tier";
-    let Some(client) = connect_or_skip(TEST).await else { return };
-    if !kueue_served_or_skip(&client, TEST).await {
-        return;
-    }
-    let endpoint = match webhook_endpoint_or_skip(TEST) {
-        Ok(Some(endpoint)) => endpoint,
-        Ok(None) => return,
-        Err(error) => panic!("{error}"),
-    };
-    let cleanup = Cleanup::new(client.clone());
-    let result = run_scenario(&client, &cleanup, &endpoint).await;
-    cleanup.run().await;
-    if let Err(error) = result {
+    if let Err(error) = run_webhook_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }
