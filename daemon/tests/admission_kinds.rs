@@ -9,8 +9,11 @@ use proptest::prelude::*;
 use support::*;
 
 /// Fixture loading, deciding and template helpers (a `cfg(test)` module so the test lints apply).
+mod crd_schema_support;
+
 #[cfg(test)]
 mod support {
+    pub use super::crd_schema_support::strict;
     pub use std::path::{Path, PathBuf};
 
     pub use kube::core::DynamicObject;
@@ -146,30 +149,6 @@ mod support {
         let versions = crd["spec"]["versions"].as_array().unwrap();
         let served = versions.iter().find(|candidate| candidate["name"] == version)?;
         Some(strict(&served["schema"]["openAPIV3Schema"]))
-    }
-
-    fn strict(schema: &Value) -> Value {
-        match schema {
-            Value::Object(map) => {
-                let mut out: serde_json::Map<String, Value> =
-                    map.iter().map(|(key, value)| (key.clone(), strict(value))).collect();
-                if let Some(Value::Object(properties)) = map.get("properties") {
-                    let mut properties = properties.clone();
-                    for (name, value) in properties.iter_mut() {
-                        *value = if name == "metadata" { value.clone() } else { strict(value) };
-                    }
-                    out.insert("properties".into(), Value::Object(properties));
-                    if !map.contains_key("additionalProperties")
-                        && !map.contains_key("x-kubernetes-preserve-unknown-fields")
-                    {
-                        out.insert("additionalProperties".into(), Value::Bool(false));
-                    }
-                }
-                Value::Object(out)
-            }
-            Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
-            other => other.clone(),
-        }
     }
 
     /// Sets the GPU-class nodeSelector `class` on the template's pod spec.

@@ -16,9 +16,12 @@
 
 #![cfg(test)]
 
+mod crd_schema_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crd_schema_support::strict;
 use serde_json::{Value, json};
 use tiergate::inputs::{load_cluster_view, load_policy};
 use tiergate::plan::desired;
@@ -57,32 +60,6 @@ fn schemas() -> BTreeMap<String, Value> {
             (kind, version["schema"]["openAPIV3Schema"].clone())
         })
         .collect()
-}
-
-/// Adds `additionalProperties: false` to every object schema that lists properties (except `metadata`,
-/// which the API server validates itself).
-fn strict(schema: &Value) -> Value {
-    match schema {
-        Value::Object(map) => {
-            let mut out: serde_json::Map<String, Value> =
-                map.iter().map(|(key, value)| (key.clone(), strict(value))).collect();
-            if let Some(Value::Object(properties)) = map.get("properties") {
-                let mut properties = properties.clone();
-                for (name, value) in properties.iter_mut() {
-                    *value = if name == "metadata" { value.clone() } else { strict(value) };
-                }
-                out.insert("properties".into(), Value::Object(properties));
-                if !map.contains_key("additionalProperties")
-                    && !map.contains_key("x-kubernetes-preserve-unknown-fields")
-                {
-                    out.insert("additionalProperties".into(), Value::Bool(false));
-                }
-            }
-            Value::Object(out)
-        }
-        Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
-        other => other.clone(),
-    }
 }
 
 struct Checker {

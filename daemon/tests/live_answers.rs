@@ -4,8 +4,12 @@
 
 #![cfg(test)]
 
+mod crd_schema_support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+use crd_schema_support::strict;
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode};
@@ -84,32 +88,6 @@ fn bronze_job_answer(workload_file: &str) -> WhyAnswer {
 }
 
 // ----- the fixtures are objects Kueue v0.19.2 writes -----
-
-/// Adds `additionalProperties: false` wherever the schema lists properties (not under `metadata`), as strict
-/// field validation refuses unknown fields; the same rule as kueue_schema.rs.
-fn strict(schema: &Value) -> Value {
-    match schema {
-        Value::Object(map) => {
-            let mut out: serde_json::Map<String, Value> =
-                map.iter().map(|(key, value)| (key.clone(), strict(value))).collect();
-            if let Some(Value::Object(properties)) = map.get("properties") {
-                let properties: serde_json::Map<String, Value> = properties
-                    .iter()
-                    .map(|(name, value)| (name.clone(), if name == "metadata" { value.clone() } else { strict(value) }))
-                    .collect();
-                out.insert("properties".into(), Value::Object(properties));
-                if !map.contains_key("additionalProperties")
-                    && !map.contains_key("x-kubernetes-preserve-unknown-fields")
-                {
-                    out.insert("additionalProperties".into(), Value::Bool(false));
-                }
-            }
-            Value::Object(out)
-        }
-        Value::Array(items) => Value::Array(items.iter().map(strict).collect()),
-        other => other.clone(),
-    }
-}
 
 fn v1beta2_schema(crd: &Path) -> Value {
     let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(crd).unwrap()).unwrap();
