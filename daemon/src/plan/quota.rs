@@ -195,7 +195,9 @@ pub fn quota_summary(spec: &TierPolicySpec) -> String {
             }
         });
         rows.push(std::iter::once("total".to_owned()).chain(std::iter::once(String::new())).chain(totals).collect());
-        let _ = writeln!(text, "quota of tier {} ({} flavors):", tier.name, quota.flavors.len());
+        let count = quota.flavors.len();
+        let flavors = if count == 1 { "flavor" } else { "flavors" };
+        let _ = writeln!(text, "quota of tier {} ({count} {flavors}):", tier.name);
         let widths: Vec<usize> = (0..rows[0].len())
             .map(|column| rows.iter().map(|row| row.get(column).map_or(0, String::len)).max().unwrap_or(0))
             .collect();
