@@ -23,6 +23,8 @@ Usage (release build, as in docs/performance.md):
 
     cargo build --release -p tiergate --bin tiergate
     python3 perf/daemon_scale.py target/release/tiergate [--settle 20] [--scenario relabel ...]
+    python3 perf/daemon_scale.py target/release/tiergate --scenario cold-start --scenario restart \
+        --owners-per-namespace 3      # the owner index's worst case: 30,000 Jobs cached too
 """
 from __future__ import annotations
 
@@ -138,6 +140,8 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=20.0, help="seconds of memory sampling after convergence")
     parser.add_argument("--scenario", action="append", choices=MEMORY_SCENARIOS + RECONCILE_SCENARIOS)
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the daemon's environment")
+    parser.add_argument("--owners-per-namespace", type=int, default=0,
+                        help="Jobs per namespace in the cold-start/restart scenarios (the owner index's worst case)")
     args = parser.parse_args()
     env = dict(item.split("=", 1) for item in args.env)
     scenarios = args.scenario or MEMORY_SCENARIOS + RECONCILE_SCENARIOS
@@ -154,7 +158,8 @@ def main() -> int:
             memory["untiered"] = measure_memory(args.binary, api, tmp, args.settle, env, expect_writes=True)
             api.close()
         if "cold-start" in scenarios or "restart" in scenarios:
-            api = FakeApi(load_policy(), namespaces=NAMESPACES, nodes=NODES)
+            api = FakeApi(load_policy(), namespaces=NAMESPACES, nodes=NODES,
+                          owners_per_namespace=args.owners_per_namespace)
             cold = measure_memory(args.binary, api, tmp, args.settle, env, expect_writes=True)
             if "cold-start" in scenarios:
                 memory["cold-start"] = cold

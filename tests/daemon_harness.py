@@ -96,6 +96,18 @@ def build_namespace(index: int, tiered: bool = True) -> dict[str, Any]:
                          "managedFields": managed_fields("kubectl")}}
 
 
+def build_owner(namespace: int, index: int) -> dict[str, Any]:
+    """A Job as a metadata-only list returns it: what the daemon's owner index watches (a real Job's metadata
+    carries labels, annotations and managedFields too; the index keeps only its identity)."""
+    name = f"train-{index}"
+    return {"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+            "metadata": {"name": name, "namespace": f"team-{namespace}",
+                         "uid": f"10000000-0000-0000-{index:04d}-{namespace:012d}", "resourceVersion": "1",
+                         "creationTimestamp": "2026-11-01T00:00:00Z",
+                         "labels": {"app": name, "kueue.x-k8s.io/queue-name": "tiergate-bronze"},
+                         "managedFields": managed_fields("kubectl")}}
+
+
 def build_node(index: int) -> dict[str, Any]:
     """A GPU node shaped like a cloud node: ~30 labels, a GPU taint, allocatable, and the images, conditions and
     annotations that make a real node ~20 kB of JSON."""
@@ -152,7 +164,7 @@ class FakeApi:
     """Lists what it holds (paged when asked), keeps watches open, stores applied objects and the Lease, records
     every write."""
 
-    def __init__(self, policy: dict[str, Any], namespaces: int = 5, nodes: int = 0) -> None:
+    def __init__(self, policy: dict[str, Any], namespaces: int = 5, nodes: int = 0, owners_per_namespace: int = 0) -> None:
         self.policy = policy
         self.objects: dict[str, dict[str, Any]] = {}
         self.lease: dict[str, Any] | None = None
@@ -164,6 +176,7 @@ class FakeApi:
         self.resource_version = 100
         self.namespaces = [build_namespace(i) for i in range(namespaces)]
         self.nodes = [build_node(i) for i in range(nodes)]
+        self.jobs = [build_owner(n, j) for n in range(namespaces) for j in range(owners_per_namespace)]
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
@@ -226,6 +239,8 @@ class FakeApi:
             return self.namespaces
         if path == "/api/v1/nodes":
             return self.nodes
+        if path == "/apis/batch/v1/jobs":
+            return self.jobs
         if path == "/apis/tiergate.io/v1alpha1/tierpolicies":
             return [self.policy]
         for name, _, _ in KINDS:
