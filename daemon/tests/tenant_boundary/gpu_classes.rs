@@ -6,13 +6,12 @@
 
 use std::sync::Arc;
 
+use crate::tenant::tenant_review;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use tiergate::admission::{
-    AdmissionInputs, Decision, Verdict, build_static_snapshot, decide_review, mutate, parse_review,
-};
+use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, decide_review, mutate};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::metrics::Metrics;
 use tiergate::placement::PlacementLedger;
@@ -65,15 +64,7 @@ fn with_template(kind: &str, namespace: &str, spec: Value) -> Value {
 }
 
 fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
-    let api_version = object["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u1", "kind": {"group": group, "version": version, "kind": object["kind"]},
-        "resource": {"group": group, "version": version, "resource": "x"},
-        "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
-        "operation": operation, "userInfo": {"username": "mallory", "groups": ["tenant-bronze"]},
-        "object": object, "oldObject": old, "dryRun": false}});
-    parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
+    tenant_review(operation, object, old, false, &["tenant-bronze"])
 }
 
 fn create(object: &Value) -> AdmissionRequest<DynamicObject> {

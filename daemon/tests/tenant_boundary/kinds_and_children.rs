@@ -1,10 +1,11 @@
 //! Workload kinds and children: every kind Kueue manages gets its tier's queue; children of Kueue-managed parents are left to the parent; CronJob templates are checked.
 #![cfg(test)]
 
+use crate::tenant::tenant_review;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use serde_json::{Value, json};
-use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
+use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::policy::{TierPolicy, UnknownKindAction};
 
@@ -12,15 +13,7 @@ const BRONZE: &str = "ml-team-dev";
 const QUEUE: &str = "kueue.x-k8s.io/queue-name";
 
 fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
-    let api_version = object["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let gvk = json!({"group": group, "version": version, "kind": object["kind"]});
-    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-        "uid": "u1", "kind": gvk, "resource": {"group": group, "version": version, "resource": "x"},
-        "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
-        "operation": operation, "userInfo": {"username": "mallory", "groups": ["tenants"]},
-        "object": object, "oldObject": old, "dryRun": false}});
-    parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
+    tenant_review(operation, object, old, false, &["tenants"])
 }
 
 fn decide_with(request: &AdmissionRequest<DynamicObject>, policy: TierPolicy) -> Decision {

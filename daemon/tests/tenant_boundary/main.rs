@@ -6,4 +6,5 @@ mod kinds_and_children;
 mod owners_and_updates;
 mod policy_mistakes;
 mod quota_cap;
+mod tenant;
 mod webhook_limits;

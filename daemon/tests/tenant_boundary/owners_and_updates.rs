@@ -8,12 +8,13 @@ use support::*;
 /// Builders and the decision helper (a `cfg(test)` module so the test lints apply).
 #[cfg(test)]
 mod support {
+    pub use crate::tenant::tenant_review;
     pub use std::sync::Arc;
 
     pub use kube::core::DynamicObject;
     pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
-    pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
+    pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::owners::{OwnerIndex, OwnerKind, OwnerRecord};
     pub use tiergate::view::Snapshot;
@@ -83,15 +84,7 @@ mod support {
         old: Option<&Value>,
         dry_run: bool,
     ) -> AdmissionRequest<DynamicObject> {
-        let api_version = object["apiVersion"].as_str().unwrap();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
-            "uid": "u1", "kind": {"group": group, "version": version, "kind": object["kind"]},
-            "resource": {"group": group, "version": version, "resource": "x"},
-            "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
-            "operation": operation, "userInfo": {"username": "mallory", "groups": ["team-dev"]},
-            "object": object, "oldObject": old, "dryRun": dry_run}});
-        parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
+        tenant_review(operation, object, old, dry_run, &["team-dev"])
     }
 
     pub fn create(object: &Value, snapshot: &Snapshot) -> (Decision, Value) {

@@ -1,0 +1,27 @@
+//! The attacker every module of the suite plays: an AdmissionReview as the API server sends it for a tenant
+//! (user `mallory` in the given groups) creating or updating an object in its own namespace; no I/O.
+#![cfg(test)]
+
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionRequest;
+use serde_json::{Value, json};
+use tiergate::admission::parse_review;
+
+/// The review of `operation` on `object` (and `old` for UPDATE), sent for user `mallory` in `groups`.
+pub fn tenant_review(
+    operation: &str,
+    object: &Value,
+    old: Option<&Value>,
+    dry_run: bool,
+    groups: &[&str],
+) -> AdmissionRequest<DynamicObject> {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u1", "kind": {"group": group, "version": version, "kind": object["kind"]},
+        "resource": {"group": group, "version": version, "resource": "x"},
+        "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
+        "operation": operation, "userInfo": {"username": "mallory", "groups": groups},
+        "object": object, "oldObject": old, "dryRun": dry_run}});
+    parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
+}
