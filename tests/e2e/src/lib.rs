@@ -26,6 +26,22 @@ pub mod webhook;
 /// Boxed error for harness results.
 pub type HarnessError = Box<dyn Error + Send + Sync + 'static>;
 
+/// The whole life of a cluster-gated test: skips (saying why) without a cluster or Kueue; otherwise runs `scenario`,
+/// cleans up everything it tracked, and returns its outcome (the test panics on `Err`).
+pub async fn run_cluster_test(
+    test: &str,
+    scenario: impl AsyncFnOnce(&Client, &Cleanup) -> Result<(), HarnessError>,
+) -> Result<(), HarnessError> {
+    let Some(client) = connect_or_skip(test).await else { return Ok(()) };
+    if !kueue_served_or_skip(&client, test).await {
+        return Ok(());
+    }
+    let cleanup = Cleanup::new(client.clone());
+    let result = scenario(&client, &cleanup).await;
+    cleanup.run().await;
+    result
+}
+
 /// `Ok` when `condition` holds, else the error `message()` describes: the assertion of a scenario that must clean
 /// up before it fails.
 pub fn ensure(condition: bool, message: impl FnOnce() -> String) -> Result<(), HarnessError> {

@@ -17,7 +17,7 @@ use tiergate::admission::server::{AdmissionState, ServeError, serve_webhook_on};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::{Cleanup, HarnessError, connect_or_skip, kueue_served_or_skip, skip};
+use crate::{Cleanup, HarnessError, run_cluster_test, skip};
 
 /// An address of this machine the API server can reach (kind: the docker network's gateway, e.g. `172.18.0.1`).
 pub const HOST_ENV: &str = "TIERGATE_E2E_WEBHOOK_HOST";
@@ -96,21 +96,16 @@ pub fn webhook_endpoint_or_skip(test: &str) -> Result<Option<WebhookEndpoint>, H
     Ok(endpoint)
 }
 
-/// The whole life of a cluster-gated webhook test: skips (saying why) without a cluster, Kueue or a webhook endpoint;
-/// otherwise runs `scenario`, cleans up everything it tracked, and returns its outcome (the test panics on `Err`).
+/// A cluster-gated webhook test ([`run_cluster_test`]) that also skips, saying why, without a webhook endpoint.
 pub async fn run_webhook_test(
     test: &str,
     scenario: impl AsyncFnOnce(&Client, &Cleanup, &WebhookEndpoint) -> Result<(), HarnessError>,
 ) -> Result<(), HarnessError> {
-    let Some(client) = connect_or_skip(test).await else { return Ok(()) };
-    if !kueue_served_or_skip(&client, test).await {
-        return Ok(());
-    }
-    let Some(endpoint) = webhook_endpoint_or_skip(test)? else { return Ok(()) };
-    let cleanup = Cleanup::new(client.clone());
-    let result = scenario(&client, &cleanup, &endpoint).await;
-    cleanup.run().await;
-    result
+    run_cluster_test(test, async |client: &Client, cleanup: &Cleanup| {
+        let Some(endpoint) = webhook_endpoint_or_skip(test)? else { return Ok(()) };
+        scenario(client, cleanup, &endpoint).await
+    })
+    .await
 }
 
 /// A fresh CA and a serving certificate for `host` (an IP SAN for an address, a DNS SAN for a name), made by

@@ -13,8 +13,8 @@ use serde_json::json;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, connect_or_skip,
-    create_namespace, install_tierpolicy_crd, kueue_served_or_skip, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
+    install_tierpolicy_crd, random_name, run_cluster_test, wait_for,
 };
 
 /// How long Kueue objects may take to appear after a change (the bar).
@@ -72,14 +72,7 @@ async fn label_namespace(client: &Client, namespace: &str, tier: &str) -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn daemon_converges_follows_changes_restarts_without_writes_and_prunes_with_the_policy() {
     const TEST: &str = "daemon_converges_follows_changes_restarts_without_writes_and_prunes_with_the_policy";
-    let Some(client) = connect_or_skip(TEST).await else { return };
-    if !kueue_served_or_skip(&client, TEST).await {
-        return;
-    }
-    let cleanup = Cleanup::new(client.clone());
-    let result = run_scenario(&client, &cleanup).await;
-    cleanup.run().await;
-    if let Err(error) = result {
+    if let Err(error) = run_cluster_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }

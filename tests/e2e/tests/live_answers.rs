@@ -21,8 +21,8 @@ use tiergate::placement::PlacementLedger;
 use tiergate::policy::TierPolicy;
 use tiergate::scoring::Scorer;
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, connect_or_skip,
-    create_namespace, install_tierpolicy_crd, kueue_served_or_skip, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
+    install_tierpolicy_crd, random_name, run_cluster_test, wait_for,
 };
 
 /// How long the daemon may take to create the tier's queues.
@@ -33,14 +33,7 @@ const ADMISSION: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn why_names_the_queue_and_kueues_admission_and_status_shows_the_tiers_usage() {
     const TEST: &str = "why_names_the_queue_and_kueues_admission_and_status_shows_the_tiers_usage";
-    let Some(client) = connect_or_skip(TEST).await else { return };
-    if !kueue_served_or_skip(&client, TEST).await {
-        return;
-    }
-    let cleanup = Cleanup::new(client.clone());
-    let result = run_scenario(&client, &cleanup).await;
-    cleanup.run().await;
-    if let Err(error) = result {
+    if let Err(error) = run_cluster_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }
