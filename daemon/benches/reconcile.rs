@@ -15,7 +15,8 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tiergate::cluster::{
-    NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot,
+    Cached, NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot,
+    unwrap_cached,
 };
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
@@ -223,15 +224,15 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         println!("  + {what}: {:.1} MiB{each}, {:.1} MiB in all", mib(added), mib(now));
         previous = now;
     };
-    let mut namespaces = Writer::<NamespaceView>::default();
+    let mut namespaces = Writer::<Cached<NamespaceView>>::default();
     for index in 0..10_000 {
-        let namespace = build_namespace_view(raw_namespace(index));
+        let namespace = Cached::new_view(build_namespace_view(raw_namespace(index)));
         namespaces.apply_watcher_event(&watcher::Event::Apply(namespace));
     }
     report("10,000 namespaces store", 10_000);
-    let mut nodes = Writer::<NodeView>::default();
+    let mut nodes = Writer::<Cached<NodeView>>::default();
     for index in 0..2_000 {
-        let node = build_node_view(raw_node(index));
+        let node = Cached::new_view(build_node_view(raw_node(index)));
         nodes.apply_watcher_event(&watcher::Event::Apply(node));
     }
     report("2,000 nodes store", 2_000);
@@ -245,8 +246,8 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         policy_name: "default",
         own_namespace: "tiergate-system",
         policies: vec![Arc::new(policy.clone())],
-        namespaces: namespaces.as_reader().state(),
-        nodes: nodes.as_reader().state(),
+        namespaces: unwrap_cached(namespaces.as_reader().state()),
+        nodes: unwrap_cached(nodes.as_reader().state()),
         local_queues: queues.as_reader().state(),
         pods: vec![],
         replica_sets: vec![],

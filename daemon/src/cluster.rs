@@ -126,11 +126,11 @@ impl Signals {
 #[derive(Clone, Debug)]
 struct Readers {
     policies: Store<TierPolicy>,
-    namespaces: Store<NamespaceView>,
-    nodes: Store<NodeView>,
+    namespaces: Store<Cached<NamespaceView>>,
+    nodes: Store<Cached<NodeView>>,
     local_queues: Store<LiveObject>,
-    placed_pods: Store<PodView>,
-    typed_pods: Store<PodView>,
+    placed_pods: Store<Cached<PodView>>,
+    typed_pods: Store<Cached<PodView>>,
     replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     /// The owner-kind tables, filled once discovery has said which kinds are served.
     owners: OwnerTables,
@@ -159,28 +159,28 @@ pub fn start_caches(
         Trigger::Always,
         Writer::default(),
         watcher(Api::<NamespaceLite>::all(client.clone()), config())
-            .map_ok(|event| map_watch_event(event, build_namespace_view)),
+            .map_ok(|event| map_watch_event(event, |namespace| Cached::new_view(build_namespace_view(namespace)))),
     );
     let nodes = spawner.watch(
         "Node",
         Trigger::Always,
         Writer::default(),
         watcher(Api::<NodeLite>::all(client.clone()), config().page_size(NODE_PAGE_SIZE))
-            .map_ok(|event| map_watch_event(event, build_node_view)),
+            .map_ok(|event| map_watch_event(event, |node| Cached::new_view(build_node_view(node)))),
     );
     let placed_pods = spawner.watch(
         "Pod(placement)",
         Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(PLACEMENT_RULE_LABEL).page_size(POD_PAGE_SIZE))
-            .map_ok(|event| map_watch_event(event, build_pod_view)),
+            .map_ok(|event| map_watch_event(event, |pod| Cached::new_view(build_pod_view(pod)))),
     );
     let typed_pods = spawner.watch(
         "Pod(job-type)",
         Trigger::Never,
         Writer::default(),
         watcher(Api::all(client.clone()), config().labels(JOB_TYPE_LABEL).page_size(POD_PAGE_SIZE))
-            .map_ok(|event| map_watch_event(event, build_pod_view)),
+            .map_ok(|event| map_watch_event(event, |pod| Cached::new_view(build_pod_view(pod)))),
     );
     let replica_sets = spawner.watch(
         "ReplicaSet",
@@ -447,10 +447,13 @@ async fn run_snapshot_loop(state: SnapshotLoop) {
             policy_name: &state.settings.policy_name,
             own_namespace: &state.settings.own_namespace,
             policies: state.readers.policies.state(),
-            namespaces: state.readers.namespaces.state(),
-            nodes: state.readers.nodes.state(),
+            namespaces: unwrap_cached(state.readers.namespaces.state()),
+            nodes: unwrap_cached(state.readers.nodes.state()),
             local_queues: state.readers.local_queues.state(),
-            pods: state.readers.placed_pods.state().into_iter().chain(state.readers.typed_pods.state()).collect(),
+            pods: unwrap_cached(state.readers.placed_pods.state())
+                .into_iter()
+                .chain(unwrap_cached(state.readers.typed_pods.state()))
+                .collect(),
             replica_sets: state.readers.replica_sets.state(),
             owners: state.readers.owners.records(),
             synced: state.synced.load(Ordering::Relaxed),
@@ -637,11 +640,36 @@ fn build_extended_requests(spec: &PodSpec) -> BTreeMap<String, i64> {
     total
 }
 
+/// A core view held in a reflector store. The views are `tiergate_core` types, so the store's `Lookup` is
+/// implemented on this wrapper; the inner `Arc` is the one snapshots share.
+#[derive(Clone, Debug)]
+pub struct Cached<T>(pub Arc<T>);
+
+impl<T> Cached<T> {
+    /// A freshly decoded view, ready for a store.
+    pub fn new_view(view: T) -> Self {
+        Self(Arc::new(view))
+    }
+}
+
+impl<T> std::ops::Deref for Cached<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// The views inside store entries, for a snapshot.
+pub fn unwrap_cached<T>(entries: Vec<Arc<Cached<T>>>) -> Vec<Arc<T>> {
+    entries.iter().map(|entry| entry.0.clone()).collect()
+}
+
 /// Store keys for views: kind and name from the Kubernetes type they were decoded from; no resourceVersion or
 /// UID is copied into the key (the store never reads them).
 macro_rules! impl_view_lookup {
     ($view:ty, $kube:ty, |$object:ident| $namespace:expr) => {
-        impl Lookup for $view {
+        impl Lookup for Cached<$view> {
             type DynamicType = ();
 
             fn kind(dyntype: &()) -> Cow<'_, str> {
@@ -657,10 +685,10 @@ macro_rules! impl_view_lookup {
                 <$kube as kube::Resource>::plural(dyntype)
             }
             fn name(&self) -> Option<Cow<'_, str>> {
-                Some(Cow::Borrowed(self.name.as_str()))
+                Some(Cow::Borrowed(self.0.name.as_str()))
             }
             fn namespace(&self) -> Option<Cow<'_, str>> {
-                let $object = self;
+                let $object = &self.0;
                 $namespace
             }
             fn resource_version(&self) -> Option<Cow<'_, str>> {
@@ -1137,9 +1165,9 @@ mod tests {
             if deleting {
                 metadata["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
             }
-            build_namespace_view(serde_json::from_value(json!({"metadata": metadata})).unwrap())
+            Cached::new_view(build_namespace_view(serde_json::from_value(json!({"metadata": metadata})).unwrap()))
         };
-        let mut writer = Writer::<NamespaceView>::default();
+        let mut writer = Writer::<Cached<NamespaceView>>::default();
         writer.apply_watcher_event(&watcher::Event::Apply(namespace(false)));
         writer.apply_watcher_event(&watcher::Event::Apply(namespace(true)));
         let state = writer.as_reader().state();
@@ -1170,7 +1198,7 @@ mod tests {
     #[test]
     fn pods_from_two_namespaces_with_one_name_are_two_store_entries_and_keep_only_what_the_webhook_reads() {
         let pod = |namespace: &str| {
-            build_pod_view(
+            Cached::new_view(build_pod_view(
                 serde_json::from_value(json!({
                     "metadata": {"name": "p", "namespace": namespace, "uid": format!("uid-{namespace}"),
                                  "annotations": {LAST_APPLIED_ANNOTATION: "{}", "kept": "yes"},
@@ -1178,9 +1206,9 @@ mod tests {
                     "spec": {"containers": [{"name": "c", "image": "i"}], "nodeName": "gpu-1"},
                 }))
                 .unwrap(),
-            )
+            ))
         };
-        let mut writer = Writer::<PodView>::default();
+        let mut writer = Writer::<Cached<PodView>>::default();
         writer.apply_watcher_event(&watcher::Event::Apply(pod("a")));
         writer.apply_watcher_event(&watcher::Event::Apply(pod("b")));
         let state = writer.as_reader().state();

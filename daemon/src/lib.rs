@@ -1,26 +1,22 @@
 //! tiergate: turns one TierPolicy into Kueue objects (the daemon) and mutates GPU workloads to match (the webhook).
 //!
-//! Pure core: [`plan`] (policy + cluster view -> desired Kueue objects) and [`admission`] (request + snapshot ->
-//! decision). Everything else feeds or applies them.
+//! This crate is the I/O around the pure core, `tiergate_core`: caches fed by watches, the reconciler that applies
+//! the desired objects, the HTTPS webhook server, the scoring client, certificates, the admin server and the CLI.
+//! The core's modules are re-exported under their own names (`tiergate::policy`, `tiergate::plan`, ...).
 
 pub mod admin;
 pub mod admission;
 pub mod answers;
 pub mod certs;
-pub mod check;
 pub mod cli;
 pub mod cluster;
 pub mod cmd;
-pub mod inputs;
 pub mod live;
 pub mod metrics;
 pub mod owner_watch;
-pub mod owners;
-pub mod placement;
-pub mod plan;
-pub mod policy;
 pub mod reconcile;
 pub mod scoring;
 pub mod telemetry;
-pub mod validation;
 pub mod view;
+
+pub use tiergate_core::{check, inputs, owners, placement, plan, policy, validation};

@@ -1,6 +1,6 @@
 //! Prometheus metrics: every family tiergate exports, registered in one place and encoded for `/metrics`; no I/O.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,30 +21,14 @@ pub struct KindLabels {
     pub kind: &'static str,
 }
 
-/// Outcome of one admission decision.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
-pub enum DecisionLabel {
-    /// Allowed without a patch.
-    Skipped,
-    /// Allowed with a patch.
-    Mutated,
-    /// Denied by policy.
-    Denied,
-    /// The request itself was malformed.
-    Invalid,
-    /// An internal error admitted the object unchanged.
-    FailedOpen,
-    /// An internal error denied the object (fail-closed).
-    FailedClosed,
-}
-
 /// Label set of admission requests.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AdmissionLabels {
     /// Workload kind, or `unknown`.
     pub kind: &'static str,
-    /// Decision.
-    pub decision: DecisionLabel,
+    /// Decision: [`DecisionLabel::as_str`] (`Skipped`, `Mutated`, `Denied`, `Invalid`, `FailedOpen`,
+    /// `FailedClosed`).
+    pub decision: &'static str,
 }
 
 /// Outcome of a scheduler-agent call.
@@ -199,5 +183,11 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
+    }
+}
+
+impl tiergate_core::placement::AssignmentCounter for Metrics {
+    fn count_assignment(&self, reason: &'static str) {
+        self.placement_assignments.get_or_create(&ReasonLabels { reason }).inc();
     }
 }

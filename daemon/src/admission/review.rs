@@ -5,8 +5,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use serde_json::Value;
 
-use super::decision::{AdmissionInputs, Decision, Verdict};
-use super::mutate::mutate;
+use super::mutate;
+use super::{AdmissionInputs, Decision, Verdict};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::Snapshot;

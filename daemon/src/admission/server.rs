@@ -21,10 +21,11 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_util::sync::CancellationToken;
 
-use super::decision::{Decision, Verdict};
+use super::DecisionLabel;
 use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
-use crate::metrics::{AdmissionLabels, DecisionLabel, Metrics, ReasonLabels};
+use super::{Decision, Verdict};
+use crate::metrics::{AdmissionLabels, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
 use crate::policy::FailureMode;
 use crate::scoring::Scorer;
@@ -428,7 +429,7 @@ fn kind_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
 }
 
 fn count(metrics: &Metrics, kind: &'static str, decision: DecisionLabel) {
-    metrics.admission_requests.get_or_create(&AdmissionLabels { kind, decision }).inc();
+    metrics.admission_requests.get_or_create(&AdmissionLabels { kind, decision: decision.as_str() }).inc();
 }
 
 fn record(metrics: &Metrics, decision: &Decision) {

@@ -204,7 +204,7 @@ mod tests {
     use crate::policy::TierPolicy;
 
     fn spot_mix() -> TierPolicy {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../samples/spot-mix/policy.yaml"));
         parse_policy(&text.unwrap(), "spot-mix").unwrap()
     }
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +25,13 @@ pub const ALWAYS_EXCLUDED_NAMESPACES: &[&str] = &["kube-system"];
 /// ResourceFlavors, ClusterQueues, LocalQueues and WorkloadPriorityClasses and mutates workloads to match.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
+    crates(
+        kube_core = "::kube_core",
+        k8s_openapi = "::k8s_openapi",
+        schemars = "::schemars",
+        serde = "::serde",
+        serde_json = "::serde_json"
+    ),
     group = "tiergate.io",
     version = "v1alpha1",
     kind = "TierPolicy",

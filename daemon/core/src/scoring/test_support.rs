@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionReview, Operation};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, AdmissionReview, Operation};
 
 use crate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use crate::view::Snapshot;

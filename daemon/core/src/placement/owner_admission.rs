@@ -2,8 +2,8 @@
 //! StatefulSet, Job, JobSet, CronJob): every strategy and GPU map on it or its pod templates must parse, and a
 //! smart-scheduler strategy on its metadata is copied onto its pod templates in canonical form; pure, no I/O.
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, Operation};
 use tiergate_compat::strategy::{SMART_SCHEDULER_ANNOTATION, parse_schedule_strategy};
 use tiergate_workloads::{TemplateLayout, controller_of};
 

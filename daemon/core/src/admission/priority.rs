@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use kube_core::DynamicObject;
+use kube_core::admission::AdmissionRequest;
 use tiergate_workloads::PRIORITY_CLASS_LABEL;
 
 use crate::policy::{CeilingAction, Tier, TierPolicySpec};

@@ -188,7 +188,7 @@ impl Desired {
     }
 
     /// Every object as a `DynamicObject`, in apply order (for server-side apply through a dynamic API).
-    pub fn to_dynamic_objects(&self) -> Result<Vec<kube::core::DynamicObject>, PlanError> {
+    pub fn to_dynamic_objects(&self) -> Result<Vec<kube_core::DynamicObject>, PlanError> {
         self.objects()
             .iter()
             .map(|object| {
@@ -579,7 +579,8 @@ mod tests {
     #[test]
     fn objects_come_in_the_owned_kinds_apply_order() {
         let policy = crate::inputs::parse_policy(
-            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml")).unwrap(),
+            &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../samples/spot-mix/policy.yaml"))
+                .unwrap(),
             "spot-mix",
         )
         .unwrap();

@@ -18,13 +18,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Toleration;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, Operation};
 
 pub use ledger::LedgerTimings;
 pub use pinning::CUDA_VISIBLE_DEVICES;
 
-use crate::metrics::{Metrics, ReasonLabels};
 use crate::policy::ALWAYS_EXCLUDED_NAMESPACES;
 use crate::view::Snapshot;
 use ledger::{InFlight, observed_pods};
@@ -105,6 +104,12 @@ impl PlacementError {
     }
 }
 
+/// Where the ledger counts its decisions (the daemon's metrics: `placement_assignments` by reason).
+pub trait AssignmentCounter: std::fmt::Debug + Send + Sync {
+    /// One placement decision, by fixed reason.
+    fn count_assignment(&self, reason: &'static str);
+}
+
 /// Per-owner ledgers of which rule each live pod holds; shared by all webhook requests.
 ///
 /// Counts come from the snapshot's pods (by [`RULE_LABEL`] and [`OWNER_ANNOTATION`]) plus the pods this replica
@@ -115,13 +120,13 @@ pub struct PlacementLedger {
     in_flight: InFlight,
     timings: LedgerTimings,
     excluded_namespaces: Vec<String>,
-    metrics: Option<Arc<Metrics>>,
+    counter: Option<Arc<dyn AssignmentCounter>>,
 }
 
 impl PlacementLedger {
-    /// A ledger that counts its decisions in `metrics.placement_assignments`.
-    pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { metrics: Some(metrics), ..Self::default() }
+    /// A ledger that counts its decisions in `counter` (the daemon passes its `Metrics`).
+    pub fn new(counter: Arc<impl AssignmentCounter + 'static>) -> Self {
+        Self { counter: Some(counter), ..Self::default() }
     }
 
     /// Also leaves these namespaces alone (seed 004's `BLOCKLISTED_NAMESPACE_LIST`, parsed with
@@ -280,8 +285,8 @@ impl PlacementLedger {
     }
 
     fn count(&self, reason: &'static str) {
-        if let Some(metrics) = &self.metrics {
-            metrics.placement_assignments.get_or_create(&ReasonLabels { reason }).inc();
+        if let Some(counter) = &self.counter {
+            counter.count_assignment(reason);
         }
     }
 }

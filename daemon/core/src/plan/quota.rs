@@ -423,7 +423,7 @@ mod tests {
 
     #[test]
     fn the_summary_shows_each_flavor_s_share_and_the_total_against_the_policy() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../samples/spot-mix/policy.yaml"));
         let policy = crate::inputs::parse_policy(&text.unwrap(), "spot-mix").unwrap();
         let summary = quota_summary(&policy.spec);
         assert!(summary.contains("quota of tier bronze (3 flavors):"), "{summary}");
@@ -439,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_live_queue_giving_every_flavor_the_full_quota_names_its_tier_as_shrunk() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/spot-mix/policy.yaml"));
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../samples/spot-mix/policy.yaml"));
         let policy = crate::inputs::parse_policy(&text.unwrap(), "spot-mix").unwrap();
         let full = |flavors: &[&str], gpus: &str| {
             let flavors: Vec<serde_json::Value> = flavors

@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
+use kube_core::DynamicObject;
+use kube_core::admission::AdmissionRequest;
 use serde_json::Value;
 
-use super::mutate::MutateError;
+use super::error::MutateError;
 use crate::policy::{ForeignClassAction, GpuClass, Tier, TierPolicySpec};
 use crate::view::Snapshot;
 

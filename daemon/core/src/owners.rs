@@ -113,7 +113,7 @@ mod tests {
     #[test]
     fn the_charts_cluster_role_lets_the_daemon_list_and_watch_every_owner_kind() {
         // Without the rule the kind is skipped at start (403) and its children's owners stay unverified.
-        let rbac = include_str!("../../charts/tiergate/templates/rbac.yaml");
+        let rbac = include_str!("../../../charts/tiergate/templates/rbac.yaml");
         let rules: Vec<(String, String)> = rbac
             .split("- apiGroups: [")
             .skip(1)

@@ -1,11 +1,10 @@
 //! What the admission decision is made from (`AdmissionInputs`) and what it yields (`Decision`), and how a decision
 //! becomes an AdmissionResponse; no I/O.
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, AdmissionResponse};
 use serde_json::Value;
 
-use crate::metrics::DecisionLabel;
 use crate::placement::{PlacementError, PlacementOutcome};
 use crate::scoring::ScoreOutcome;
 
@@ -143,6 +142,37 @@ fn denied(response: AdmissionResponse, message: &str, code: u16, reason: &str) -
     let mut response = response.deny(message);
     response.result.code = code;
     response.result.reason = reason.to_owned();
-    response.result.status = Some(kube::core::response::StatusSummary::Failure);
+    response.result.status = Some(kube_core::response::StatusSummary::Failure);
     response
+}
+
+/// Outcome of one admission decision.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum DecisionLabel {
+    /// Allowed without a patch.
+    Skipped,
+    /// Allowed with a patch.
+    Mutated,
+    /// Denied by policy.
+    Denied,
+    /// The request itself was malformed.
+    Invalid,
+    /// An internal error admitted the object unchanged.
+    FailedOpen,
+    /// An internal error denied the object (fail-closed).
+    FailedClosed,
+}
+
+impl DecisionLabel {
+    /// The metrics label value: the variant's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Skipped => "Skipped",
+            Self::Mutated => "Mutated",
+            Self::Denied => "Denied",
+            Self::Invalid => "Invalid",
+            Self::FailedOpen => "FailedOpen",
+            Self::FailedClosed => "FailedClosed",
+        }
+    }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::LazyLock;
 
-use kube::CustomResourceExt as _;
+use kube_core::CustomResourceExt as _;
 use serde_json::Value;
 
 use super::PolicyError;

@@ -14,9 +14,9 @@ use crate::validation::fields::unknown_fields;
 use crate::view::{ClusterView, NamespaceView, NodeView};
 
 /// The embedded sample policy (`samples/kubenexus/policy.yaml`).
-pub const SAMPLE_POLICY: &str = include_str!("../../samples/kubenexus/policy.yaml");
+pub const SAMPLE_POLICY: &str = include_str!("../../../samples/kubenexus/policy.yaml");
 /// The embedded sample cluster view (`samples/kubenexus/cluster.yaml`).
-pub const SAMPLE_CLUSTER: &str = include_str!("../../samples/kubenexus/cluster.yaml");
+pub const SAMPLE_CLUSTER: &str = include_str!("../../../samples/kubenexus/cluster.yaml");
 
 /// An input file could not be read or understood.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
@@ -19,6 +19,7 @@ use tiergate_workloads::{
 use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
+use super::error::MutateError;
 use super::owners::{OwnerCheck, check_owner};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
@@ -37,45 +38,6 @@ use crate::view::Snapshot;
 pub const TIER_ANNOTATION: &str = "tiergate.io/tier";
 /// Annotation with a short summary of what was decided.
 pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
-/// tiergate failed while building the mutation (the object does not have the shape its kind promises).
-#[derive(Debug, thiserror::Error)]
-pub enum MutateError {
-    /// The request object could not be turned into JSON.
-    #[error("failed to serialize the request object: {0}")]
-    SerializeObject(#[source] serde_json::Error),
-    /// A field to edit had the wrong JSON type.
-    #[error("failed to edit {pointer}: {source}")]
-    EditField {
-        /// Pointer of the template or metadata being edited.
-        pointer: String,
-        /// What was wrong.
-        source: ShapeError,
-    },
-    /// The tier names a GPU class the policy does not define.
-    #[error("failed to find GPU class {class} of tier {tier} in the policy")]
-    FindGpuClass {
-        /// Tier.
-        tier: String,
-        /// Missing class.
-        class: String,
-    },
-    /// A toleration could not be serialized.
-    #[error("failed to serialize a toleration: {0}")]
-    SerializeToleration(#[source] serde_json::Error),
-}
-
-impl MutateError {
-    /// Fixed reason for metrics.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::SerializeObject(_) => "serialize_object",
-            Self::EditField { .. } => "edit_field",
-            Self::FindGpuClass { .. } => "find_gpu_class",
-            Self::SerializeToleration(_) => "serialize_toleration",
-        }
-    }
-}
-
 /// Decides one admission request. Pure: the same request, snapshot and inputs always give the same decision, and
 /// running it on its own output yields an empty patch.
 pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {

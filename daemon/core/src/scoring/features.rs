@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, Operation};
+use kube_core::DynamicObject;
+use kube_core::admission::{AdmissionRequest, Operation};
 use tiergate_compat::scoring_annotations::scoring_inputs;
 use tiergate_workloads::{TemplateLayout, WorkloadAdapter, adapter_for, controller_of};
 

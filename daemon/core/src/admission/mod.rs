@@ -1,0 +1,20 @@
+//! The admission decision, pure: an AdmissionRequest and a Snapshot in, a Decision (verdict, JSON patch,
+//! warnings) out. The tenant boundary's rules live here, one concern a file; the HTTPS server that feeds it is
+//! the `tiergate` crate's `admission::server`.
+
+mod boundary;
+mod classes;
+mod decision;
+mod error;
+mod mutate;
+mod offline;
+mod owners;
+pub mod podspec;
+mod priority;
+mod update;
+
+pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;
+pub use decision::{AdmissionInputs, Decision, DecisionLabel, Verdict};
+pub use error::MutateError;
+pub use mutate::{DECISION_ANNOTATION, TIER_ANNOTATION, mutate};
+pub use offline::build_static_snapshot;

@@ -1,0 +1,109 @@
+//! The cluster as the pure core sees it: namespaces with labels, nodes with labels, taints and allocatable GPUs,
+//! and the immutable `Snapshot` the webhook decides from; no I/O.
+//!
+//! Views are shared, never copied: the daemon's watch caches hold them behind `Arc`s and every snapshot and
+//! translation view points at the same allocations, so 10,000 namespaces are in memory once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::policy::TierPolicy;
+
+/// A namespace: its name and labels.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceView {
+    /// Namespace name.
+    pub name: String,
+    /// Namespace labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Whether the namespace is being deleted: it accepts no new objects, so it is neither queued for nor
+    /// mutated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub terminating: bool,
+}
+
+/// A node: its labels, taints and allocatable extended resources (whole units, e.g. GPUs).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct NodeView {
+    /// Node name.
+    pub name: String,
+    /// Node labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Node taints (key, value, effect).
+    #[serde(default)]
+    pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
+    /// Allocatable integer resources by name, e.g. `nvidia.com/gpu: 8`.
+    #[serde(default)]
+    pub allocatable: BTreeMap<String, i64>,
+}
+
+/// What the translation needs to know about the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+pub struct ClusterView {
+    /// All namespaces.
+    #[serde(default)]
+    pub namespaces: Vec<Arc<NamespaceView>>,
+    /// All nodes.
+    #[serde(default)]
+    pub nodes: Vec<Arc<NodeView>>,
+}
+
+/// A live pod as the webhook's caches know it (for placement ledgers and co-location).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodView {
+    /// Namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod UID.
+    pub uid: String,
+    /// Owner reference UID of the controlling owner (e.g. the ReplicaSet), if any.
+    pub owner_uid: Option<String>,
+    /// Node the pod runs on, if scheduled.
+    pub node_name: Option<String>,
+    /// Pod labels.
+    pub labels: BTreeMap<String, String>,
+    /// Pod annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Whole-unit extended resources the pod requests (names with a `/`, e.g. `nvidia.com/gpu: 2`): the larger of
+    /// the containers' sum and any single init container, each container's limit or else its request.
+    pub requests: BTreeMap<String, i64>,
+}
+
+/// Everything the webhook decides from: an immutable copy of synced caches.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// The active TierPolicy (the one the daemon reconciles); `None` until one exists.
+    pub policy: Option<Arc<TierPolicy>>,
+    /// Namespaces by name (terminating ones are left out).
+    pub namespaces: BTreeMap<String, Arc<NamespaceView>>,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, Arc<NodeView>>,
+    /// LocalQueues that exist: (namespace, name).
+    pub local_queues: BTreeSet<(String, String)>,
+    /// Live pods carrying a placement or job-type label, for ledgers and co-location.
+    pub pods: Vec<Arc<PodView>>,
+    /// ReplicaSet UID -> owning Deployment (namespace, name), so pods of one Deployment share a ledger.
+    pub replica_set_owners: BTreeMap<String, (String, String)>,
+    /// Owners the caches have seen (by uid), to verify ownerReferences; `None` offline (`webhook --offline`,
+    /// `explain`, tests without caches), where no owner can be verified.
+    pub owners: Option<Arc<crate::owners::OwnerIndex>>,
+    /// The daemon's own namespace (always excluded).
+    pub own_namespace: Option<String>,
+    /// True once every store behind this snapshot has synced; the webhook is not ready before.
+    pub synced: bool,
+}
+
+impl Snapshot {
+    /// The cluster view (namespaces and nodes) for the translation; shares the snapshot's views.
+    pub fn cluster_view(&self) -> ClusterView {
+        ClusterView {
+            namespaces: self.namespaces.values().cloned().collect(),
+            nodes: self.nodes.values().cloned().collect(),
+        }
+    }
+}
