@@ -1,5 +1,6 @@
 //! The layout's promises, checked: the core crate has no runtime or client dependency, and neither crate has an
 //! import circle between its modules. Reads Cargo metadata and the source files; no network.
+#![cfg(test)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -155,8 +156,7 @@ fn referenced_paths(text: &str) -> Vec<String> {
                 .strip_prefix("pub ")
                 .or_else(|| trimmed.strip_prefix("pub(").and_then(|rest| rest.split_once(") ")).map(|(_, rest)| rest));
             if let Some(tree) = visibility_free.unwrap_or(trimmed).strip_prefix("use ") {
-                statement = Some(String::new());
-                statement.as_mut().map(|text| text.push_str(tree));
+                statement = Some(tree.to_owned());
             } else {
                 continue;
             }
