@@ -6,15 +6,14 @@
 pub mod admin;
 pub mod admission;
 pub mod answers;
+pub mod cache;
 pub mod certs;
 pub mod check;
 pub mod cli;
-pub mod cluster;
 pub mod cmd;
 pub mod inputs;
 pub mod live;
 pub mod metrics;
-pub mod owner_watch;
 pub mod owners;
 pub mod placement;
 pub mod plan;
