@@ -14,16 +14,16 @@ use kube::core::DynamicObject;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tiergate::cluster::{
+use tiergate::cache::kinds::KueueKind;
+use tiergate::cache::live::{LiveObject, build_live_event};
+use tiergate::cache::{
     Cached, NamespaceLite, NodeLite, SnapshotInputs, build_namespace_view, build_node_view, build_snapshot,
     unwrap_cached,
 };
 use tiergate::metrics::Metrics;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::desired::{build_desired_set, desired_objects};
-use tiergate::reconcile::kinds::KueueKind;
 use tiergate::reconcile::lease::WriteGate;
-use tiergate::reconcile::live::{LiveObject, build_live_event};
 use tiergate::reconcile::status::{StatusInput, build_status};
 use tiergate::reconcile::{Context, OwnedStores, ReconcilerSettings, reconcile};
 use tiergate::view::{NamespaceView, NodeView, Snapshot};
@@ -269,7 +269,7 @@ fn measure_owner_index_memory(count: usize) -> f64 {
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();
     let before = dhat::HeapStats::get().curr_bytes;
     let kind = tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" };
-    let tables = tiergate::owner_watch::OwnerTables::default();
+    let tables = tiergate::cache::owners::OwnerTables::default();
     let mut sink = tables.sink();
     for index in 0..count {
         let record = tiergate::owners::OwnerRecord {

@@ -7,13 +7,12 @@
 pub mod admin;
 pub mod admission;
 pub mod answers;
+pub mod cache;
 pub mod certs;
 pub mod cli;
-pub mod cluster;
 pub mod cmd;
 pub mod live;
 pub mod metrics;
-pub mod owner_watch;
 pub mod reconcile;
 pub mod scoring;
 pub mod telemetry;

@@ -80,6 +80,17 @@ impl ModuleGraph {
         graph
     }
 
+    /// The same graph between top-level modules (`cache::live` -> `reconcile` becomes `cache` -> `reconcile`).
+    fn top_level(&self) -> Self {
+        let top = |module: &str| module.split("::").next().unwrap_or(module).to_owned();
+        let mut graph = Self::default();
+        for (module, targets) in &self.edges {
+            let entry = graph.edges.entry(top(module)).or_default();
+            entry.extend(targets.iter().map(|target| top(target)).filter(|target| *target != top(module)));
+        }
+        graph
+    }
+
     /// A circle of modules, if there is one.
     fn find_circle(&self) -> Option<Vec<String>> {
         let mut done = BTreeSet::new();
@@ -255,6 +266,7 @@ fn the_core_crate_has_no_import_circle() {
     let graph = ModuleGraph::of_crate(&daemon_dir().join("core/src"));
     assert!(graph.edges["admission::mutate"].contains("admission::classes"), "{graph:?}");
     assert_eq!(graph.find_circle(), None, "modules of tiergate-core import each other in a circle");
+    assert_eq!(graph.top_level().find_circle(), None, "top-level modules of tiergate-core form a circle");
 }
 
 #[test]
@@ -264,6 +276,11 @@ fn the_circle_finder_reports_a_circle_it_is_shown() {
     graph.edges.insert("b".to_owned(), BTreeSet::from(["c".to_owned()]));
     graph.edges.insert("c".to_owned(), BTreeSet::from(["a".to_owned()]));
     assert_eq!(graph.find_circle(), Some(vec!["a".into(), "b".into(), "c".into(), "a".into()]));
+    let mut nested = ModuleGraph::default();
+    nested.edges.insert("cmd::check".to_owned(), BTreeSet::from(["live::pools".to_owned()]));
+    nested.edges.insert("live::pools".to_owned(), BTreeSet::from(["cmd".to_owned()]));
+    assert_eq!(nested.find_circle(), None, "a child naming its own parent is not a circle between files");
+    assert_eq!(nested.top_level().find_circle(), Some(vec!["cmd".into(), "live".into(), "cmd".into()]));
 }
 
 #[test]
@@ -278,4 +295,12 @@ fn use_groups_and_super_paths_resolve_to_the_modules_they_name() {
     assert_eq!(resolve("admission", "super::x").unwrap(), ["x"]);
     assert_eq!(resolve("admission", "self::limits").unwrap(), ["admission", "limits"]);
     assert_eq!(resolve("a::b::c", "crate::d::e").unwrap(), ["d", "e"]);
+}
+#[test]
+fn the_binary_crate_has_no_import_circle() {
+    let graph = ModuleGraph::of_crate(&daemon_dir().join("src"));
+    assert!(graph.edges.contains_key("admission::server") && graph.edges.contains_key("reconcile"), "{graph:?}");
+    assert_eq!(graph.find_circle(), None, "modules of the tiergate crate import each other in a circle");
+    assert_eq!(graph.top_level().find_circle(), None, "top-level modules of the tiergate crate form a circle");
+    assert!(graph.top_level().edges["reconcile"].contains("cache"), "reconcile reads the caches");
 }

@@ -13,5 +13,6 @@ pub mod placement;
 pub mod plan;
 pub mod policy;
 pub mod scoring;
+pub mod syntax;
 pub mod validation;
 pub mod view;

@@ -6,7 +6,8 @@
 
 mod boundary;
 pub mod fields;
-pub mod names;
+/// Kubernetes name and label syntax, where validation has always offered it.
+pub use crate::syntax as names;
 pub mod quantity;
 pub mod quota;
 

@@ -4,9 +4,11 @@
 use std::process::ExitCode;
 
 use super::CmdError;
-use crate::check::build_check_report;
+use crate::check::{NodePool, build_check_report, parse_nodepools};
 use crate::cli::CheckArgs;
-use crate::inputs::load_policy;
+use crate::inputs::{load_policy, read_file};
+use crate::live::pools::fetch_live_pools;
+use crate::live::{KubectlConnection, connect};
 use crate::validation::validate_policy;
 
 /// Runs `tiergate check`.
@@ -16,8 +18,29 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
         eprintln!("{errors}");
         return Ok(ExitCode::FAILURE);
     }
-    let pools = crate::live::pools::load_check_pools(&args)?;
+    let pools = load_check_pools(&args)?;
     let report = build_check_report(&policy.spec, &pools);
     print!("{}", report.to_text());
     Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// The pools `tiergate check` matches against: those of `--nodepools`, then (with `--kubeconfig`) the live ones.
+pub fn load_check_pools(args: &CheckArgs) -> Result<Vec<NodePool>, CmdError> {
+    let mut pools = match &args.nodepools {
+        Some(path) => parse_nodepools(&read_file(path)?, &path.display().to_string())?,
+        None => Vec::new(),
+    };
+    if let Some(kubeconfig) = &args.kubeconfig {
+        let connection = KubectlConnection { kubeconfig: Some(kubeconfig.clone()), context: args.context.clone() };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let live = runtime.block_on(async {
+            let (client, _) = connect(&connection).await?;
+            fetch_live_pools(&client).await
+        })?;
+        if live.is_empty() {
+            return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
+        }
+        pools.extend(live);
+    }
+    Ok(pools)
 }

@@ -14,8 +14,8 @@ use super::{CmdError, shutdown_signal};
 use crate::admin::{AdminState, serve_admin};
 use crate::admission::build_static_snapshot;
 use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
+use crate::cache::{CacheScope, CacheSettings, ClusterCache};
 use crate::cli::WebhookArgs;
-use crate::cluster::{CacheSettings, start_caches};
 use crate::inputs::{load_cluster_view, load_policy};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
@@ -53,8 +53,9 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
             own_namespace: args.namespace.clone(),
             debounce: SNAPSHOT_DEBOUNCE,
             ledger: Some(ledger.clone()),
+            scope: CacheScope::Management,
         };
-        start_caches(&client, settings, metrics.clone(), shutdown.clone()).snapshot
+        ClusterCache::start(&client, settings, metrics.clone(), &shutdown).snapshot
     };
     let _generated; // keeps a generated certificate's directory alive while serving
     let (tls_cert, tls_key) = match (args.tls.tls_cert, args.tls.tls_key) {

@@ -12,8 +12,8 @@ use tiergate_workloads::WorkloadAdapter;
 
 use super::LiveError;
 use crate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use crate::cache::kinds::{KueueKind, build_ownership_selector};
 use crate::policy::TierPolicy;
-use crate::reconcile::kinds::{KueueKind, build_ownership_selector};
 
 const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 const KUEUE_VERSION: &str = "v1beta2";

@@ -9,11 +9,8 @@ use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::{KubectlConnection, LiveError, connect};
+use super::LiveError;
 use crate::check::{NodePool, PoolSource, parse_nodepools};
-use crate::cli::CheckArgs;
-use crate::cmd::CmdError;
-use crate::inputs::read_file;
 
 /// Node labels naming the node group a node belongs to, in the order they are tried (Karpenter, EKS, eksctl,
 /// GKE, AKS). Nodes without one are grouped by their labels and taints.
@@ -112,27 +109,6 @@ pub async fn fetch_live_pools(client: &kube::Client) -> Result<Vec<NodePool>, Li
         .await
         .map_err(|source| LiveError::List { what: "Nodes".to_owned(), source })?;
     pools.extend(build_node_pools(&nodes.items, &karpenter_names));
-    Ok(pools)
-}
-
-/// The pools `tiergate check` matches against: those of `--nodepools`, then (with `--kubeconfig`) the live ones.
-pub fn load_check_pools(args: &CheckArgs) -> Result<Vec<NodePool>, CmdError> {
-    let mut pools = match &args.nodepools {
-        Some(path) => parse_nodepools(&read_file(path)?, &path.display().to_string())?,
-        None => Vec::new(),
-    };
-    if let Some(kubeconfig) = &args.kubeconfig {
-        let connection = KubectlConnection { kubeconfig: Some(kubeconfig.clone()), context: args.context.clone() };
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let live = runtime.block_on(async {
-            let (client, _) = connect(&connection).await?;
-            fetch_live_pools(&client).await
-        })?;
-        if live.is_empty() {
-            return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
-        }
-        pools.extend(live);
-    }
     Ok(pools)
 }
 

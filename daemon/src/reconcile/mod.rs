@@ -11,9 +11,7 @@ pub mod diff;
 pub mod discovery;
 mod error;
 mod events;
-pub mod kinds;
 pub mod lease;
-pub mod live;
 pub mod migration;
 mod prune;
 pub mod runtime;
@@ -22,6 +20,9 @@ mod writes;
 
 pub use self::controller::{run_controller, run_while_leading};
 pub use self::error::ReconcileError;
+/// The Kueue kind table and the cached live objects are the cache unit's (`reconcile/` reads `cache/`, never the
+/// reverse); re-exported so `reconcile::kinds` and `reconcile::live` keep resolving.
+pub use crate::cache::{OwnedStores, kinds, live};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +34,7 @@ use futures::StreamExt;
 use kube::core::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use self::desired::{DesiredSet, build_desired_set, desired_cluster_objects, desired_local_queues, policy_problems};
@@ -46,10 +47,6 @@ use self::status::StatusInput;
 use crate::metrics::{KindLabels, Metrics, ReasonLabels};
 use crate::policy::TierPolicy;
 use crate::view::{NamespaceView, SharedSnapshot, Snapshot};
-
-/// Live Kueue objects as the watches show them, per kind (LocalQueues: all of them; other kinds: owned ones),
-/// in the compact form of [`LiveObject`].
-pub type OwnedStores = BTreeMap<KueueKind, Store<LiveObject>>;
 
 /// How many applies of one kind are in flight at once. A cold start of 10,000 LocalQueues is otherwise 10,000
 /// sequential round trips; 8 cuts that about 8x while staying a small, steady share of the API server's

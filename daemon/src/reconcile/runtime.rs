@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::lease::{LeaseConfig, WriteGate, run_lease};
 use super::{Context, ReconcilerSettings, run_while_leading};
-use crate::cluster::{CacheSettings, start_caches};
+use crate::cache::{CacheScope, CacheSettings, ClusterCache};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
 use crate::view::SharedSnapshot;
@@ -69,16 +69,17 @@ pub fn start_reconciler(
     metrics: Arc<Metrics>,
     shutdown: &CancellationToken,
 ) -> RunningReconciler {
-    let caches = start_caches(
+    let caches = ClusterCache::start(
         client,
         CacheSettings {
             policy_name: options.policy_name.clone(),
             own_namespace: options.namespace.clone(),
             debounce: options.debounce,
             ledger: options.ledger.clone(),
+            scope: CacheScope::Management,
         },
         metrics.clone(),
-        shutdown.clone(),
+        shutdown,
     );
     let gate = WriteGate::new();
     let lease = LeaseConfig::new(options.lease_name.clone(), options.namespace.clone(), options.identity.clone());

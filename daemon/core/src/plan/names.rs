@@ -12,7 +12,7 @@
 //! A name longer than 63 characters is cut to 54, stripped of trailing `-`, and suffixed with `-` and the
 //! 8-hex-digit FNV-1a hash of the full name, so it stays unique and stable across runs and versions.
 
-use super::super::validation::names::MAX_LABEL_LENGTH;
+use crate::syntax::MAX_LABEL_LENGTH;
 
 const HASH_SUFFIX_LENGTH: usize = 9;
 

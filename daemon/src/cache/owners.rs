@@ -13,11 +13,34 @@ use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::map_watch_event;
-use crate::owners::{OwnerKind, OwnerRecord};
+use super::decode::map_watch_event;
+use super::wiring::{Spawner, Trigger};
+use crate::owners::{OwnerKind, OwnerRecord, owner_kinds};
 
 /// Wait before asking discovery again after an error other than "not served".
 const DISCOVERY_RETRY: Duration = Duration::from_secs(5);
+
+/// Discovers the served owner kinds, then starts one metadata-only watch per kind into the owner tables (in the
+/// background: discovery waits on the API server).
+pub(crate) fn start_owner_watches(
+    client: &Client,
+    spawner: &Spawner,
+    config: impl Fn() -> watcher::Config + Send + 'static,
+) -> OwnerTables {
+    let tables = OwnerTables::default();
+    let (client, spawner, started) = (client.clone(), spawner.clone(), tables.clone());
+    tokio::spawn(async move {
+        let served = discover_owner_kinds(&client, &owner_kinds(), &spawner.shutdown).await;
+        started.expect(served.len());
+        for (kind, resource) in served {
+            let events = owner_events(client.clone(), kind, &resource, config());
+            let mut sink = started.sink();
+            spawner.watch_into(kind.kind, Trigger::Never, events, move |event| sink.apply(event));
+        }
+        spawner.signals.changed.notify_one();
+    });
+    tables
+}
 
 /// The owner records of every watched kind, by uid: one table per kind, each replaced whole when its watch
 /// re-lists. Written by the watch tasks, read by the snapshot loop (which shares the records' `Arc`s).

@@ -11,11 +11,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::core::DynamicObject;
-use kube::runtime::reflector::Lookup;
+use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use serde_json::Value;
 
 use super::kinds::{KUEUE_GROUP, KUEUE_VERSION, KueueKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
+
+/// Live Kueue objects as the watches show them, per kind (LocalQueues: all of them; other kinds: owned ones),
+/// in the compact form of [`LiveObject`].
+pub type OwnedStores = BTreeMap<KueueKind, Store<LiveObject>>;
 
 /// Annotation kubectl copies whole objects into; never kept.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -210,7 +214,7 @@ impl Lookup for LiveObject {
 
 /// A watch event over `DynamicObject`s as the same event over [`LiveObject`]s (feeds the Kueue reflectors).
 pub fn build_live_event(kind: KueueKind, event: watcher::Event<DynamicObject>) -> watcher::Event<LiveObject> {
-    crate::cluster::map_watch_event(event, |object| LiveObject::from_dynamic(kind, object))
+    super::decode::map_watch_event(event, |object| LiveObject::from_dynamic(kind, object))
 }
 
 #[cfg(test)]

@@ -1,0 +1,80 @@
+//! Health of one cluster's caches: per-watch health (last delivery, failing or not), the signals the watch tasks
+//! and the snapshot loop share, and the [`CacheHealth`] summary; no I/O (the sync barrier is in `stores.rs`).
+
+use std::sync::Mutex;
+use std::sync::atomic::AtomicBool;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// A point-in-time summary of one cluster's caches, for readiness probes and per-cluster status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheHealth {
+    /// Every store has listed once (the snapshot is `synced`).
+    pub synced: bool,
+    /// Watches whose last attempt failed (their labels, e.g. `Namespace`, `ClusterQueue`), in start order.
+    pub failing_watches: Vec<&'static str>,
+    /// Seconds since the worst failing watch last heard from the API server (0 while all are healthy).
+    pub staleness_seconds: f64,
+}
+
+impl CacheHealth {
+    /// Whether the API server answers every watch (no watch is failing).
+    pub fn is_reachable(&self) -> bool {
+        self.failing_watches.is_empty()
+    }
+}
+
+/// Health of one watch: when it last delivered, and since when it has been failing.
+#[derive(Debug)]
+struct WatchHealth {
+    label: &'static str,
+    last_ok: Instant,
+    failing: bool,
+}
+
+/// Signals shared by the watch tasks and the snapshot loop.
+#[derive(Debug)]
+pub(crate) struct Signals {
+    pub(crate) changed: Notify,
+    pub(crate) reconcile_dirty: AtomicBool,
+    health: Mutex<Vec<WatchHealth>>,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Self {
+        Self { changed: Notify::new(), reconcile_dirty: AtomicBool::new(false), health: Mutex::default() }
+    }
+
+    pub(crate) fn register(&self, label: &'static str) -> usize {
+        let Ok(mut health) = self.health.lock() else { return usize::MAX };
+        health.push(WatchHealth { label, last_ok: Instant::now(), failing: false });
+        health.len() - 1
+    }
+
+    pub(crate) fn record(&self, index: usize, ok: bool) {
+        if let Ok(mut health) = self.health.lock()
+            && let Some(entry) = health.get_mut(index)
+        {
+            entry.failing = !ok;
+            if ok {
+                entry.last_ok = Instant::now();
+            }
+        }
+    }
+
+    /// Seconds since the worst failing watch last heard from the API server (0 while all are healthy).
+    pub(crate) fn staleness(&self, now: Instant) -> f64 {
+        let Ok(health) = self.health.lock() else { return 0.0 };
+        health
+            .iter()
+            .filter(|entry| entry.failing)
+            .map(|entry| now.saturating_duration_since(entry.last_ok).as_secs_f64())
+            .fold(0.0, f64::max)
+    }
+
+    pub(crate) fn failing_watches(&self) -> Vec<&'static str> {
+        let Ok(health) = self.health.lock() else { return vec![] };
+        health.iter().filter(|entry| entry.failing).map(|entry| entry.label).collect()
+    }
+}
