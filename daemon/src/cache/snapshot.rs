@@ -35,8 +35,8 @@ pub(crate) struct SnapshotLoop {
     pub(crate) shutdown: CancellationToken,
 }
 
-/// Rebuilds the snapshot after changes (debounced), bumps `changes` when the reconciler's inputs changed, and
-/// keeps `cache_staleness_seconds` current.
+/// Rebuilds the snapshot after changes (debounced), bumps `changes` when the reconciler's inputs changed, and (in
+/// management scope) keeps `cache_staleness_seconds` and `queue_depth` current.
 pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
     let mut staleness_tick = tokio::time::interval(Duration::from_secs(1));
     let mut version = 0_u64;
@@ -45,7 +45,9 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
             () = state.shutdown.cancelled() => return,
             _ = staleness_tick.tick() => {
                 let staleness = state.signals.staleness(Instant::now());
-                state.metrics.cache_staleness_seconds.set(staleness);
+                if state.readers.management.is_some() {
+                    state.metrics.cache_staleness_seconds.set(staleness);
+                }
                 if staleness > 0.0 {
                     tracing::debug!(watches = ?state.signals.failing_watches(), staleness, "caches are stale");
                 }
@@ -90,7 +92,10 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
         if state.signals.reconcile_dirty.swap(false, Ordering::Relaxed) {
             version += 1;
             state.changes.send_replace(version);
-            state.metrics.queue_depth.inc();
+            // The gauges describe the management cluster's reconciler; a worker reports through its health.
+            if management.is_some() {
+                state.metrics.queue_depth.inc();
+            }
         }
     }
 }

@@ -155,14 +155,17 @@ fn start_test_caches(client: &Client, shutdown: &CancellationToken) -> ClusterCa
 
 /// The caches of `scope` over `client` with a short debounce, for the `default` policy.
 fn start_scoped_caches(client: &Client, scope: CacheScope, shutdown: &CancellationToken) -> ClusterCache {
-    let settings = CacheSettings {
+    ClusterCache::start(client, test_settings(scope), Arc::new(Metrics::new()), shutdown)
+}
+
+fn test_settings(scope: CacheScope) -> CacheSettings {
+    CacheSettings {
         policy_name: "default".to_owned(),
         own_namespace: "tiergate-system".to_owned(),
         debounce: Duration::from_millis(10),
         ledger: None,
         scope,
-    };
-    ClusterCache::start(client, settings, Arc::new(Metrics::new()), shutdown)
+    }
 }
 
 /// The metadata-only watch event the API server sends when team-a is relabeled to silver.
@@ -526,7 +529,8 @@ async fn two_cluster_caches_side_by_side_each_see_only_their_own_servers_namespa
 async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects() {
     let worker = ScriptedServer::start(cluster_items(("team-w", "silver"), ("worker-gpu", "l4")), false);
     let shutdown = CancellationToken::new();
-    let cache = start_scoped_caches(&worker.client, CacheScope::Worker, &shutdown);
+    let metrics = Arc::new(Metrics::new());
+    let cache = ClusterCache::start(&worker.client, test_settings(CacheScope::Worker), metrics.clone(), &shutdown);
     assert!(cache.wait_until_synced().await);
 
     let mut requested = worker.requested();
@@ -541,6 +545,8 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
     assert!(snapshot.pods.is_empty());
     assert!(snapshot.owners.is_none(), "a worker's caches cannot verify owners");
     assert_eq!(cache.health(), CacheHealth { synced: true, failing_watches: vec![], staleness_seconds: 0.0 });
+    assert!(*cache.changes.borrow() > 0);
+    assert_eq!(metrics.queue_depth.get(), 0, "the management reconciler's gauge is left alone");
     shutdown.cancel();
 }
 

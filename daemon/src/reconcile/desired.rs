@@ -118,6 +118,17 @@ pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Re
     Ok(DesiredSet { objects: stamped })
 }
 
+/// Objects for a cluster other than the policy's (a fleet's worker), stamped with the ownership labels of
+/// `policy_name` and the hash label but no owner reference: the worker does not know the policy's uid, and its
+/// garbage collector would delete an object owned by an unknown uid. Sorted in apply order.
+pub fn build_worker_desired_set(policy_name: &str, objects: Vec<DynamicObject>) -> Result<DesiredSet, DesiredError> {
+    let stamp = Stamp { labels: build_ownership_labels(policy_name), owner: None };
+    let mut stamped =
+        objects.into_iter().map(|object| stamp.build_stamped(object)).collect::<Result<Vec<_>, DesiredError>>()?;
+    stamped.sort_by_key(|desired| desired.kind);
+    Ok(DesiredSet { objects: stamped })
+}
+
 /// What every object of one policy is stamped with: the ownership labels and the owner reference.
 #[derive(Clone, Debug)]
 struct Stamp {

@@ -16,6 +16,7 @@ pub mod migration;
 mod prune;
 pub mod runtime;
 pub mod status;
+pub mod worker;
 mod writes;
 
 pub use self::controller::{run_controller, run_while_leading};

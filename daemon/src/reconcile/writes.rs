@@ -20,11 +20,11 @@ use crate::policy::TierPolicy;
 /// How many times a conflicting apply or delete is re-read and retried before the reconcile fails.
 const CONFLICT_ATTEMPTS: u32 = 3;
 
-fn check_gate(ctx: &Context, what: impl FnOnce() -> String) -> Result<(), ReconcileError> {
+pub(super) fn check_gate(ctx: &Context, what: impl FnOnce() -> String) -> Result<(), ReconcileError> {
     if ctx.gate.is_open() { Ok(()) } else { Err(ReconcileError::WriteWithoutLease { what: what() }) }
 }
 
-fn count_write(ctx: &Context, kind: &'static str) {
+pub(super) fn count_write(ctx: &Context, kind: &'static str) {
     ctx.metrics.api_writes.get_or_create(&KindLabels { kind }).inc();
 }
 
