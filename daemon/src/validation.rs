@@ -6,6 +6,7 @@
 
 mod boundary;
 pub mod fields;
+pub mod fleet;
 pub mod names;
 pub mod quantity;
 pub mod quota;
@@ -185,6 +186,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
         }
     }
     check_scoring(spec, problems);
+    fleet::check_fleet(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {
