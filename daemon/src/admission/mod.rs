@@ -4,6 +4,7 @@ mod boundary;
 mod classes;
 mod decision;
 pub mod limits;
+mod multikueue;
 mod mutate;
 mod offline;
 mod owners;
@@ -15,6 +16,7 @@ mod update;
 
 pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;
 pub use decision::{AdmissionInputs, Decision, Verdict};
+pub use multikueue::MULTIKUEUE_MARKS;
 pub use mutate::{DECISION_ANNOTATION, MutateError, TIER_ANNOTATION, mutate};
 pub use offline::build_static_snapshot;
 pub use review::{

@@ -19,6 +19,7 @@ use tiergate_workloads::{
 use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
+use super::multikueue::{CopyCheck, check_copy};
 use super::owners::{OwnerCheck, check_owner};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
@@ -151,6 +152,14 @@ fn decide(
             return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
         }
     };
+    match check_copy(request, policy, namespace) {
+        CopyCheck::Unmarked => {}
+        CopyCheck::Dispatched { why } => return Ok(skip(adapter, "multikueue_copy", why)),
+        CopyCheck::Forged { message } => {
+            let verdict = Verdict::Deny { reason: "multikueue_mark_forged", message: message.clone() };
+            return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
+        }
+    }
     let requester = request.user_info.username.as_deref();
     let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, requester, snapshot);
     let mut work = Work {
