@@ -144,14 +144,6 @@ fn decide(
     if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
     }
-    let placement = match &inputs.placement {
-        Ok(placement) => placement,
-        Err(error) => {
-            let message = error.to_string();
-            let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
-            return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
-        }
-    };
     match check_copy(request, policy, namespace) {
         CopyCheck::Unmarked => {}
         CopyCheck::Dispatched { why } => return Ok(skip(adapter, "multikueue_copy", why)),
@@ -160,6 +152,14 @@ fn decide(
             return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
         }
     }
+    let placement = match &inputs.placement {
+        Ok(placement) => placement,
+        Err(error) => {
+            let message = error.to_string();
+            let verdict = Verdict::Deny { reason: "placement_invalid", message: message.clone() };
+            return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
+        }
+    };
     let requester = request.user_info.username.as_deref();
     let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, requester, snapshot);
     let mut work = Work {
