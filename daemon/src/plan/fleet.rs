@@ -214,4 +214,24 @@ mod tests {
         let unused = desired_for_worker(&policy, "nowhere", &WorkerView { tenants: &view.namespaces, worker: &view });
         assert_eq!(unused, Desired::default());
     }
+
+    #[test]
+    fn both_sides_of_the_fleet_sample_come_in_the_owned_kinds_apply_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/fleet");
+        let policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
+        let view = crate::inputs::load_cluster_view(&dir.join("cluster.yaml")).unwrap();
+        let fleet = build_fleet(&policy, &view, &BTreeMap::new());
+        let order = |desired: &Desired| -> Vec<usize> {
+            let kinds = desired.objects().iter().map(super::super::DesiredObject::kind).collect::<Vec<_>>();
+            kinds.iter().map(|kind| super::super::OWNED_KINDS.iter().position(|owned| owned == kind).unwrap()).collect()
+        };
+        for desired in std::iter::once(&fleet.management).chain(fleet.workers.iter().map(|(_, desired)| desired)) {
+            let positions = order(desired);
+            assert!(positions.windows(2).all(|pair| pair[0] <= pair[1]), "{positions:?}");
+        }
+        let management: Vec<&str> = fleet.management.objects().iter().map(|object| object.kind()).collect();
+        assert!(!management.contains(&"Namespace"), "tenants create their namespaces in the management cluster");
+        let (_, east) = &fleet.workers[0];
+        assert_eq!(east.objects().first().map(|object| object.kind()), Some("Namespace"), "namespaces before queues");
+    }
 }
