@@ -12,8 +12,9 @@
 //! Labels are the tenant's to write, so the marks alone prove nothing. A marked object is a copy only when the
 //! request comes from one of `spec.admission.multiKueueUsers` (the user the management cluster's kubeconfig
 //! Secret authenticates as here) and that user is not a service account of the request's namespace. From anyone
-//! else, adding a mark is refused: Kueue itself treats marked objects as remote copies (it never creates their
-//! Workloads), so a forged mark could walk a workload around its queue. An UPDATE that keeps the marks the old
+//! else, adding a mark is refused: Kueue trusts the marks (a prebuilt-workload label makes a Job wait for that
+//! Workload instead of its own; some integrations, e.g. LeaderWorkerSet, create no Workload for an origin-marked
+//! object), so a forged mark could walk a workload around its queue. An UPDATE that keeps the marks the old
 //! object already had (Kueue unsuspending the copy, a tenant editing it) is decided like any other object.
 
 use kube::core::DynamicObject;
