@@ -29,6 +29,8 @@ KINDS = [
     ("resourceflavors", "ResourceFlavor", False),
     ("workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("provisioningrequestconfigs", "ProvisioningRequestConfig", False),
+    ("multikueueclusters", "MultiKueueCluster", False),
+    ("multikueueconfigs", "MultiKueueConfig", False),
     ("admissionchecks", "AdmissionCheck", False),
     ("clusterqueues", "ClusterQueue", False),
     ("localqueues", "LocalQueue", True),

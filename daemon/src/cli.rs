@@ -162,6 +162,24 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+    /// A worker cluster's own view (its nodes), as NAME=FILE (repeatable or comma-separated), for the policy's `spec.clusters`; a
+    /// worker without one is rendered from the `--cluster` view, with a note.
+    #[arg(
+        long = "worker-view",
+        env = "TIERGATE_WORKER_VIEWS",
+        value_name = "NAME=FILE",
+        value_delimiter = ',',
+        value_parser = parse_named_path
+    )]
+    pub worker_views: Vec<(String, PathBuf)>,
+}
+
+/// `NAME=PATH`, as `--worker-view` and `--worker-nodepools` take it.
+fn parse_named_path(value: &str) -> Result<(String, PathBuf), String> {
+    match value.split_once('=') {
+        Some((name, path)) if !name.is_empty() && !path.is_empty() => Ok((name.to_owned(), PathBuf::from(path))),
+        _ => Err(format!("{value:?} is not NAME=FILE; write the worker's name from spec.clusters, `=`, and a file")),
+    }
 }
 
 /// `tiergate check`.
@@ -171,7 +189,7 @@ pub struct CheckArgs {
     #[arg(long, env = "TIERGATE_POLICY")]
     pub policy: PathBuf,
     /// Karpenter NodePools (karpenter.sh/v1) and/or cluster-autoscaler node-group templates.
-    #[arg(long, env = "TIERGATE_NODEPOOLS", required_unless_present = "kubeconfig")]
+    #[arg(long, env = "TIERGATE_NODEPOOLS", required_unless_present_any = ["kubeconfig", "fleet"])]
     pub nodepools: Option<PathBuf>,
     /// Also check the live cluster: its Karpenter NodePools (when karpenter.sh/v1 is served) and node groups.
     #[arg(long, env = "TIERGATE_KUBECONFIG")]
@@ -179,6 +197,20 @@ pub struct CheckArgs {
     /// Kubeconfig context for `--kubeconfig` (default: its current context).
     #[arg(long, env = "TIERGATE_CONTEXT", requires = "kubeconfig")]
     pub context: Option<String>,
+    /// Check a fleet: each tier with `dispatch` against the pools of each of its workers (`--worker-nodepools`),
+    /// the other tiers against `--nodepools`/`--kubeconfig` when given.
+    #[arg(long, env = "TIERGATE_FLEET")]
+    pub fleet: bool,
+    /// A worker's nodepools file, as NAME=FILE (repeatable or comma-separated; with `--fleet`).
+    #[arg(
+        long = "worker-nodepools",
+        env = "TIERGATE_WORKER_NODEPOOLS",
+        value_name = "NAME=FILE",
+        value_delimiter = ',',
+        value_parser = parse_named_path,
+        requires = "fleet"
+    )]
+    pub worker_nodepools: Vec<(String, PathBuf)>,
 }
 
 /// `tiergate explain`.

@@ -108,3 +108,74 @@ fn crd_prints_the_chart_copy() {
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/crds/tierpolicies.tiergate.io.yaml");
     assert_eq!(stdout(&output), std::fs::read_to_string(chart).unwrap());
 }
+
+#[test]
+fn render_of_a_fleet_prints_both_sides_with_a_header_per_worker_as_the_golden() {
+    let output = tiergate(&[
+        "render",
+        "--policy",
+        &sample("fleet/policy.yaml"),
+        "--cluster",
+        &sample("fleet/cluster.yaml"),
+        "--worker-view",
+        &format!("us-east={}", sample("fleet/workers/us-east.yaml")),
+        "--worker-view",
+        &format!("eu-west={}", sample("fleet/workers/eu-west.yaml")),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    assert_eq!(text, std::fs::read_to_string(sample("fleet/expected.yaml")).unwrap());
+    let east = text.find("# cluster: us-east\n").unwrap();
+    let west = text.find("# cluster: eu-west\n").unwrap();
+    assert!(text.find("kind: MultiKueueConfig").unwrap() < east && east < west, "management first, then workers");
+}
+
+#[test]
+fn render_of_a_fleet_without_worker_views_uses_this_clusters_view_and_says_so() {
+    let output =
+        tiergate(&["render", "--policy", &sample("fleet/policy.yaml"), "--cluster", &sample("fleet/cluster.yaml")]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(stderr(&output).contains("no --worker-view us-east=FILE given"), "{}", stderr(&output));
+    assert!(stderr(&output).contains("worker us-east has no node of GPU class h100"), "{}", stderr(&output));
+    assert!(stdout(&output).contains("# cluster: eu-west\n"));
+}
+
+#[test]
+fn render_refuses_a_worker_view_for_an_undeclared_worker() {
+    let view = format!("mars={}", sample("fleet/workers/us-east.yaml"));
+    let output = tiergate(&["render", "--policy", &sample("fleet/policy.yaml"), "--worker-view", &view]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("declares no worker \"mars\" (spec.clusters: us-east, eu-west)"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn check_fleet_passes_on_the_sample_and_fails_when_a_worker_lacks_a_pool() {
+    let east = format!("us-east={}", sample("fleet/workers/us-east-nodepools.yaml"));
+    let west = format!("eu-west={}", sample("fleet/workers/eu-west-nodepools.yaml"));
+    let policy = sample("fleet/policy.yaml");
+    let output =
+        tiergate(&["check", "--policy", &policy, "--fleet", "--worker-nodepools", &east, "--worker-nodepools", &west]);
+    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
+    assert!(
+        stdout(&output).contains("worker eu-west:\n  tier gold: OK\n    h100: -> NodeGroupTemplate gpu-h100"),
+        "{}",
+        stdout(&output)
+    );
+    let west_without_a100 = format!("eu-west={}", sample("fleet/workers/us-east-nodepools.yaml"));
+    let output = tiergate(&[
+        "check",
+        "--policy",
+        &policy,
+        "--fleet",
+        "--worker-nodepools",
+        &east,
+        "--worker-nodepools",
+        &west_without_a100,
+    ]);
+    assert!(!output.status.success());
+    assert!(stdout(&output).contains("tier silver: FAIL"), "{}", stdout(&output));
+}

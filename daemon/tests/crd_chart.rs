@@ -29,7 +29,7 @@ fn every_sample_policy_is_valid_against_the_tierpolicy_crd_schema() {
     let crd = serde_json::to_value(TierPolicy::crd()).unwrap();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let validator = jsonschema::validator_for(schema).unwrap();
-    for sample in ["kubenexus", "spot-mix"] {
+    for sample in ["kubenexus", "spot-mix", "shared-quota", "fleet"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples").join(sample).join("policy.yaml");
         let policy: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let errors: Vec<String> = validator.iter_errors(&policy).map(|error| error.to_string()).collect();
@@ -45,4 +45,21 @@ fn the_crd_schema_refuses_an_out_of_range_bucket() {
     let mut policy: Value = serde_saphyr::from_str(tiergate::inputs::SAMPLE_POLICY).unwrap();
     policy["spec"]["priorityBuckets"] = serde_json::json!([{"name": "all", "minScore": 101, "value": 1}]);
     assert!(!validator.is_valid(&policy));
+}
+
+#[test]
+fn the_crd_schema_refuses_a_dispatch_without_workers_and_an_unknown_field_under_clusters() {
+    let crd = serde_json::to_value(TierPolicy::crd()).unwrap();
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/fleet/policy.yaml");
+    let mut policy: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert!(validator.is_valid(&policy));
+    policy["spec"]["tiers"][0]["dispatch"]["clusters"] = serde_json::json!([]);
+    assert!(!validator.is_valid(&policy), "minItems 1");
+    policy["spec"]["tiers"][0]["dispatch"]["clusters"] = serde_json::json!(["us-east"]);
+    policy["spec"]["clusters"][0]["kubeconfig"] = serde_json::json!("x");
+    let unknown = tiergate::validation::fields::unknown_fields(&policy);
+    assert_eq!(unknown.len(), 1, "{unknown:?}");
+    assert_eq!(unknown[0].path, "spec.clusters[0].kubeconfig");
 }

@@ -12,7 +12,8 @@
 //!    a flavor's resources are the covered resources in the same order; a resource or flavor appears in one
 //!    resource group only; lendingLimit needs a cohort and is at most nominalQuota.
 //!
-//! Metadata is checked too: names and namespaces are DNS-1123 labels, label keys and values are valid.
+//! Metadata is checked too: names and namespaces are DNS-1123 labels, label keys and values are valid. The fleet sample's worker side
+//! is included; its Namespaces (a core kind, no Kueue CRD) get the metadata checks only.
 
 #![cfg(test)]
 
@@ -25,6 +26,7 @@ use crd_schema_support::strict;
 use serde_json::{Value, json};
 use tiergate::inputs::{load_cluster_view, load_policy};
 use tiergate::plan::desired;
+use tiergate::plan::fleet::build_fleet;
 use tiergate::validation::names::{is_dns_label, is_label_value, is_qualified_name};
 use tiergate::validation::quantity::parse_quantity;
 use tiergate::view::ClusterView;
@@ -36,6 +38,8 @@ const CRD_FILES: &[&str] = &[
     "kueue.x-k8s.io_workloadpriorityclasses.yaml",
     "kueue.x-k8s.io_admissionchecks.yaml",
     "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
+    "kueue.x-k8s.io_multikueueclusters.yaml",
+    "kueue.x-k8s.io_multikueueconfigs.yaml",
 ];
 
 fn crd_dir() -> PathBuf {
@@ -222,12 +226,23 @@ fn sample_objects_of(name: &str) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples").join(name);
     let policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
     let view = load_cluster_view(&dir.join("cluster.yaml")).unwrap_or_else(|_| ClusterView::default());
-    desired(&policy, &view).to_values().unwrap()
+    let workers: BTreeMap<String, ClusterView> = policy
+        .spec
+        .clusters
+        .iter()
+        .map(|worker| {
+            let path = dir.join("workers").join(format!("{}.yaml", worker.name));
+            (worker.name.clone(), load_cluster_view(&path).unwrap())
+        })
+        .collect();
+    let fleet = build_fleet(&policy, &view, &workers);
+    assert_eq!(fleet.management, desired(&policy, &view));
+    fleet.to_values().unwrap()
 }
 
 /// The objects of every sample.
 fn all_sample_objects() -> Vec<Value> {
-    ["kubenexus", "spot-mix", "shared-quota"].into_iter().flat_map(sample_objects_of).collect()
+    ["kubenexus", "spot-mix", "shared-quota", "fleet"].into_iter().flat_map(sample_objects_of).collect()
 }
 
 /// The spot-mix sample uses every feature (cohorts, borrowing, preemption, provisioning, placement).
@@ -244,8 +259,13 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 6, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 9, "the samples should exercise every generated kind, got {kinds:?}");
     for object in &objects {
+        if object["kind"] == "Namespace" {
+            let errors = metadata_errors(object);
+            assert!(errors.is_empty(), "Namespace {}: {errors:#?}", object["metadata"]["name"]);
+            continue;
+        }
         let errors = checker.all_errors(object);
         assert!(errors.is_empty(), "{} {}: {errors:#?}", object["kind"], object["metadata"]["name"]);
     }
@@ -365,4 +385,26 @@ fn the_vendored_crds_equal_the_shared_kueue_release_when_present() {
         let original = std::fs::read_to_string(shared.join(file)).unwrap();
         assert!(vendored == original, "{file} differs from {}", shared.display());
     }
+}
+
+#[test]
+fn a_multikueue_config_with_a_repeated_or_no_worker_is_caught_by_the_crd() {
+    let checker = Checker::new();
+    let objects = sample_objects_of("fleet");
+    let mut config = objects.iter().find(|object| object["kind"] == "MultiKueueConfig").cloned().unwrap();
+    assert_eq!(checker.all_errors(&config), Vec::<String>::new());
+    config["spec"]["clusters"] = json!(["us-east", "us-east"]);
+    assert!(checker.all_errors(&config).iter().any(|error| error.contains("must be unique")), "{config}");
+    config["spec"]["clusters"] = json!([]);
+    assert!(!checker.structural_errors(&config).is_empty(), "minItems 1");
+}
+
+#[test]
+fn a_multikueue_cluster_without_a_cluster_source_is_caught_by_the_crd() {
+    let checker = Checker::new();
+    let objects = sample_objects_of("fleet");
+    let mut cluster = object_of_kind(&objects, "MultiKueueCluster", "us-east");
+    assert_eq!(checker.all_errors(&cluster), Vec::<String>::new());
+    cluster["spec"]["clusterSource"] = json!({});
+    assert!(!checker.all_errors(&cluster).is_empty(), "exactly one of kubeConfig or clusterProfileRef");
 }

@@ -31,6 +31,8 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
             "workloadpriorityclasses",
             "admissionchecks",
             "provisioningrequestconfigs",
+            "multikueueclusters",
+            "multikueueconfigs",
         ]
     },
     ("kueue.x-k8s.io", "localqueues/status"): {"get"},

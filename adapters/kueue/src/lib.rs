@@ -28,6 +28,18 @@ pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
 pub const PROVISIONING_REQUEST_CONTROLLER: &str = "kueue.x-k8s.io/provisioning-request";
 /// Kind of the parameters object of a ProvisioningRequest admission check.
 pub const PROVISIONING_REQUEST_CONFIG_KIND: &str = "ProvisioningRequestConfig";
+/// Controller name of Kueue's MultiKueue admission check (`kueue.MultiKueueControllerName`).
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+/// Kind of the parameters object of a MultiKueue admission check.
+pub const MULTIKUEUE_CONFIG_KIND: &str = "MultiKueueConfig";
+/// Label MultiKueue puts on every object it copies into a worker (`kueue.MultiKueueOriginLabel`); its value is the
+/// manager's `multiKueue.origin` (default `multikueue`).
+pub const MULTIKUEUE_ORIGIN_LABEL: &str = "kueue.x-k8s.io/multikueue-origin";
+/// Label MultiKueue puts on a Job it copies into a worker, naming the Workload it created there first
+/// (`constants.PrebuiltWorkloadLabel`).
+pub const PREBUILT_WORKLOAD_LABEL: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+/// Most clusters one MultiKueueConfig lists.
+pub const MAX_MULTIKUEUE_CONFIG_CLUSTERS: usize = 20;
 
 /// `preemption.reclaimWithinCohort` values.
 pub const RECLAIM_WITHIN_COHORT_VALUES: &[&str] = &["Never", "LowerPriority", "Any"];
@@ -294,6 +306,59 @@ pub struct ProvisioningRequestConfigSpec {
     /// Resources the ProvisioningRequest covers; empty means all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_resources: Option<Vec<String>>,
+}
+
+/// `MultiKueueCluster` spec (cluster-scoped): how the manager reaches one worker.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "MultiKueueCluster",
+    plural = "multikueueclusters",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiKueueClusterSpec {
+    /// Exactly one of `kubeConfig` or `clusterProfileRef` (tiergate writes `kubeConfig`).
+    pub cluster_source: MultiKueueClusterSource,
+}
+
+/// MultiKueueCluster `spec.clusterSource`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiKueueClusterSource {
+    /// Where the worker's kubeconfig is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube_config: Option<KubeConfig>,
+}
+
+/// MultiKueueCluster `spec.clusterSource.kubeConfig`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfig {
+    /// `Secret` (a Secret in Kueue's namespace, key `kubeconfig`) or `Path`.
+    pub location_type: String,
+    /// The Secret's name (or the path), 1..=256 characters.
+    pub location: String,
+}
+
+/// `MultiKueueConfig` spec (cluster-scoped): the workers a MultiKueue admission check dispatches to.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "MultiKueueConfig",
+    plural = "multikueueconfigs",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct MultiKueueConfigSpec {
+    /// MultiKueueCluster names, unique, 1..=20, most preferred first (the Incremental dispatcher's order).
+    pub clusters: Vec<String>,
 }
 
 #[cfg(test)]

@@ -20,6 +20,8 @@
 //!     taints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]
 //!   ```
 
+pub mod fleet;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

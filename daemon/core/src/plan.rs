@@ -5,23 +5,28 @@
 //! Object names are explained in [`names`]; every object carries [`MANAGED_BY_LABEL`] and [`POLICY_LABEL`] so
 //! the daemon prunes exactly what it owns.
 
+pub mod fleet;
 pub mod names;
 pub mod quota;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{Namespace, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_json::Value;
 use tiergate_kueue::{
     AdmissionCheck, AdmissionCheckParametersReference, AdmissionCheckSpec, AdmissionCheckStrategyRule,
     AdmissionChecksStrategy, BorrowWithinCohort, ClusterQueue, ClusterQueuePreemption, ClusterQueueSpec, FlavorQuotas,
-    LocalQueue, LocalQueueSpec, ProvisioningRequestConfig, ProvisioningRequestConfigSpec, ResourceFlavor,
-    ResourceFlavorSpec, ResourceGroup, ResourceQuota, WorkloadPriorityClass, WorkloadPriorityClassFields,
+    LocalQueue, LocalQueueSpec, MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig,
+    ProvisioningRequestConfigSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
+    WorkloadPriorityClass, WorkloadPriorityClassFields,
 };
 
-use self::names::{bounded_name, class_rule_flavor_name, cluster_queue_name, gpu_class_flavor_name, provisioning_name};
+use self::names::{
+    bounded_name, class_rule_flavor_name, cluster_queue_name, gpu_class_flavor_name, multikueue_check_name,
+    provisioning_name,
+};
 use self::quota::{FlavorRole, FlavorSource, tier_quota};
 use crate::policy::{PlacementRule, PlacementStrategy, Preemption, Tier, TierPolicy, TierPolicySpec};
 use crate::view::{ClusterView, NamespaceView};
@@ -33,11 +38,14 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 /// Label naming the TierPolicy an object was generated from.
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
-/// Kinds tiergate generates, in apply order (prune in reverse).
-pub const OWNED_KINDS: [&str; 6] = [
+/// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
+pub const OWNED_KINDS: [&str; 9] = [
+    "Namespace",
     "ResourceFlavor",
     "WorkloadPriorityClass",
     "ProvisioningRequestConfig",
+    "MultiKueueCluster",
+    "MultiKueueConfig",
     "AdmissionCheck",
     "ClusterQueue",
     "LocalQueue",
@@ -51,14 +59,21 @@ pub fn owned_label_selector(policy_name: &str) -> String {
 /// The Kueue objects a policy implies, one typed list per kind, each in a deterministic order.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Desired {
+    /// Worker clusters only: the tenant namespaces of the tiers dispatched there, with their tier label, sorted.
+    pub namespaces: Vec<Namespace>,
     /// One per GPU class (declaration order), then one per rule of each tier's placement strategy on the tier's
     /// class (tier order, each once).
     pub resource_flavors: Vec<ResourceFlavor>,
     /// One per priority bucket (declaration order).
     pub workload_priority_classes: Vec<WorkloadPriorityClass>,
-    /// One per tier with `provisioning` (tier order).
+    /// One per tier with `provisioning` that runs in this cluster (tier order).
     pub provisioning_request_configs: Vec<ProvisioningRequestConfig>,
-    /// One per tier with `provisioning` (tier order).
+    /// Management cluster only: one per `spec.clusters` entry (declaration order).
+    pub multi_kueue_clusters: Vec<MultiKueueCluster>,
+    /// Management cluster only: one per distinct ordered worker list of the dispatching tiers (first-use order).
+    pub multi_kueue_configs: Vec<MultiKueueConfig>,
+    /// Per tier (tier order): its MultiKueue check when it dispatches (management cluster), else its
+    /// ProvisioningRequest check when it has `provisioning` and runs in this cluster.
     pub admission_checks: Vec<AdmissionCheck>,
     /// One per tier (tier order).
     pub cluster_queues: Vec<ClusterQueue>,
@@ -71,12 +86,18 @@ pub struct Desired {
 /// One generated object, borrowed from [`Desired`].
 #[derive(Clone, Copy, Debug)]
 pub enum DesiredObject<'a> {
+    /// A Namespace (worker clusters).
+    Namespace(&'a Namespace),
     /// A ResourceFlavor.
     ResourceFlavor(&'a ResourceFlavor),
     /// A WorkloadPriorityClass.
     WorkloadPriorityClass(&'a WorkloadPriorityClass),
     /// A ProvisioningRequestConfig.
     ProvisioningRequestConfig(&'a ProvisioningRequestConfig),
+    /// A MultiKueueCluster.
+    MultiKueueCluster(&'a MultiKueueCluster),
+    /// A MultiKueueConfig.
+    MultiKueueConfig(&'a MultiKueueConfig),
     /// An AdmissionCheck.
     AdmissionCheck(&'a AdmissionCheck),
     /// A ClusterQueue.
@@ -124,9 +145,12 @@ impl DesiredObject<'_> {
     /// The object's kind.
     pub fn kind(&self) -> &'static str {
         match self {
+            Self::Namespace(_) => "Namespace",
             Self::ResourceFlavor(_) => "ResourceFlavor",
             Self::WorkloadPriorityClass(_) => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig(_) => "ProvisioningRequestConfig",
+            Self::MultiKueueCluster(_) => "MultiKueueCluster",
+            Self::MultiKueueConfig(_) => "MultiKueueConfig",
             Self::AdmissionCheck(_) => "AdmissionCheck",
             Self::ClusterQueue(_) => "ClusterQueue",
             Self::LocalQueue(_) => "LocalQueue",
@@ -136,9 +160,12 @@ impl DesiredObject<'_> {
     /// The object's metadata.
     pub fn metadata(&self) -> &ObjectMeta {
         match self {
+            Self::Namespace(object) => &object.metadata,
             Self::ResourceFlavor(object) => &object.metadata,
             Self::WorkloadPriorityClass(object) => &object.metadata,
             Self::ProvisioningRequestConfig(object) => &object.metadata,
+            Self::MultiKueueCluster(object) => &object.metadata,
+            Self::MultiKueueConfig(object) => &object.metadata,
             Self::AdmissionCheck(object) => &object.metadata,
             Self::ClusterQueue(object) => &object.metadata,
             Self::LocalQueue(object) => &object.metadata,
@@ -158,9 +185,12 @@ impl DesiredObject<'_> {
     /// The object as JSON, with `apiVersion` and `kind`.
     pub fn to_value(&self) -> Result<Value, PlanError> {
         let result = match self {
+            Self::Namespace(object) => serde_json::to_value(object),
             Self::ResourceFlavor(object) => serde_json::to_value(object),
             Self::WorkloadPriorityClass(object) => serde_json::to_value(object),
             Self::ProvisioningRequestConfig(object) => serde_json::to_value(object),
+            Self::MultiKueueCluster(object) => serde_json::to_value(object),
+            Self::MultiKueueConfig(object) => serde_json::to_value(object),
             Self::AdmissionCheck(object) => serde_json::to_value(object),
             Self::ClusterQueue(object) => serde_json::to_value(object),
             Self::LocalQueue(object) => serde_json::to_value(object),
@@ -170,16 +200,29 @@ impl DesiredObject<'_> {
 }
 
 impl Desired {
-    /// Every object in apply order: flavors, priority classes, provisioning configs, admission checks,
-    /// ClusterQueues, LocalQueues (each refers only to objects before it).
+    /// Every object in apply order ([`OWNED_KINDS`]): namespaces, flavors, priority classes, provisioning
+    /// configs, MultiKueue clusters and configs, admission checks, ClusterQueues, LocalQueues (each refers only to
+    /// objects before it).
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
+        let namespaces = self.namespaces.iter().map(DesiredObject::Namespace);
         let flavors = self.resource_flavors.iter().map(DesiredObject::ResourceFlavor);
         let classes = self.workload_priority_classes.iter().map(DesiredObject::WorkloadPriorityClass);
         let configs = self.provisioning_request_configs.iter().map(DesiredObject::ProvisioningRequestConfig);
+        let workers = self.multi_kueue_clusters.iter().map(DesiredObject::MultiKueueCluster);
+        let worker_sets = self.multi_kueue_configs.iter().map(DesiredObject::MultiKueueConfig);
         let checks = self.admission_checks.iter().map(DesiredObject::AdmissionCheck);
         let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
-        flavors.chain(classes).chain(configs).chain(checks).chain(cluster_queues).chain(local_queues).collect()
+        namespaces
+            .chain(flavors)
+            .chain(classes)
+            .chain(configs)
+            .chain(workers)
+            .chain(worker_sets)
+            .chain(checks)
+            .chain(cluster_queues)
+            .chain(local_queues)
+            .collect()
     }
 
     /// Every object as JSON, in apply order.
@@ -365,15 +408,44 @@ pub fn namespace_queues<'a>(
     })
 }
 
-/// The cluster-scoped objects of `policy` (everything but LocalQueues); they do not depend on the cluster view.
+/// The cluster-scoped objects of `policy` in the management cluster (everything but LocalQueues); they do not
+/// depend on the cluster view. A dispatching tier's ClusterQueue carries its MultiKueue check only: its
+/// ProvisioningRequest check (if any) runs on the workers, where the nodes are ([`fleet`]).
 pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
+    let mut desired = build_cluster_scoped(policy, Side::Management, |_| true);
+    let labels = owned_labels(policy);
+    desired.multi_kueue_clusters = fleet::build_multi_kueue_clusters(&policy.spec, &labels);
+    desired.multi_kueue_configs = fleet::build_multi_kueue_configs(&policy.spec, &labels);
+    desired
+}
+
+/// Which cluster objects are built for: the management cluster, or a worker MultiKueue dispatches to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Management,
+    Worker,
+}
+
+/// The flavors, priority classes, provisioning configs, admission checks and ClusterQueues of the tiers `keep`
+/// selects, as built for `side`.
+fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) -> bool) -> Desired {
     let spec = &policy.spec;
     let labels = owned_labels(policy);
+    let tiers: Vec<&Tier> = spec.tiers.iter().filter(|tier| keep(tier)).collect();
+    // On the management cluster a dispatching tier's provisioning runs on the workers instead.
+    let provisions_here =
+        |tier: &Tier| tier.provisioning.is_some() && !(side == Side::Management && tier.dispatch.is_some());
     let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
 
-    let class_flavors = spec.gpu_classes.iter().filter_map(|class| flavor_for_gpu_class(spec, &class.name));
+    let class_flavors = spec
+        .gpu_classes
+        .iter()
+        .filter(|class| {
+            side == Side::Management || tiers.iter().any(|tier| tier.gpu_class_names().any(|name| name == class.name))
+        })
+        .filter_map(|class| flavor_for_gpu_class(spec, &class.name));
     let mut rule_flavors: Vec<FlavorSelector> = Vec::new();
-    for flavor in spec.tiers.iter().flat_map(|tier| tier_flavor_sources(spec, tier)) {
+    for flavor in tiers.iter().flat_map(|tier| tier_flavor_sources(spec, tier)) {
         if flavor.role == FlavorRole::Rule && !rule_flavors.iter().any(|seen| seen.flavor == flavor.selector.flavor) {
             rule_flavors.push(flavor.selector);
         }
@@ -392,7 +464,7 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
         })
         .collect();
 
-    let provisioned: Vec<&Tier> = spec.tiers.iter().filter(|tier| tier.provisioning.is_some()).collect();
+    let provisioned: Vec<&Tier> = tiers.iter().copied().filter(|tier| provisions_here(tier)).collect();
     let provisioning_request_configs = provisioned
         .iter()
         .filter_map(|tier| tier.provisioning.as_ref().map(|provisioning| (tier, provisioning)))
@@ -405,27 +477,49 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
             },
         })
         .collect();
-    let admission_checks = provisioned
+    let check = |name: String, controller: &str, kind: &str, parameters: String| AdmissionCheck {
+        metadata: meta(name),
+        spec: AdmissionCheckSpec {
+            controller_name: controller.to_owned(),
+            parameters: Some(AdmissionCheckParametersReference {
+                api_group: tiergate_kueue::GROUP.to_owned(),
+                kind: kind.to_owned(),
+                name: parameters,
+            }),
+        },
+    };
+    let admission_checks = tiers
         .iter()
-        .map(|tier| AdmissionCheck {
-            metadata: meta(provisioning_name(&tier.name)),
-            spec: AdmissionCheckSpec {
-                controller_name: tiergate_kueue::PROVISIONING_REQUEST_CONTROLLER.to_owned(),
-                parameters: Some(AdmissionCheckParametersReference {
-                    api_group: tiergate_kueue::GROUP.to_owned(),
-                    kind: tiergate_kueue::PROVISIONING_REQUEST_CONFIG_KIND.to_owned(),
-                    name: provisioning_name(&tier.name),
-                }),
-            },
+        .filter_map(|tier| match (&tier.dispatch, side) {
+            (Some(dispatch), Side::Management) => Some(check(
+                multikueue_check_name(&tier.name),
+                tiergate_kueue::MULTIKUEUE_CONTROLLER,
+                tiergate_kueue::MULTIKUEUE_CONFIG_KIND,
+                names::multikueue_config_name(&dispatch.clusters),
+            )),
+            _ if provisions_here(tier) => Some(check(
+                provisioning_name(&tier.name),
+                tiergate_kueue::PROVISIONING_REQUEST_CONTROLLER,
+                tiergate_kueue::PROVISIONING_REQUEST_CONFIG_KIND,
+                provisioning_name(&tier.name),
+            )),
+            _ => None,
         })
         .collect();
 
-    let cluster_queues = spec
-        .tiers
+    let cluster_queues = tiers
         .iter()
-        .map(|tier| ClusterQueue {
-            metadata: meta(cluster_queue_name(&tier.name)),
-            spec: build_cluster_queue_spec(spec, tier),
+        .map(|tier| {
+            let mut queue = build_cluster_queue_spec(spec, tier);
+            let check = match side {
+                Side::Management if tier.dispatch.is_some() => Some(multikueue_check_name(&tier.name)),
+                _ if provisions_here(tier) => Some(provisioning_name(&tier.name)),
+                _ => None,
+            };
+            queue.admission_checks_strategy = check.map(|name| AdmissionChecksStrategy {
+                admission_checks: vec![AdmissionCheckStrategyRule { name, on_flavors: Vec::new() }],
+            });
+            ClusterQueue { metadata: meta(cluster_queue_name(&tier.name)), spec: queue }
         })
         .collect();
 
@@ -435,8 +529,7 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
         provisioning_request_configs,
         admission_checks,
         cluster_queues,
-        local_queues: Vec::new(),
-        notes: Vec::new(),
+        ..Desired::default()
     }
 }
 
@@ -489,12 +582,8 @@ fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueS
         }),
         resource_groups: vec![ResourceGroup { covered_resources, flavors }],
         preemption: tier.preemption.as_ref().map(build_preemption),
-        admission_checks_strategy: tier.provisioning.as_ref().map(|_| AdmissionChecksStrategy {
-            admission_checks: vec![AdmissionCheckStrategyRule {
-                name: provisioning_name(&tier.name),
-                on_flavors: Vec::new(),
-            }],
-        }),
+        // Set by the caller, which knows which cluster the queue is for.
+        admission_checks_strategy: None,
         stop_policy: None,
     }
 }
@@ -588,7 +677,12 @@ mod tests {
         let desired = desired(&policy, &view);
         let mut kinds: Vec<&str> = desired.objects().iter().map(DesiredObject::kind).collect();
         kinds.dedup();
-        assert_eq!(kinds, OWNED_KINDS);
+        // spot-mix has no worker clusters: every kind but the fleet's, in apply order.
+        let local_kinds: Vec<&str> = OWNED_KINDS
+            .into_iter()
+            .filter(|kind| !matches!(*kind, "Namespace" | "MultiKueueCluster" | "MultiKueueConfig"))
+            .collect();
+        assert_eq!(kinds, local_kinds);
         let selector = owned_label_selector("spot-mix");
         assert_eq!(selector, "app.kubernetes.io/managed-by=tiergate,tiergate.io/policy=spot-mix");
     }

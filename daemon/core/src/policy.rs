@@ -70,6 +70,61 @@ pub struct TierPolicySpec {
     /// The optional external scheduler agent (`POST /v1/score`).
     #[serde(default)]
     pub scoring: ScoringSettings,
+    /// Worker clusters tiers may dispatch to through Kueue MultiKueue (one MultiKueueCluster each); empty: every
+    /// tier runs in this cluster. See docs/fleet.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<WorkerCluster>,
+}
+
+/// A worker cluster, in the shape of a Kueue v0.19.2 MultiKueueCluster: a name and where its kubeconfig is.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerCluster {
+    /// DNS label, e.g. `us-east`; also the MultiKueueCluster name, referenced by tiers' `dispatch.clusters`.
+    pub name: String,
+    /// How to reach the worker (MultiKueueCluster `spec.clusterSource`).
+    pub cluster_source: ClusterSource,
+}
+
+/// MultiKueueCluster `spec.clusterSource`: tiergate supports the kubeconfig form.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterSource {
+    /// The worker's kubeconfig.
+    pub kube_config: KubeConfigSource,
+}
+
+/// MultiKueueCluster `spec.clusterSource.kubeConfig`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KubeConfigSource {
+    /// Only `Secret`: a Secret in Kueue's namespace whose `kubeconfig` key holds the worker's kubeconfig (the
+    /// tiergate daemon reads the same Secret to reconcile the worker; a `Path` on Kueue's disk it cannot read).
+    #[serde(default)]
+    pub location_type: KubeConfigLocationType,
+    /// The Secret's name (DNS subdomain, at most 256 characters as Kueue allows).
+    pub location: String,
+}
+
+/// Where a kubeconfig is; Kueue v0.19.2 also knows `Path`, which tiergate refuses (see [`KubeConfigSource`]).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum KubeConfigLocationType {
+    /// A Secret in Kueue's namespace, key `kubeconfig`.
+    #[default]
+    Secret,
+    /// A file on the Kueue controller's disk (refused by validation).
+    Path,
+}
+
+/// Which workers run a tier's workloads: the tier's ClusterQueue gets a MultiKueue admission check.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Dispatch {
+    /// Names of `spec.clusters` entries, most preferred first (MultiKueueConfig `clusters`: Kueue's Incremental
+    /// dispatcher nominates them in this order). The dispatcher itself is Kueue-wide in v0.19.2 (its
+    /// Configuration's `multiKueue.dispatcherName`), so the policy does not choose it per tier.
+    #[schemars(length(min = 1, max = 20))]
+    pub clusters: Vec<String>,
 }
 
 /// A class of GPU nodes, e.g. `h100`: the node labels that identify it and the taints its nodes carry.
@@ -145,6 +200,9 @@ pub struct Tier {
     /// most the tier's GPU quota.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub quota_shares: BTreeMap<String, u32>,
+    /// Run the tier's workloads on worker clusters through Kueue MultiKueue; absent: they run here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatch: Option<Dispatch>,
 }
 
 /// Quota of one resource in a tier's ClusterQueue.
@@ -332,6 +390,12 @@ pub struct AdmissionSettings {
     /// DRA `resourceClaims` on a pod template in a tiered namespace: `Deny` (default) or `Confine`.
     #[serde(default)]
     pub dra_claims: DraClaimAction,
+    /// On a worker cluster: the users MultiKueue writes as here (the identity of the kubeconfig in the management
+    /// cluster's Secret, e.g. `system:serviceaccount:kueue-system:multikueue`). A Job they create carrying Kueue's
+    /// `kueue.x-k8s.io/multikueue-origin` label is a copy MultiKueue dispatched and passes unchanged; the label
+    /// from anyone else is ignored. Empty: no copy is trusted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub multi_kueue_users: Vec<String>,
 }
 
 /// The external scheduler agent.
@@ -509,6 +573,11 @@ impl Tier {
         self.local_queue_name.clone().unwrap_or_else(|| format!("tiergate-{}", self.name))
     }
 
+    /// Whether the tier's workloads run on worker `cluster`.
+    pub fn dispatches_to(&self, cluster: &str) -> bool {
+        self.dispatch.as_ref().is_some_and(|dispatch| dispatch.clusters.iter().any(|name| name == cluster))
+    }
+
     /// The tier's GPU classes in Kueue's flavor order: the primary, then the fallbacks.
     pub fn gpu_class_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.gpu_class.as_str()).chain(self.fallback_gpu_classes.iter().map(String::as_str))
@@ -524,6 +593,16 @@ impl TierPolicySpec {
     /// The tier called `name`.
     pub fn tier(&self, name: &str) -> Option<&Tier> {
         self.tiers.iter().find(|tier| tier.name == name)
+    }
+
+    /// The worker cluster called `name`.
+    pub fn cluster(&self, name: &str) -> Option<&WorkerCluster> {
+        self.clusters.iter().find(|cluster| cluster.name == name)
+    }
+
+    /// The tiers that dispatch to worker `cluster`, in tier order.
+    pub fn tiers_dispatched_to<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a Tier> + 'a {
+        self.tiers.iter().filter(move |tier| tier.dispatches_to(cluster))
     }
 
     /// The placement strategy called `name`.

@@ -6,6 +6,7 @@
 
 mod boundary;
 pub mod fields;
+pub mod fleet;
 /// Kubernetes name and label syntax, where validation has always offered it.
 pub use crate::syntax as names;
 pub mod quantity;
@@ -186,6 +187,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
         }
     }
     check_scoring(spec, problems);
+    fleet::check_fleet(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

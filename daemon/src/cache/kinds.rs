@@ -32,7 +32,11 @@ pub enum KueueKind {
     WorkloadPriorityClass,
     /// `ProvisioningRequestConfig`, one per tier with provisioning (cluster-scoped).
     ProvisioningRequestConfig,
-    /// `AdmissionCheck`, one per tier with provisioning (cluster-scoped).
+    /// `MultiKueueCluster`, one per worker cluster of the policy (cluster-scoped).
+    MultiKueueCluster,
+    /// `MultiKueueConfig`, one per distinct worker list of the dispatching tiers (cluster-scoped).
+    MultiKueueConfig,
+    /// `AdmissionCheck`, one per tier with provisioning or dispatch (cluster-scoped).
     AdmissionCheck,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
@@ -42,10 +46,12 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
+        Self::MultiKueueCluster,
+        Self::MultiKueueConfig,
         Self::AdmissionCheck,
         Self::ClusterQueue,
         Self::LocalQueue,
@@ -57,6 +63,8 @@ impl KueueKind {
             Self::ResourceFlavor => "ResourceFlavor",
             Self::WorkloadPriorityClass => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig => "ProvisioningRequestConfig",
+            Self::MultiKueueCluster => "MultiKueueCluster",
+            Self::MultiKueueConfig => "MultiKueueConfig",
             Self::AdmissionCheck => "AdmissionCheck",
             Self::ClusterQueue => "ClusterQueue",
             Self::LocalQueue => "LocalQueue",
@@ -69,6 +77,8 @@ impl KueueKind {
             Self::ResourceFlavor => "resourceflavors",
             Self::WorkloadPriorityClass => "workloadpriorityclasses",
             Self::ProvisioningRequestConfig => "provisioningrequestconfigs",
+            Self::MultiKueueCluster => "multikueueclusters",
+            Self::MultiKueueConfig => "multikueueconfigs",
             Self::AdmissionCheck => "admissionchecks",
             Self::ClusterQueue => "clusterqueues",
             Self::LocalQueue => "localqueues",

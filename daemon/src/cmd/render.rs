@@ -1,13 +1,16 @@
 //! `tiergate render`: reads a policy (and a cluster view), validates it and prints the desired Kueue objects as
-//! a YAML stream or a JSON `List`. Without `--policy` it renders the embedded sample policy and cluster view.
+//! a YAML stream or a JSON `List`. Without `--policy` it renders the embedded sample policy and cluster view. A
+//! policy with worker clusters renders both sides: this cluster's objects, then each worker's under a
+//! `# cluster: <name>` line, each worker from its own `--worker-view NAME=FILE` (default: the `--cluster` view).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdError;
 use crate::cli::{OutputFormat, RenderArgs};
 use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
-use crate::plan::desired;
+use crate::plan::fleet::build_fleet;
 use crate::validation::validate_policy;
 use crate::view::ClusterView;
 
@@ -23,21 +26,54 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
         eprintln!("{errors}");
         return Ok(ExitCode::FAILURE);
     }
-    let desired = desired(&policy, view.as_ref().unwrap_or(&ClusterView::default()));
+    let management = view.clone().unwrap_or_default();
+    let mut worker_views: BTreeMap<String, ClusterView> = BTreeMap::new();
+    for (name, path) in &args.worker_views {
+        if policy.spec.cluster(name).is_none() {
+            let known: Vec<&str> = policy.spec.clusters.iter().map(|cluster| cluster.name.as_str()).collect();
+            return Err(format!(
+                "failed to match --worker-view {name}=...: the policy declares no worker {name:?} (spec.clusters: {})",
+                known.join(", ")
+            )
+            .into());
+        }
+        worker_views.insert(name.clone(), load_cluster_view(path)?);
+    }
+    for cluster in &policy.spec.clusters {
+        if !worker_views.contains_key(&cluster.name) {
+            eprintln!(
+                "note: no --worker-view {}=FILE given, so worker {} is rendered from this cluster's view (its nodes \
+                 decide the notes about missing GPU classes)",
+                cluster.name, cluster.name
+            );
+            worker_views.insert(cluster.name.clone(), management.clone());
+        }
+    }
+    let fleet = build_fleet(&policy, &management, &worker_views);
     if view.is_none() {
         eprintln!(
             "note: no --cluster given, so only cluster-scoped objects are rendered; LocalQueues need a cluster view \
              (namespaces and their labels): pass --cluster FILE, e.g. from `kubectl get ns,nodes -o yaml`"
         );
     }
-    for note in &desired.notes {
+    for note in fleet.notes() {
         eprintln!("note: {note}");
     }
     // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
     let text = match args.output {
-        OutputFormat::Yaml => desired.to_yaml_stream()?,
-        OutputFormat::Json => format!("{}\n", serde_json::to_string_pretty(&desired.to_json_list()?)?),
+        OutputFormat::Yaml => fleet.to_yaml_stream()?,
+        OutputFormat::Json if fleet.workers.is_empty() => {
+            format!("{}\n", serde_json::to_string_pretty(&fleet.management.to_json_list()?)?)
+        }
+        OutputFormat::Json => {
+            let mut clusters = serde_json::Map::new();
+            for (name, desired) in &fleet.workers {
+                clusters.insert(name.clone(), desired.to_json_list()?);
+            }
+            let both = serde_json::json!({"management": fleet.management.to_json_list()?, "workers": clusters});
+            format!("{}\n", serde_json::to_string_pretty(&both)?)
+        }
     };
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)

@@ -20,6 +20,7 @@ use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::error::MutateError;
+use super::multikueue::{CopyCheck, check_copy};
 use super::owners::{OwnerCheck, check_owner};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
@@ -104,6 +105,14 @@ fn decide(
     let before = object_json(object)?;
     if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
+    }
+    match check_copy(request, policy, namespace) {
+        CopyCheck::Unmarked => {}
+        CopyCheck::Dispatched { why } => return Ok(skip(adapter, "multikueue_copy", why)),
+        CopyCheck::Forged { message } => {
+            let verdict = Verdict::Deny { reason: "multikueue_mark_forged", message: message.clone() };
+            return Ok(Decision::unchanged(adapter.kind, verdict, vec![message]));
+        }
     }
     let placement = match &inputs.placement {
         Ok(placement) => placement,

@@ -8,6 +8,9 @@
 //! | LocalQueue of a tier (in each of its namespaces) | `Tier::local_queue()`: `localQueueName`, default `tiergate-<tier>` |
 //! | WorkloadPriorityClass | the bucket's `name` |
 //! | AdmissionCheck and ProvisioningRequestConfig of a tier | `tiergate-<tier>-provisioning` |
+//! | MultiKueueCluster of a worker | the worker's `name` |
+//! | MultiKueueConfig of a list of workers | `tiergate-fleet-<worker>-<worker>...-<hash>` (in the tier's order) |
+//! | MultiKueue AdmissionCheck of a tier | `tiergate-<tier>-multikueue` |
 //!
 //! A name longer than 63 characters is cut to 54, stripped of trailing `-`, and suffixed with `-` and the
 //! 8-hex-digit FNV-1a hash of the full name, so it stays unique and stable across runs and versions.
@@ -55,6 +58,24 @@ pub fn provisioning_name(tier: &str) -> String {
     bounded_name(&format!("tiergate-{tier}-provisioning"))
 }
 
+/// MultiKueue AdmissionCheck of a dispatching tier.
+pub fn multikueue_check_name(tier: &str) -> String {
+    bounded_name(&format!("tiergate-{tier}-multikueue"))
+}
+
+/// MultiKueueCluster of worker `cluster`.
+pub fn multikueue_cluster_name(cluster: &str) -> String {
+    bounded_name(cluster)
+}
+
+/// MultiKueueConfig of the ordered worker list `clusters`: a DNS label (Kueue's AdmissionCheck
+/// `parameters.name` pattern), ending in the FNV-1a hash of the names joined by dots, which no DNS label contains,
+/// so lists that join alike with `-` (`a-b`,`c` and `a`,`b-c`) still get distinct names.
+pub fn multikueue_config_name(clusters: &[String]) -> String {
+    let hash = fnv1a(&clusters.join("."));
+    bounded_name(&format!("tiergate-fleet-{}-{hash:08x}", clusters.join("-")))
+}
+
 /// 32-bit FNV-1a: tiny, stable across platforms and releases (unlike `std`'s hasher).
 fn fnv1a(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
@@ -70,6 +91,16 @@ mod tests {
         assert_eq!(cluster_queue_name("gold"), "tiergate-gold");
         assert_eq!(rule_flavor_name("spot-mix", "ondemand"), "spot-mix-ondemand");
         assert_eq!(class_rule_flavor_name("l4", "od-spot", "spot"), "l4-od-spot-spot");
+        assert_eq!(multikueue_check_name("gold"), "tiergate-gold-multikueue");
+    }
+
+    #[test]
+    fn worker_lists_that_join_alike_get_distinct_config_names() {
+        let left = multikueue_config_name(&["a-b".to_owned(), "c".to_owned()]);
+        let right = multikueue_config_name(&["a".to_owned(), "b-c".to_owned()]);
+        assert!(left.starts_with("tiergate-fleet-a-b-c-"), "{left}");
+        assert_ne!(left, right);
+        assert!(is_dns_label(&left), "{left}");
     }
 
     #[test]

@@ -136,6 +136,7 @@ mod tests {
             max_priority_class: None,
             provisioning: None,
             quota_shares: Default::default(),
+            dispatch: None,
         }
     }
 

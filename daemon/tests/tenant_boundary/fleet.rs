@@ -1,0 +1,117 @@
+//! Fleets (issue 17): on a worker cluster, Kueue MultiKueue's marks on a Job (`kueue.x-k8s.io/multikueue-origin`,
+//! `kueue.x-k8s.io/prebuilt-workload-name`) are trusted only from the user MultiKueue writes as there
+//! (`spec.admission.multiKueueUsers`); a tenant adding them to walk around the webhook is refused.
+//!
+//! The worker runs the sample policy with `multiKueueUsers` set; the tenant is bronze (namespace ml-team-dev, GPU
+//! class l4, queue tiergate-bronze) and asks for H100s.
+
+use support::*;
+
+#[cfg(test)]
+mod support {
+    pub use crate::tenant::tenant_review;
+    pub use kube::core::DynamicObject;
+    pub use kube::core::admission::AdmissionRequest;
+    pub use serde_json::{Value, json};
+    pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
+    pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+    pub use tiergate::view::Snapshot;
+
+    pub const BRONZE: &str = "ml-team-dev";
+    pub const MULTIKUEUE: &str = "system:serviceaccount:kueue-system:multikueue";
+    pub const ORIGIN: &str = "kueue.x-k8s.io/multikueue-origin";
+    pub const PREBUILT: &str = "kueue.x-k8s.io/prebuilt-workload-name";
+
+    /// The worker's snapshot: the sample policy, trusting MultiKueue's identity.
+    pub fn worker() -> Snapshot {
+        let mut policy = load_policy(None).unwrap();
+        policy.spec.admission.multi_kueue_users = vec![MULTIKUEUE.to_owned()];
+        build_static_snapshot(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None)
+    }
+
+    /// A bronze Job asking for an H100, with `labels`.
+    pub fn h100_job(labels: Value) -> Value {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": BRONZE, "labels": labels},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                "nodeSelector": {"gpu.nvidia.com/class": "h100"},
+                "containers": [{"name": "main", "image": "img", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}})
+    }
+
+    pub fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+        mutate(request, &worker(), &AdmissionInputs::default())
+    }
+
+    /// `review` as user `user` instead of the tenant.
+    pub fn as_user(mut review: AdmissionRequest<DynamicObject>, user: &str) -> AdmissionRequest<DynamicObject> {
+        review.user_info.username = Some(user.to_owned());
+        review
+    }
+
+    pub fn denial(decision: &Decision) -> &str {
+        match &decision.verdict {
+            Verdict::Deny { reason, message } => {
+                assert_eq!(*reason, "multikueue_mark_forged");
+                message
+            }
+            other => panic!("expected a denial, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_tenant_adding_the_multikueue_origin_label_to_skip_the_webhook_is_denied() {
+    let job = h100_job(json!({ORIGIN: "multikueue"}));
+    let decision = decide(&tenant_review("CREATE", &job, None, false, &[]));
+    let message = denial(&decision);
+    assert!(message.contains("kueue.x-k8s.io/multikueue-origin"), "{message}");
+    assert!(message.contains("mallory is not one of spec.admission.multiKueueUsers"), "{message}");
+}
+
+#[test]
+fn a_tenant_adding_a_prebuilt_workload_label_to_borrow_a_workload_is_denied() {
+    let job = h100_job(json!({PREBUILT: "job-someone-else-1a2b"}));
+    let message = denial(&decide(&tenant_review("CREATE", &job, None, false, &[]))).to_owned();
+    assert!(message.contains(PREBUILT), "{message}");
+}
+
+#[test]
+fn a_tenant_service_account_listed_as_multikueue_still_cannot_mark_its_own_jobs() {
+    let mut snapshot = worker();
+    let mut policy = (**snapshot.policy.as_ref().unwrap()).clone();
+    let own = format!("system:serviceaccount:{BRONZE}:default");
+    policy.spec.admission.multi_kueue_users.push(own.clone());
+    snapshot.policy = Some(std::sync::Arc::new(policy));
+    let job = h100_job(json!({ORIGIN: "multikueue"}));
+    let review = as_user(tenant_review("CREATE", &job, None, false, &[]), &own);
+    let decision = mutate(&review, &snapshot, &AdmissionInputs::default());
+    assert!(denial(&decision).contains(&own));
+}
+
+#[test]
+fn a_tenant_adding_the_mark_by_update_is_denied() {
+    let old = h100_job(json!({}));
+    let new = h100_job(json!({ORIGIN: "multikueue"}));
+    let decision = decide(&tenant_review("UPDATE", &new, Some(&old), false, &[]));
+    denial(&decision);
+}
+
+#[test]
+fn a_copy_multikueue_dispatched_passes_unchanged_with_no_second_queue_or_suspension() {
+    let copy = h100_job(json!({ORIGIN: "multikueue", PREBUILT: "job-train-3f2a",
+                               "kueue.x-k8s.io/queue-name": "tiergate-gold"}));
+    let decision = decide(&as_user(tenant_review("CREATE", &copy, None, false, &[]), MULTIKUEUE));
+    assert_eq!(decision.verdict, Verdict::Skip { reason: "multikueue_copy" });
+    assert!(decision.patch.is_empty(), "{:?}", decision.patch);
+}
+
+#[test]
+fn without_the_mark_the_same_job_from_the_multikueue_user_is_confined_like_any_other() {
+    let job = h100_job(json!({}));
+    let decision = decide(&as_user(tenant_review("CREATE", &job, None, false, &[]), MULTIKUEUE));
+    assert!(
+        matches!(decision.verdict, Verdict::Deny { reason: "foreign_gpu_class", .. }),
+        "an unmarked Job is decided by the tier rules, whoever writes it: {:?}",
+        decision.verdict
+    );
+}
