@@ -1,5 +1,6 @@
 //! `mutate()`: the admission decision as a pure function of (request, snapshot, scoring and placement inputs):
-//! tier queue, GPU class, placement and scoring applied to the object, the JSON patch diffed from it; no I/O.
+//! tier queue, GPU class, placement and scoring applied to the object's lean view (`admission::lean`), the JSON
+//! patch built at the pointers it edited (`admission::patch`); no I/O.
 //!
 //! The rules, in order, are documented in docs/admission.md.
 
@@ -12,14 +13,14 @@ use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
     KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing,
-    TemplateLayout, WorkloadAdapter, adapter_for, restore_pointers, set_pointer, unknown_embedded_kinds,
-    unknown_owner_kind,
+    TemplateLayout, WorkloadAdapter, adapter_for, set_pointer, unknown_embedded_kinds, unknown_owner_kind,
 };
 
 use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::owners::{OwnerCheck, check_owner};
+use super::patch::{PatchError, escape_token, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
@@ -62,6 +63,9 @@ pub enum MutateError {
     /// A toleration could not be serialized.
     #[error("failed to serialize a toleration: {0}")]
     SerializeToleration(#[source] serde_json::Error),
+    /// The decision's edits could not be written as a patch of the full object.
+    #[error(transparent)]
+    BuildPatch(#[from] PatchError),
 }
 
 impl MutateError {
@@ -72,6 +76,7 @@ impl MutateError {
             Self::EditField { .. } => "edit_field",
             Self::FindGpuClass { .. } => "find_gpu_class",
             Self::SerializeToleration(_) => "serialize_toleration",
+            Self::BuildPatch(error) => error.reason(),
         }
     }
 }
@@ -164,13 +169,14 @@ fn decide(
         template_reasons: 0..0,
         queue_note: None,
         templates_restored: false,
+        written: Vec::new(),
     };
     let placed = work.apply_placement(placement)?;
     let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
     let Some(tier) = tier else {
         let why =
             format!("namespace {namespace} has no tier (label {} names no tier of the policy)", policy.tier_label);
-        return Ok(work.finish(request, placed, "no_tier", why));
+        return work.finish(request, placed, "no_tier", why);
     };
     let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes(policy, tier)? };
     let labels_before = work.after.pointer("/metadata/labels").cloned();
@@ -200,7 +206,7 @@ fn decide(
         let why = "no pod template can reach GPU nodes (no GPU resource, DRA claim, toleration of a GPU taint, \
                    GPU-class node selection or GPU node name)"
             .to_owned();
-        return Ok(work.finish(request, placed, "no_gpu_request", why));
+        return work.finish(request, placed, "no_gpu_request", why);
     }
     if let Some(denial) = work.unconfinable_update(&context, &reaching) {
         return Ok(denial);
@@ -236,7 +242,7 @@ fn decide(
     work.restore_immutable(request);
     work.settle_reasons(&context);
     work.annotate_decision(&context)?;
-    Ok(work.decision(Verdict::Allow))
+    work.decision(Verdict::Allow)
 }
 
 /// The object being mutated and what was said about it.
@@ -255,6 +261,8 @@ struct Work {
     queue_note: Option<String>,
     /// An UPDATE restored the templates as they came, undoing tiergate's template changes.
     templates_restored: bool,
+    /// Every pointer edited in `after`: the patch is built there.
+    written: Vec<String>,
 }
 
 impl Work {
@@ -264,12 +272,19 @@ impl Work {
             pointer: pointer.to_owned(),
             source: ShapeError { field, expected: "object" },
         };
+        self.written.push(pointer.to_owned());
         if self.after.pointer(pointer).is_none_or(Value::is_null)
-            && !set_pointer(&mut self.after, pointer, Some(Value::Object(serde_json::Map::new())))
+            && !self.set(pointer, Some(Value::Object(serde_json::Map::new())))
         {
             return Err(shape("parent"));
         }
         self.after.pointer_mut(pointer).ok_or_else(|| shape("path"))
+    }
+
+    /// Sets (or with `None` removes) the value at `pointer` in the mutated object, as `set_pointer` does.
+    fn set(&mut self, pointer: &str, value: Option<Value>) -> bool {
+        self.written.push(pointer.to_owned());
+        set_pointer(&mut self.after, pointer, value)
     }
 
     fn edit<T>(
@@ -338,7 +353,7 @@ impl Work {
             for key in &placement.removed_template_annotations {
                 let pointer = format!("{}/annotations/{}", template.metadata, escape_token(key));
                 if self.after.pointer(&pointer).is_some() {
-                    removed |= set_pointer(&mut self.after, &pointer, None);
+                    removed |= self.set(&pointer, None);
                 }
             }
         }
@@ -622,7 +637,7 @@ impl Work {
                 self.reasons.push(reason);
             }
             PriorityFix::Remove { warning } => {
-                set_pointer(&mut self.after, &format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
+                self.set(&format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
                 self.warnings.push(warning);
             }
             PriorityFix::Deny { message } => {
@@ -835,7 +850,7 @@ impl Work {
         if let Some(suspend) = suspend
             && !update
             && !self.adapter.is_suspended(&self.before)
-            && !set_pointer(&mut self.after, suspend, Some(Value::Bool(true)))
+            && !self.set(suspend, Some(Value::Bool(true)))
         {
             return Err(MutateError::EditField {
                 pointer: suspend.to_owned(),
@@ -982,9 +997,9 @@ impl Work {
         let restored = old_priority.clone().map(Value::String);
         let labels = format!("{labels_at}/labels");
         if old_priority.is_some() && self.after.pointer(&labels).is_none_or(Value::is_null) {
-            set_pointer(&mut self.after, &labels, Some(Value::Object(serde_json::Map::new())));
+            self.set(&labels, Some(Value::Object(serde_json::Map::new())));
         }
-        set_pointer(&mut self.after, &pointer, restored);
+        self.set(&pointer, restored);
         let (was, now) = (old_priority.as_deref().unwrap_or("(none)"), new_priority.as_deref().unwrap_or("(none)"));
         self.warnings.push(format!(
             "{PRIORITY_CLASS_LABEL} is decided at creation: this update's change from {was} to {now} was undone"
@@ -1016,16 +1031,19 @@ impl Work {
             Vec::new()
         };
         let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
-        restore_pointers(&self.before, &mut self.after, &pointers);
+        for pointer in &pointers {
+            let value = self.before.pointer(pointer).cloned();
+            self.set(pointer, value);
+        }
         for (pointer, value) in directives {
-            set_pointer(&mut self.after, &pointer, value);
+            self.set(&pointer, value);
         }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
         for map in ["/metadata/labels", "/metadata/annotations"] {
             let created_empty = self.before.pointer(map).is_none()
                 && self.after.pointer(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
             if created_empty {
-                set_pointer(&mut self.after, map, None);
+                self.set(map, None);
             }
         }
         self.templates_restored = changed
@@ -1122,30 +1140,29 @@ impl Work {
         placed: bool,
         reason: &'static str,
         why: String,
-    ) -> Decision {
+    ) -> Result<Decision, MutateError> {
         self.reasons.push(why);
         if !placed {
-            return Decision::unchanged(self.adapter.kind, Verdict::Skip { reason }, self.reasons);
+            return Ok(Decision::unchanged(self.adapter.kind, Verdict::Skip { reason }, self.reasons));
         }
         self.restore_immutable(request);
         self.decision(Verdict::Allow)
     }
 
-    fn decision(self, verdict: Verdict) -> Decision {
-        let patch = json_patch::diff(&self.before, &self.after);
-        Decision {
+    fn decision(self, verdict: Verdict) -> Result<Decision, MutateError> {
+        let patch = patch_at(&self.before, &self.after, &self.written)?;
+        Ok(Decision {
             kind: self.adapter.kind,
             verdict,
             patch,
             object: Some(self.after),
             warnings: self.warnings,
             reasons: self.reasons,
-        }
+        })
     }
 }
 
-/// The object as JSON without `metadata.managedFields`: tiergate never patches them, and leaving them out of
-/// both sides of the diff halves the work on a typical Job (the patch paths stay valid for the full object).
+/// The object as JSON without `metadata.managedFields` (never read nor patched; a lean view has none already).
 fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
     let meta = &object.metadata;
     let metadata = ObjectMeta {
@@ -1193,11 +1210,6 @@ fn with_placement_hint(mut decision: Decision) -> Decision {
         decision.reasons = vec![message.clone()];
     }
     decision
-}
-
-/// `key` as one JSON-pointer token (`/` -> `~1`).
-fn escape_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn object_name(object: &Value) -> String {
