@@ -1,6 +1,6 @@
 //! The lean view of a review body: the envelope read with the objects borrowed as raw JSON from the body, and each
-//! object built as JSON without what no rule reads (`metadata.managedFields`, every `env` entry except
-//! `CUDA_VISIBLE_DEVICES`), those parts skipped without being built; pure, no I/O.
+//! object built as JSON without what no rule reads (`metadata.managedFields`, every `env` entry but the first
+//! `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped without being built; pure, no I/O.
 //!
 //! Every other field is kept, so each rule (GPU routes, owners, UPDATE checks on `oldObject`, adapters' pointers)
 //! reads the same values as in the full object. The patch is built against this view (`admission::patch`): the
@@ -28,6 +28,49 @@ const MANAGED_FIELDS: &str = "managedFields";
 /// The members of a JSON object, each borrowed from the body as raw JSON; a repeated member keeps its last
 /// value, as Go's decoder (and the API server) does.
 type Members<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
+
+/// The review in one typed pass (the common case): a repeated member makes it fail, and the review is then read
+/// member by member, the last value of each kept.
+#[derive(Deserialize)]
+struct Review<'a> {
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    request: Option<TypedRequest<'a>>,
+}
+
+/// A request with its objects borrowed as raw JSON.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypedRequest<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
+}
 
 /// The small fields of a request, read as kube-core reads them (the objects are read lean, apart).
 #[derive(Deserialize)]
@@ -69,6 +112,38 @@ pub(super) enum LeanError {
 
 /// Reads `body` as an AdmissionReview `api_version` request with lean objects.
 pub(super) fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
+    if let Ok(review) = serde_json::from_slice::<Review<'_>>(body)
+        && review.api_version == api_version
+        && review.kind == "AdmissionReview"
+        && let Some(request) = review.request
+    {
+        let object = |raw: Option<&RawValue>| raw.filter(|raw| raw.get() != "null").map(lean_object).transpose();
+        let (object, old_object) =
+            (object(request.object).map_err(LeanError::Json)?, object(request.old_object).map_err(LeanError::Json)?);
+        return Ok(AdmissionRequest {
+            types: TypeMeta { api_version: review.api_version.into_owned(), kind: review.kind.into_owned() },
+            uid: request.uid,
+            kind: request.kind,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            request_kind: request.request_kind,
+            request_resource: request.request_resource,
+            request_sub_resource: request.request_sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: request.user_info,
+            object,
+            old_object,
+            dry_run: request.dry_run,
+            options: request.options,
+        });
+    }
+    by_member(body, api_version)
+}
+
+/// `lean_request` for a review with repeated members (or one to explain): read member by member.
+fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
     let top: Members<'_> = serde_json::from_slice(body).map_err(LeanError::Json)?;
     let text = |name: &str| {
         top.get(name).and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()).unwrap_or_default()
@@ -115,7 +190,28 @@ fn lean_object(raw: &RawValue) -> Result<DynamicObject, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
     let value = LeanSeed { at: Place::Root }.deserialize(&mut deserializer)?;
     deserializer.end()?;
-    serde_json::from_value(value)
+    dynamic_object(value)
+}
+
+/// `value` as the `DynamicObject` serde would make of it, without serde's buffering of flattened fields (which
+/// copies the whole object once more): `metadata` typed, `apiVersion` and `kind` as its types when both are
+/// strings, the rest moved into `data`.
+fn dynamic_object(value: Value) -> Result<DynamicObject, serde_json::Error> {
+    let Value::Object(mut data) = value else {
+        return serde_json::from_value(value);
+    };
+    let metadata = data.remove("metadata").map(serde_json::from_value).transpose()?.unwrap_or_default();
+    let types = match (data.get("apiVersion"), data.get("kind")) {
+        (Some(Value::String(api_version)), Some(Value::String(kind))) => {
+            Some(TypeMeta { api_version: api_version.clone(), kind: kind.clone() })
+        }
+        _ => None,
+    };
+    if types.is_some() {
+        data.remove("apiVersion");
+        data.remove("kind");
+    }
+    Ok(DynamicObject { types, metadata, data: Value::Object(data) })
 }
 
 /// The lean view of `object` (used where a caller holds the object as JSON already).
@@ -219,8 +315,9 @@ impl<'de> Visitor<'de> for LeanSeed {
     }
 }
 
-/// An `env` list: kept as a list holding only its `CUDA_VISIBLE_DEVICES` entries (pinning reads them); any other
-/// shape (not a list, an entry that is not an object with a string name) is kept whole.
+/// An `env` list: kept as a list holding only its first `CUDA_VISIBLE_DEVICES` entry, as its name and string
+/// value (what pinning reads: whether the container sets it, and to what); every other entry is skipped without
+/// being built. Another shape than a list is kept whole.
 struct EnvSeed;
 
 impl<'de> DeserializeSeed<'de> for EnvSeed {
@@ -240,8 +337,12 @@ impl<'de> Visitor<'de> for EnvSeed {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut kept = Vec::new();
-        while let Some(entry) = seq.next_element_seed(EnvEntrySeed)? {
-            kept.extend(entry);
+        while let Some(entry) = seq.next_element::<&'de RawValue>()? {
+            if kept.is_empty()
+                && let Some(entry) = cuda_entry(entry)
+            {
+                kept.push(entry);
+            }
         }
         Ok(Value::Array(kept))
     }
@@ -275,27 +376,26 @@ impl<'de> Visitor<'de> for EnvSeed {
     }
 }
 
-/// One `env` entry: `Some` (the entry, whole) when it is `CUDA_VISIBLE_DEVICES` or not a named object.
-struct EnvEntrySeed;
-
-impl<'de> DeserializeSeed<'de> for EnvEntrySeed {
-    type Value = Option<Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Option<Value>, D::Error> {
-        // Borrowed from the body: skipping the entry builds nothing; only a kept entry is read a second time.
-        let raw = <&'de RawValue>::deserialize(deserializer)?;
-        #[derive(Deserialize)]
-        struct Name<'a> {
-            #[serde(borrow)]
-            name: Cow<'a, str>,
-        }
-        if let Ok(Name { name }) = serde_json::from_str::<Name<'_>>(raw.get())
-            && name != CUDA_VISIBLE_DEVICES
-        {
-            return Ok(None);
-        }
-        lean_value(raw.get()).map(Some).map_err(serde::de::Error::custom)
+/// `{"name": "CUDA_VISIBLE_DEVICES", "value": …}` when `entry` sets it (its value only when a string); `None` for
+/// any other entry, read borrowed from the body.
+fn cuda_entry(entry: &RawValue) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Entry<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+        #[serde(default, borrow)]
+        value: Option<&'a RawValue>,
     }
+    let Entry { name, value } = serde_json::from_str::<Entry<'_>>(entry.get()).ok()?;
+    if name != CUDA_VISIBLE_DEVICES {
+        return None;
+    }
+    let mut kept = Map::new();
+    kept.insert("name".to_owned(), Value::String(name.into_owned()));
+    if let Some(value) = value.and_then(|value| serde_json::from_str::<String>(value.get()).ok()) {
+        kept.insert("value".to_owned(), Value::String(value));
+    }
+    Some(Value::Object(kept))
 }
 
 #[cfg(test)]
@@ -316,13 +416,16 @@ mod tests {
         expected["metadata"].as_object_mut().unwrap().remove("managedFields");
         expected["spec"]["template"]["spec"]["containers"][0]["env"] =
             json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]);
+        let twice = json!({"env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"x": 1}},
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, "plain", {"value": "no name"}]});
+        assert_eq!(lean_value(&twice.to_string()).unwrap(), json!({"env": [{"name": "CUDA_VISIBLE_DEVICES"}]}));
         assert_eq!(lean, expected);
     }
 
     #[test]
-    fn managed_fields_are_kept_below_the_top_metadata_and_odd_env_shapes_are_kept_whole() {
+    fn managed_fields_are_kept_below_the_top_metadata_and_an_env_that_is_not_a_list_is_kept_whole() {
         let object = json!({"metadata": {"name": "j"}, "spec": {"template": {"metadata": {"managedFields": [1]}},
-            "env": {"not": "a list"}, "other": {"env": ["plain", {"value": "no name"}, {"name": 3}]}}});
+            "env": {"not": "a list"}}});
         assert_eq!(lean_value(&object.to_string()).unwrap(), object);
     }
 

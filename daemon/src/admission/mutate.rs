@@ -5,8 +5,8 @@
 //! The rules, in order, are documented in docs/admission.md.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
@@ -20,7 +20,7 @@ use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::owners::{OwnerCheck, check_owner};
-use super::patch::{PatchError, escape_token, patch_at};
+use super::patch::{Lookup, PatchError, escape_token, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
@@ -145,7 +145,7 @@ fn decide(
         return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
     };
     let before = object_json(object)?;
-    if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
+    if before.lookup("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
     }
     let placement = match &inputs.placement {
@@ -170,6 +170,7 @@ fn decide(
         queue_note: None,
         templates_restored: false,
         written: Vec::new(),
+        old: request.old_object.as_ref().and_then(|old| object_json(old).ok()).map(Rc::new),
     };
     let placed = work.apply_placement(placement)?;
     let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
@@ -179,11 +180,11 @@ fn decide(
         return work.finish(request, placed, "no_tier", why);
     };
     let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes(policy, tier)? };
-    let labels_before = work.after.pointer("/metadata/labels").cloned();
+    let labels_before = work.after.lookup("/metadata/labels").cloned();
     if let Some(denial) = work.apply_priority_fix(&context)? {
         return Ok(denial);
     }
-    let placed = placed || work.after.pointer("/metadata/labels") != labels_before.as_ref();
+    let placed = placed || work.after.lookup("/metadata/labels") != labels_before.as_ref();
     if let Some(denial) = work.foreign_strategy_denial(&context) {
         return Ok(denial);
     }
@@ -195,7 +196,7 @@ fn decide(
         .templates
         .iter()
         .filter_map(|template| {
-            let mut reach = boundary::reach(policy, snapshot, work.after.pointer(&template.spec)?);
+            let mut reach = boundary::reach(policy, snapshot, work.after.lookup(&template.spec)?);
             if sized_outside && !reach.reaches_gpu() {
                 reach.routes.push("its object requests GPUs outside the pod templates".to_owned());
             }
@@ -263,6 +264,8 @@ struct Work {
     templates_restored: bool,
     /// Every pointer edited in `after`: the patch is built there.
     written: Vec<String>,
+    /// The old object of an UPDATE, as JSON (read by several UPDATE checks, built once).
+    old: Option<Rc<Value>>,
 }
 
 impl Work {
@@ -273,7 +276,7 @@ impl Work {
             source: ShapeError { field, expected: "object" },
         };
         self.written.push(pointer.to_owned());
-        if self.after.pointer(pointer).is_none_or(Value::is_null)
+        if self.after.lookup(pointer).is_none_or(Value::is_null)
             && !self.set(pointer, Some(Value::Object(serde_json::Map::new())))
         {
             return Err(shape("parent"));
@@ -352,7 +355,7 @@ impl Work {
         for template in templates.iter().filter(|_| owner) {
             for key in &placement.removed_template_annotations {
                 let pointer = format!("{}/annotations/{}", template.metadata, escape_token(key));
-                if self.after.pointer(&pointer).is_some() {
+                if self.after.lookup(&pointer).is_some() {
                     removed |= self.set(&pointer, None);
                 }
             }
@@ -375,7 +378,7 @@ impl Work {
         template: &PodTemplatePointers,
         score: Option<&ScoreOutcome>,
     ) -> Result<Option<Decision>, MutateError> {
-        let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+        let selector = self.after.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
         let selected = selection(context.policy, &selector.unwrap_or_default());
         let class = match &selected {
             Selection::Class(class) if context.in_tier(&class.name) => {
@@ -386,7 +389,7 @@ impl Work {
             Selection::Class(_) | Selection::Unknown(_) => {
                 let Some(why) = self.foreign_allowed(context, template, &selected) else {
                     let written =
-                        self.before.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+                        self.before.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
                     let denial = self.foreign_denial(context, &selected);
                     if selection(context.policy, &written.unwrap_or_default()) != selected {
                         return Ok(Some(with_placement_hint(denial)));
@@ -461,10 +464,10 @@ impl Work {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
-            let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok());
+            let old = self.old.clone();
             let old_selector = old
                 .as_ref()
-                .and_then(|old| old.pointer(&template.spec))
+                .and_then(|old| old.lookup(&template.spec))
                 .map(|spec| podspec::string_map(spec, "nodeSelector"))
                 .unwrap_or_default();
             if selection(context.policy, &old_selector) == *selected {
@@ -489,7 +492,7 @@ impl Work {
             classes: &context.classes,
             queued: self.adapter.is_queued(),
         };
-        let judge = |object: &Value| object.pointer(&template.spec).map(|spec| boundary::violations(&bounds, spec));
+        let judge = |object: &Value| object.lookup(&template.spec).map(|spec| boundary::violations(&bounds, spec));
         let found = judge(&self.after).unwrap_or_default();
         if found.is_empty() {
             if reach.gpu_resources.is_empty() {
@@ -502,9 +505,7 @@ impl Work {
             return Ok(true);
         }
         let old_found = match context.request.operation {
-            Operation::Update => {
-                context.request.old_object.as_ref().and_then(|old| object_json(old).ok()).and_then(|old| judge(&old))
-            }
+            Operation::Update => self.old.clone().and_then(|old| judge(&old)),
             _ => None,
         };
         let exemption = context
@@ -532,7 +533,7 @@ impl Work {
                 .chain(self.templates.iter().map(|template| template.metadata.clone()));
             let mut found: Vec<Violation> = Vec::new();
             for pointer in metadata {
-                let Some(meta) = object.pointer(&pointer) else { continue };
+                let Some(meta) = object.lookup(&pointer) else { continue };
                 let (annotations, labels) =
                     (podspec::string_map(meta, "annotations"), podspec::string_map(meta, "labels"));
                 for violation in boundary::foreign_strategy_rules(context.policy, &in_tier, &annotations, &labels) {
@@ -548,7 +549,7 @@ impl Work {
             return None;
         }
         let old = match context.request.operation {
-            Operation::Update => context.request.old_object.as_ref().and_then(|old| object_json(old).ok()),
+            Operation::Update => self.old.clone(),
             _ => None,
         };
         if old.is_some_and(|old| judge(&old) == found) {
@@ -567,12 +568,12 @@ impl Work {
         if context.request.operation != Operation::Update || context.foreign_allowed_for_requester().is_some() {
             return None;
         }
-        let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok())?;
+        let old = self.old.clone()?;
         let immutable = |pointer: &str| self.adapter.immutable_on_update.iter().any(|fixed| pointer.starts_with(fixed));
         let (_, reach) = reaching.iter().find(|(template, _)| {
             immutable(&template.spec)
                 && !old
-                    .pointer(&template.spec)
+                    .lookup(&template.spec)
                     .is_some_and(|spec| boundary::reach(context.policy, context.snapshot, spec).reaches_gpu())
         })?;
         let message = format!(
@@ -621,7 +622,7 @@ impl Work {
         let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
         let pod_priority_class = self.templates.iter().find_map(|template| {
             self.after
-                .pointer(&format!("{}/priorityClassName", template.spec))
+                .lookup(&format!("{}/priorityClassName", template.spec))
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
@@ -748,7 +749,7 @@ impl Work {
         let mut labelled = false;
         for template in gpu_templates {
             let pointer = format!("{}/labels/{}", template.metadata, escape_token(JOB_TYPE_LABEL));
-            if self.after.pointer(&pointer).is_none() {
+            if self.after.lookup(&pointer).is_none() {
                 self.edit(&template.metadata, |metadata| {
                     podspec::set_string(metadata, "labels", JOB_TYPE_LABEL, &job_type)
                 })?;
@@ -778,7 +779,7 @@ impl Work {
         // CREATE, so the Jobs it spawns next are queued and suspended.
         let template_only = labels_at != "/metadata";
         let update = request.operation == Operation::Update && !template_only;
-        let old = if update { request.old_object.as_ref().and_then(|old| object_json(old).ok()) } else { None };
+        let old = if update { self.old.clone() } else { None };
         let current = label(&self.before, labels_at, QUEUE_NAME_LABEL);
         let old_queue = old.as_ref().and_then(|old| label(old, labels_at, QUEUE_NAME_LABEL));
         let tier_queue = context.tier.local_queue();
@@ -948,7 +949,7 @@ impl Work {
         }
         let Some(score) = score else {
             if request.operation == Operation::Update {
-                self.restore_priority(request);
+                self.restore_priority();
             }
             return Ok(());
         };
@@ -966,8 +967,8 @@ impl Work {
             Some(None) => return Ok(()),
         };
         let labels_at = self.adapter.queue_labels_at;
-        let labels = podspec::string_map(self.after.pointer(labels_at).unwrap_or(&Value::Null), "labels");
-        let user_before = podspec::string_map(self.before.pointer(labels_at).unwrap_or(&Value::Null), "labels");
+        let labels = podspec::string_map(self.after.lookup(labels_at).unwrap_or(&Value::Null), "labels");
+        let user_before = podspec::string_map(self.before.lookup(labels_at).unwrap_or(&Value::Null), "labels");
         if let Some(user) = user_before.get(PRIORITY_CLASS_LABEL).filter(|user| **user != class)
             && labels.get(PRIORITY_CLASS_LABEL) == Some(user)
         {
@@ -985,8 +986,8 @@ impl Work {
         Ok(())
     }
 
-    fn restore_priority(&mut self, request: &AdmissionRequest<DynamicObject>) {
-        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+    fn restore_priority(&mut self) {
+        let old = self.old.clone();
         let labels_at = self.adapter.queue_labels_at;
         let old_priority = old.as_ref().and_then(|old| label(old, labels_at, PRIORITY_CLASS_LABEL));
         let new_priority = label(&self.before, labels_at, PRIORITY_CLASS_LABEL);
@@ -996,7 +997,7 @@ impl Work {
         let pointer = format!("{labels_at}/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
         let restored = old_priority.clone().map(Value::String);
         let labels = format!("{labels_at}/labels");
-        if old_priority.is_some() && self.after.pointer(&labels).is_none_or(Value::is_null) {
+        if old_priority.is_some() && self.after.lookup(&labels).is_none_or(Value::is_null) {
             self.set(&labels, Some(Value::Object(serde_json::Map::new())));
         }
         self.set(&pointer, restored);
@@ -1018,21 +1019,21 @@ impl Work {
         // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'
         // mutable scheduling directives of a suspended Job, which JobSet follows), also while being unsuspended:
         // the tier's selector and tolerations an update removed are put back; the rest stays as the update wrote it.
-        let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable(request) {
+        let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable() {
             self.templates
                 .iter()
                 .flat_map(|template| ["nodeSelector", "tolerations"].map(|field| format!("{}/{field}", template.spec)))
                 .map(|pointer| {
-                    let value = self.after.pointer(&pointer).cloned();
+                    let value = self.after.lookup(&pointer).cloned();
                     (pointer, value)
                 })
                 .collect()
         } else {
             Vec::new()
         };
-        let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
+        let changed = pointers.iter().any(|pointer| self.before.lookup(pointer) != self.after.lookup(pointer));
         for pointer in &pointers {
-            let value = self.before.pointer(pointer).cloned();
+            let value = self.before.lookup(pointer).cloned();
             self.set(pointer, value);
         }
         for (pointer, value) in directives {
@@ -1040,8 +1041,8 @@ impl Work {
         }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
         for map in ["/metadata/labels", "/metadata/annotations"] {
-            let created_empty = self.before.pointer(map).is_none()
-                && self.after.pointer(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
+            let created_empty = self.before.lookup(map).is_none()
+                && self.after.lookup(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
             if created_empty {
                 self.set(map, None);
             }
@@ -1050,7 +1051,7 @@ impl Work {
             && self
                 .templates
                 .iter()
-                .all(|template| self.before.pointer(&template.spec) == self.after.pointer(&template.spec));
+                .all(|template| self.before.lookup(&template.spec) == self.after.lookup(&template.spec));
         if changed {
             self.reasons.push(format!("UPDATE: left {} as they were (immutable after creation)", pointers.join(", ")));
         }
@@ -1059,11 +1060,11 @@ impl Work {
     /// Whether this UPDATE may change the templates' scheduling directives: the old object was suspended and never
     /// started (`status.startTime` unset). Kubernetes allows it then, also in the update that unsuspends (that is
     /// how Kueue injects a flavor's node labels at admission).
-    fn scheduling_mutable(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
-        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+    fn scheduling_mutable(&self) -> bool {
+        let old = self.old.clone();
         self.adapter.templates != TemplateLayout::Pod
             && old.as_ref().is_some_and(|old| {
-                self.adapter.is_suspended(old) && old.pointer("/status/startTime").is_none_or(Value::is_null)
+                self.adapter.is_suspended(old) && old.lookup("/status/startTime").is_none_or(Value::is_null)
             })
     }
 
@@ -1107,7 +1108,7 @@ impl Work {
     fn annotate_decision(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
         let mut classes: Vec<String> = Vec::new();
         for template in &self.templates {
-            let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+            let selector = self.after.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
             if let Selection::Class(class) = selection(context.policy, &selector.unwrap_or_default())
                 && !classes.contains(&class.name)
             {
@@ -1115,7 +1116,7 @@ impl Work {
             }
         }
         let labels =
-            podspec::string_map(self.after.pointer(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
+            podspec::string_map(self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
@@ -1164,24 +1165,10 @@ impl Work {
 
 /// The object as JSON without `metadata.managedFields` (never read nor patched; a lean view has none already).
 fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
-    let meta = &object.metadata;
-    let metadata = ObjectMeta {
-        annotations: meta.annotations.clone(),
-        creation_timestamp: meta.creation_timestamp.clone(),
-        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-        deletion_timestamp: meta.deletion_timestamp.clone(),
-        finalizers: meta.finalizers.clone(),
-        generate_name: meta.generate_name.clone(),
-        generation: meta.generation,
-        labels: meta.labels.clone(),
-        managed_fields: None,
-        name: meta.name.clone(),
-        namespace: meta.namespace.clone(),
-        owner_references: meta.owner_references.clone(),
-        resource_version: meta.resource_version.clone(),
-        self_link: meta.self_link.clone(),
-        uid: meta.uid.clone(),
-    };
+    let mut metadata = serde_json::to_value(&object.metadata).map_err(MutateError::SerializeObject)?;
+    if let Some(metadata) = metadata.as_object_mut() {
+        metadata.remove("managedFields");
+    }
     let mut map = match &object.data {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
@@ -1190,13 +1177,13 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
         map.insert("apiVersion".to_owned(), Value::String(types.api_version.clone()));
         map.insert("kind".to_owned(), Value::String(types.kind.clone()));
     }
-    map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
+    map.insert("metadata".to_owned(), metadata);
     Ok(Value::Object(map))
 }
 
 /// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.
 fn label(object: &Value, metadata: &str, key: &str) -> Option<String> {
-    let labels = object.pointer(metadata).and_then(|metadata| metadata.get("labels"));
+    let labels = object.lookup(metadata).and_then(|metadata| metadata.get("labels"));
     labels.and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
 }
 

@@ -6,6 +6,8 @@
 //! removing a value holding an `env` list, or the top `metadata`, which lacks `managedFields`) is refused rather
 //! than written wrong.
 
+use std::borrow::Cow;
+
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation};
 use serde_json::Value;
@@ -44,47 +46,75 @@ pub fn escape_token(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// The tokens of `pointer`, unescaped (`~1` -> `/`, `~0` -> `~`).
-fn tokens(pointer: &str) -> Vec<String> {
-    pointer.split('/').skip(1).map(|token| token.replace("~1", "/").replace("~0", "~")).collect()
+/// The value at `pointer` (RFC 6901), like `Value::pointer` but allocating only for a token with `~`.
+fn lookup<'v>(value: &'v Value, pointer: &str) -> Option<&'v Value> {
+    if pointer.is_empty() {
+        return Some(value);
+    }
+    let mut current = value;
+    for token in pointer.strip_prefix('/')?.split('/') {
+        let token: Cow<'_, str> = match token.contains('~') {
+            true => Cow::Owned(token.replace("~1", "/").replace("~0", "~")),
+            false => Cow::Borrowed(token),
+        };
+        current = match current {
+            Value::Object(map) => map.get(token.as_ref())?,
+            Value::Array(items) => items.get(parse_index(&token)?)?,
+            _ => return None,
+        };
+    }
+    Some(current)
 }
 
-fn join(tokens: &[String]) -> String {
-    tokens.iter().map(|token| format!("/{}", escape_token(token))).collect()
+/// `Value::pointer` without its two allocations per token.
+pub(super) trait Lookup {
+    /// The value at `pointer` (RFC 6901).
+    fn lookup(&self, pointer: &str) -> Option<&Value>;
 }
 
-/// The patch from `before` to `after`, looking only at `written` (the pointers the decision edited).
+impl Lookup for Value {
+    fn lookup(&self, pointer: &str) -> Option<&Value> {
+        lookup(self, pointer)
+    }
+}
+
+/// An array index token: digits without a leading zero (RFC 6901).
+fn parse_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() > 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
+/// The patch from `before` to `after`, looking only at `written` (the pointers the decision edited, escaped).
 pub fn patch_at(before: &Value, after: &Value, written: &[String]) -> Result<Patch, PatchError> {
     // Where each edit is compared: its pointer, or the first ancestor that is not a container of the same kind on
-    // both sides (a parent the decision created, or a null it replaced with a map).
-    let mut roots: Vec<Vec<String>> = written
+    // both sides (a parent the decision created, or a null it replaced with a map). Prefixes of an escaped pointer
+    // cut at a `/` are escaped pointers themselves.
+    let mut roots: Vec<&str> = written
         .iter()
         .map(|pointer| {
-            let tokens = tokens(pointer);
-            let depth = (0..tokens.len())
-                .find(|&depth| {
-                    let path = join(&tokens[..depth]);
+            let cuts = pointer.match_indices('/').map(|(index, _)| index).chain([pointer.len()]);
+            cuts.map(|end| &pointer[..end])
+                .find(|path| {
                     !matches!(
-                        (before.pointer(&path), after.pointer(&path)),
+                        (lookup(before, path), lookup(after, path)),
                         (Some(Value::Object(_)), Some(Value::Object(_)))
                             | (Some(Value::Array(_)), Some(Value::Array(_)))
                     )
                 })
-                .unwrap_or(tokens.len());
-            tokens[..depth].to_vec()
+                .unwrap_or(pointer)
         })
         .collect();
-    roots.sort();
+    roots.sort_unstable();
     roots.dedup();
     // An edit inside another edit is covered by the outer one.
-    let roots: Vec<&Vec<String>> = roots
-        .iter()
-        .filter(|root| !roots.iter().any(|other| other.len() < root.len() && root.starts_with(other)))
-        .collect();
+    let inside = |root: &str, other: &str| {
+        other.len() < root.len() && root.starts_with(other) && root[other.len()..].starts_with('/')
+    };
     let mut builder = Builder { operations: Vec::new() };
-    for root in roots {
-        let path = join(root);
-        builder.compare(&path, before.pointer(&path), after.pointer(&path))?;
+    for root in roots.iter().filter(|root| !roots.iter().any(|other| inside(root, other))) {
+        builder.compare(root, lookup(before, root), lookup(after, root))?;
     }
     Ok(Patch(builder.operations))
 }
@@ -117,8 +147,10 @@ impl Builder {
                     self.compare(&child, old.get(key), None)?;
                 }
                 for (key, value) in new {
-                    let child = format!("{path}/{}", escape_token(key));
-                    self.compare(&child, old.get(key), Some(value))?;
+                    let was = old.get(key);
+                    if was != Some(value) {
+                        self.compare(&format!("{path}/{}", escape_token(key)), was, Some(value))?;
+                    }
                 }
                 Ok(())
             }
@@ -133,7 +165,7 @@ impl Builder {
                 Ok(())
             }
             (Value::Array(old), Value::Array(new)) if old.len() == new.len() => {
-                for (index, (old, new)) in old.iter().zip(new).enumerate() {
+                for (index, (old, new)) in old.iter().zip(new).enumerate().filter(|(_, (old, new))| old != new) {
                     self.diff(&format!("{path}/{index}"), old, new)?;
                 }
                 Ok(())
