@@ -420,6 +420,21 @@ mod tests {
     }
 
     #[test]
+    fn an_update_of_a_one_and_a_half_mib_job_of_env_entries_fits_the_default_budget() {
+        let value = "x".repeat(64);
+        let entries: Vec<String> =
+            (0..15_000).map(|index| format!(r#"{{"name":"CONFIG_{index:05}","value":"{value}"}}"#)).collect();
+        let object = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"j"}},"spec":{{"template":{{"spec":{{"containers":[{{"name":"c","env":[{}]}}]}}}}}}}}"#,
+            entries.join(",")
+        );
+        let body = format!(r#"{{"request":{{"uid":"u","object":{object},"oldObject":{object}}}}}"#);
+        assert!(object.len() > 1_400_000, "{}", object.len());
+        let charged = structure_cost(body.as_bytes()) + body.len();
+        assert!(charged < DEFAULT_MAX_INFLIGHT_BYTES * 3 / 5, "{charged}");
+    }
+
+    #[test]
     fn charges_are_given_back_when_dropped_and_refused_past_the_budget() {
         let limits = WebhookLimits { max_inflight_bytes: 100_000, max_inflight_requests: 2, ..Default::default() };
         let budget = RequestBudget::new(&limits);
