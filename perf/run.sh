@@ -9,6 +9,7 @@
 #   LOAD_SECONDS=10 SOAK_SECONDS=60 perf/run.sh   # quick try
 #
 # Environment: LOAD_SECONDS (30), SOAK_SECONDS (600), SOAK_RATE (1000 req/s), SOAK_CONNECTIONS (8),
+# PROFILE (release; `bench` is the same optimized build with line tables, reusing the benches' build),
 # BODY (one review file; default: every recorded fixture in turn, one compact JSON per line via oha -Z),
 # PORT (18443), ADMIN_PORT (18080).
 set -euo pipefail
@@ -66,7 +67,7 @@ for update in (False, True):
 EOF
 LARGE_NAME="4 Jobs of ~1 MiB in turn (CREATE and UPDATE; $(wc -c <"$WORK/large.jsonl") bytes in all)"
 log "building the release binary"
-cargo build --release -p tiergate --bin tiergate
+cargo build --profile "${PROFILE:-release}" -p tiergate --bin tiergate
 BIN=target/release/tiergate
 
 # --- server ------------------------------------------------------------------------------------------------------
