@@ -25,8 +25,8 @@ pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 128;
 pub const REQUEST_OVERHEAD_BYTES: usize = 16 * 1024;
 /// Bytes charged for each JSON object or array in a body, on top of its bytes: parsing and deciding build a tree
 /// of every object (maps, strings, copies for the patch). Measured: a 3.9 MiB review of ~131,000 small objects
-/// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`); issue 15's lean view will
-/// lower this.
+/// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`, before the lean view). The
+/// lean view still builds every object outside `env` lists, so this rate stays; `env` lists have their own.
 pub const STRUCTURE_COST_BYTES: usize = 2 * 1024;
 /// Bytes charged for each `,` (one more element or member): a 3.9 MiB review of a million one-letter `args` grew
 /// RSS by ~189 MiB, ~190 bytes per element (`perf/body_flood.py --shape array 1`).
