@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Loopback load test of the release `tiergate webhook --offline` with oha: keep-alive 8 connections, 1 connection,
-# a new TLS connection per request, then a constant-rate soak recording the server's resident memory every 10 s.
+# a new TLS connection per request, 1 MiB reviews cycled over 8 connections (Jobs of long env lists, issue 15),
+# then a constant-rate soak recording the server's resident memory every 10 s.
 # Writes perf/results/<UTC timestamp>.md (and prints it). Loopback only; every step is bounded and the server is
 # stopped on exit.
 #
@@ -8,6 +9,7 @@
 #   LOAD_SECONDS=10 SOAK_SECONDS=60 perf/run.sh   # quick try
 #
 # Environment: LOAD_SECONDS (30), SOAK_SECONDS (600), SOAK_RATE (1000 req/s), SOAK_CONNECTIONS (8),
+# PROFILE (release; `bench` is the same optimized build with line tables, reusing the benches' build),
 # BODY (one review file; default: every recorded fixture in turn, one compact JSON per line via oha -Z),
 # PORT (18443), ADMIN_PORT (18080).
 set -euo pipefail
@@ -46,8 +48,26 @@ for path in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
     BODY_ARGS=(-Z "$WORK/bodies.jsonl")
     BODY_NAME="the $(wc -l <"$WORK/bodies.jsonl") recorded fixtures in turn (compact JSON, $(wc -c <"$WORK/bodies.jsonl") bytes in all)"
 fi
+# 1 MiB reviews: the bronze GPU Job grown with env entries to ~1 MiB, four variants (CREATE and UPDATE, two entry
+# sizes), one compact JSON per line.
+python3 - "$FIXTURES/job-create-bronze-gpu-scored.json" >"$WORK/large.jsonl" <<'EOF'
+import copy, json, sys
+base = json.load(open(sys.argv[1]))
+for update in (False, True):
+    for value in (64, 256):
+        review = copy.deepcopy(base)
+        entry = len(json.dumps({"name": "CONFIG_00000", "value": "x" * value})) + 1
+        count = (1024 * 1024 // (2 if update else 1)) // entry
+        env = [{"name": f"CONFIG_{i:05}", "value": "x" * value} for i in range(count)]
+        review["request"]["object"]["spec"]["template"]["spec"]["containers"][0]["env"] = env
+        if update:
+            review["request"]["operation"] = "UPDATE"
+            review["request"]["oldObject"] = copy.deepcopy(review["request"]["object"])
+        print(json.dumps(review, separators=(",", ":")))
+EOF
+LARGE_NAME="4 Jobs of ~1 MiB in turn (CREATE and UPDATE; $(wc -c <"$WORK/large.jsonl") bytes in all)"
 log "building the release binary"
-cargo build --release -p tiergate --bin tiergate
+cargo build --profile "${PROFILE:-release}" -p tiergate --bin tiergate
 BIN=target/release/tiergate
 
 # --- server ------------------------------------------------------------------------------------------------------
@@ -103,6 +123,11 @@ RSS_LOAD=$(rss_kib)
 load keepalive1 -z "${LOAD_SECONDS}s" -c 1
 load fresh8 -z "${LOAD_SECONDS}s" -c 8 --disable-keepalive
 RSS_AFTER_FRESH=$(rss_kib)
+BODY_ARGS_SMALL=("${BODY_ARGS[@]}")
+BODY_ARGS=(-Z "$WORK/large.jsonl")
+load large8 -z "${LOAD_SECONDS}s" -c 8
+BODY_ARGS=("${BODY_ARGS_SMALL[@]}")
+RSS_AFTER_LARGE=$(rss_kib)
 
 # --- soak ----------------------------------------------------------------------------------------------------------
 log "soak: ${SOAK_SECONDS} s at ${SOAK_RATE} req/s over ${SOAK_CONNECTIONS} connections"
@@ -122,21 +147,23 @@ HWM=$(hwm_kib)
     echo "# tiergate webhook load test, $STAMP"
     echo
     echo "Machine: $(nproc) cores ($(lscpu | awk -F: '/Model name/ {gsub(/^ +/, "", $2); print $2; exit}')), $(free -g | awk '/Mem:/ {print $2}') GiB RAM, Linux $(uname -r), load average at start of report: $(cut -d' ' -f1-3 /proc/loadavg)."
-    echo "Binary: target/release/tiergate ($(git rev-parse --short HEAD 2>/dev/null || echo unknown)), oha $(oha --version | awk '{print $2}'), body: $BODY_NAME. Client and server share the machine."
+    echo "Binary: target/release/tiergate ($(git rev-parse --short HEAD 2>/dev/null || echo unknown)), oha $(oha --version | awk '{print $2}'), body: $BODY_NAME; 1 MiB scenario: $LARGE_NAME. Client and server share the machine."
     echo
     echo "| scenario | req/s | p50 ms | p99 ms | max ms | 200s | errors |"
     echo "|---|---|---|---|---|---|---|"
     row keepalive8 "keep-alive, 8 connections, ${LOAD_SECONDS} s"
     row keepalive1 "keep-alive, 1 connection, ${LOAD_SECONDS} s"
     row fresh8 "new TLS connection per request, 8 clients, ${LOAD_SECONDS} s"
+    row large8 "1 MiB reviews, keep-alive, 8 connections, ${LOAD_SECONDS} s"
     row soak "soak: ${SOAK_RATE} req/s over ${SOAK_CONNECTIONS} connections, ${SOAK_SECONDS} s"
     echo
-    python3 - "$WORK/rss.csv" "$RSS_LOAD" "$RSS_AFTER_FRESH" "$HWM" <<'EOF'
+    python3 - "$WORK/rss.csv" "$RSS_LOAD" "$RSS_AFTER_FRESH" "$HWM" "$RSS_AFTER_LARGE" <<'EOF'
 import csv, sys
 rows = [(int(r["seconds"]), int(r["vmrss_kib"])) for r in csv.DictReader(open(sys.argv[1])) if r["vmrss_kib"]]
 mib = lambda kib: int(kib) / 1024
 print(f"Resident memory: {mib(sys.argv[2]):.1f} MiB after keep-alive x8, {mib(sys.argv[3]):.1f} MiB after the "
-      f"new-connection run, peak (VmHWM) {mib(sys.argv[4]):.1f} MiB.")
+      f"new-connection run, {mib(sys.argv[5]):.1f} MiB after the 1 MiB reviews, peak (VmHWM) "
+      f"{mib(sys.argv[4]):.1f} MiB.")
 if len(rows) >= 2:
     first = next((kib for seconds, kib in rows if seconds >= 10), rows[0][1])
     last = rows[-1][1]

@@ -1,5 +1,6 @@
 //! Loopback HTTPS load test of the webhook with the recorded fixtures: keep-alive with 8 connections and with 1,
-//! and a new TLS connection per request. Prints requests/s and latency percentiles; client and server share the
+//! and a new TLS connection per request; then ~1 MiB and ~1.4 MiB Jobs of long env lists in turn over 8 keep-alive
+//! connections (issue 15). Prints requests/s and latency percentiles; client and server share the
 //! machine, so the numbers are a lower bound. `TIERGATE_LOAD_SECONDS` sets each scenario's length (default 5).
 
 use std::path::PathBuf;
@@ -15,6 +16,9 @@ use tiergate::admission::server::{AdmissionState, serve_webhook_on};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
+
+#[allow(dead_code)]
+mod support;
 
 type BenchError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -145,6 +149,9 @@ fn main() -> Result<(), BenchError> {
         for scenario in &scenarios {
             run(&url, &ca.pem(), scenario, &bodies, Duration::from_secs(seconds)).await?;
         }
+        let large = Arc::new(vec![support::grown_job(1024 * 1024), support::grown_job(1400 * 1024)]);
+        let scenario = Scenario { name: "1 MiB reviews, keep-alive, 8 conn.", connections: 8, fresh: false };
+        run(&url, &ca.pem(), &scenario, &large, Duration::from_secs(seconds)).await?;
         shutdown.cancel();
         server.await??;
         Ok(())

@@ -25,12 +25,17 @@ pub const DEFAULT_MAX_INFLIGHT_REQUESTS: usize = 128;
 pub const REQUEST_OVERHEAD_BYTES: usize = 16 * 1024;
 /// Bytes charged for each JSON object or array in a body, on top of its bytes: parsing and deciding build a tree
 /// of every object (maps, strings, copies for the patch). Measured: a 3.9 MiB review of ~131,000 small objects
-/// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`); issue 15's lean view will
-/// lower this.
+/// grew RSS by ~305 MiB in one request, ~2.4 KiB per object (`perf/body_flood.py 1`, before the lean view). The
+/// lean view still builds every object outside `env` lists, so this rate stays; `env` lists have their own.
 pub const STRUCTURE_COST_BYTES: usize = 2 * 1024;
 /// Bytes charged for each `,` (one more element or member): a 3.9 MiB review of a million one-letter `args` grew
 /// RSS by ~189 MiB, ~190 bytes per element (`perf/body_flood.py --shape array 1`).
 pub const ELEMENT_COST_BYTES: usize = 256;
+/// Bytes charged for each JSON object or array inside an `env` list of the request's objects: the lean view skips
+/// those entries without building them (only the first `CUDA_VISIBLE_DEVICES` entry is kept), so what is left is
+/// parse work, bounded here so that a body of hundreds of thousands of entries is still denied as too complex.
+/// A 1.5 MiB Job of 15,000 env entries is charged ~9 MiB (~17 MiB as an UPDATE), inside the default budget.
+pub const ENV_STRUCTURE_COST_BYTES: usize = 512;
 /// Seconds a refused client is told to wait (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
@@ -218,15 +223,139 @@ impl Charge {
 }
 
 /// What deciding on `body` is estimated to cost beyond its bytes: [`STRUCTURE_COST_BYTES`] per `{` or `[` and
-/// [`ELEMENT_COST_BYTES`] per `,` (also inside strings: an overestimate is safe, and the scan is one pass).
+/// [`ELEMENT_COST_BYTES`] per `,`, outside strings; inside an `env` list of the request's object or old object,
+/// which the lean view skips without building (`admission::lean`), [`ENV_STRUCTURE_COST_BYTES`] per `{` or `[`
+/// and nothing per `,`. One pass; a key written with escapes or nested past [`TRACKED_DEPTH`] is charged in full
+/// (an overestimate is safe).
 pub fn structure_cost(body: &[u8]) -> usize {
-    body.iter().fold(0usize, |cost, byte| {
-        cost.saturating_add(match byte {
-            b'{' | b'[' => STRUCTURE_COST_BYTES,
-            b',' => ELEMENT_COST_BYTES,
+    let mut scan = Scan::default();
+    let mut cost = 0usize;
+    let mut index = 0;
+    while let Some(&byte) = body.get(index) {
+        index += 1;
+        let charge = match byte {
+            b'"' => {
+                let start = index;
+                while let Some(&byte) = body.get(index) {
+                    index += 1;
+                    match byte {
+                        b'\\' => index += 1,
+                        b'"' => break,
+                        _ => {}
+                    }
+                }
+                scan.string(body.get(start..index.saturating_sub(1)).unwrap_or_default());
+                0
+            }
+            b'{' | b'[' => {
+                let cost = if scan.in_env() { ENV_STRUCTURE_COST_BYTES } else { STRUCTURE_COST_BYTES };
+                scan.open(byte == b'{');
+                cost
+            }
+            b'}' | b']' => {
+                scan.close();
+                0
+            }
+            b',' => {
+                scan.comma();
+                if scan.in_env() { 0 } else { ELEMENT_COST_BYTES }
+            }
             _ => 0,
-        })
-    })
+        };
+        cost = cost.saturating_add(charge);
+    }
+    cost
+}
+
+/// How deep `structure_cost` follows keys; deeper containers are charged in full.
+pub const TRACKED_DEPTH: usize = 32;
+
+/// The key the scanner last read at one depth, as far as the charge cares.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+enum Key {
+    #[default]
+    Other,
+    Request,
+    Object,
+    Env,
+}
+
+/// Where `structure_cost` is in the body.
+#[derive(Default)]
+struct Scan {
+    /// Open containers.
+    depth: usize,
+    /// Whether the container at each tracked depth is an object, and its last key.
+    objects: [bool; TRACKED_DEPTH],
+    keys: [Key; TRACKED_DEPTH],
+    /// The next string of the current object is a key.
+    expect_key: bool,
+    /// Depth of the request's object (or old object), while inside it.
+    object_depth: Option<usize>,
+    /// Depth of the `env` list being skipped, while inside it.
+    env_depth: Option<usize>,
+}
+
+impl Scan {
+    fn in_env(&self) -> bool {
+        self.env_depth.is_some()
+    }
+
+    fn current_key(&self, depth: usize) -> Key {
+        depth.checked_sub(1).and_then(|at| self.keys.get(at)).copied().unwrap_or_default()
+    }
+
+    fn string(&mut self, text: &[u8]) {
+        if !self.expect_key {
+            return;
+        }
+        self.expect_key = false;
+        let key = match (self.depth, text) {
+            (1, b"request") => Key::Request,
+            (2, b"object" | b"oldObject") => Key::Object,
+            (_, b"env") => Key::Env,
+            _ => Key::Other,
+        };
+        if let Some(slot) = self.depth.checked_sub(1).and_then(|at| self.keys.get_mut(at)) {
+            *slot = key;
+        }
+    }
+
+    fn open(&mut self, object: bool) {
+        let parent_key = self.current_key(self.depth);
+        let parent_is_object = self.depth.checked_sub(1).and_then(|at| self.objects.get(at)).copied().unwrap_or(false);
+        let keyed = |key: Key| parent_is_object && parent_key == key;
+        if self.depth == 2 && self.current_key(1) == Key::Request && keyed(Key::Object) && object {
+            self.object_depth = Some(self.depth + 1);
+        }
+        if self.env_depth.is_none() && self.object_depth.is_some() && keyed(Key::Env) && !object {
+            self.env_depth = Some(self.depth + 1);
+        }
+        self.depth += 1;
+        if let Some(slot) = self.depth.checked_sub(1).and_then(|at| self.objects.get_mut(at)) {
+            *slot = object;
+        }
+        if let Some(slot) = self.depth.checked_sub(1).and_then(|at| self.keys.get_mut(at)) {
+            *slot = Key::Other;
+        }
+        self.expect_key = object && self.depth <= TRACKED_DEPTH;
+    }
+
+    fn close(&mut self) {
+        if self.env_depth == Some(self.depth) {
+            self.env_depth = None;
+        }
+        if self.object_depth == Some(self.depth) {
+            self.object_depth = None;
+        }
+        self.depth = self.depth.saturating_sub(1);
+        self.expect_key = false;
+    }
+
+    fn comma(&mut self) {
+        let object = self.depth.checked_sub(1).and_then(|at| self.objects.get(at)).copied().unwrap_or(false);
+        self.expect_key = object && self.depth <= TRACKED_DEPTH;
+    }
 }
 
 fn try_bytes(semaphore: &Arc<Semaphore>, bytes: usize) -> Result<OwnedSemaphorePermit, Exhausted> {
@@ -267,6 +396,42 @@ mod tests {
         let objects = br#"[{"a":1},{"b":2}]"#;
         assert_eq!(structure_cost(objects), 3 * STRUCTURE_COST_BYTES + ELEMENT_COST_BYTES);
         assert_eq!(structure_cost(br#""aaaaaaaaaaaaaaa""#), 0);
+    }
+
+    #[test]
+    fn env_entries_of_the_request_objects_are_charged_less_and_the_same_list_elsewhere_in_full() {
+        let entries = r#"[{"name":"A","value":"1"},{"name":"B","value":"{[,]}"}]"#;
+        let review = |container: &str| {
+            format!(r#"{{"request":{{"uid":"u","object":{{"spec":{container}}},"oldObject":{{"spec":{container}}}}}}}"#)
+        };
+        let env = review(&format!(r#"{{"containers":[{{"name":"c","env":{entries}}}]}}"#));
+        let base = review(r#"{"containers":[{"name":"c","env":[]}]}"#);
+        // Per object: two entries at the env rate, nothing for their commas.
+        assert_eq!(structure_cost(env.as_bytes()) - structure_cost(base.as_bytes()), 4 * ENV_STRUCTURE_COST_BYTES);
+        let full = 2 * STRUCTURE_COST_BYTES + 3 * ELEMENT_COST_BYTES;
+        for elsewhere in [
+            format!(r#"{{"request":{{"options":{{"env":{entries}}}}}}}"#),
+            format!(r#"{{"request":{{"object":{{"e\u006ev":{entries}}}}}}}"#),
+            format!(r#"{{"request":{{"object":{{"env":{{"list":{entries}}}}}}}}}"#),
+        ] {
+            let without = elsewhere.replace(entries, "[]");
+            assert_eq!(structure_cost(elsewhere.as_bytes()) - structure_cost(without.as_bytes()), full, "{elsewhere}");
+        }
+    }
+
+    #[test]
+    fn an_update_of_a_one_and_a_half_mib_job_of_env_entries_fits_the_default_budget() {
+        let value = "x".repeat(64);
+        let entries: Vec<String> =
+            (0..15_000).map(|index| format!(r#"{{"name":"CONFIG_{index:05}","value":"{value}"}}"#)).collect();
+        let object = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"j"}},"spec":{{"template":{{"spec":{{"containers":[{{"name":"c","env":[{}]}}]}}}}}}}}"#,
+            entries.join(",")
+        );
+        let body = format!(r#"{{"request":{{"uid":"u","object":{object},"oldObject":{object}}}}}"#);
+        assert!(object.len() > 1_400_000, "{}", object.len());
+        let charged = structure_cost(body.as_bytes()) + body.len();
+        assert!(charged < DEFAULT_MAX_INFLIGHT_BYTES * 3 / 5, "{charged}");
     }
 
     #[test]

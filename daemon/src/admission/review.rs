@@ -1,12 +1,12 @@
-//! AdmissionReview in and out: parsing a raw review body with a clear error, and the one decision flow (placement,
+//! AdmissionReview in and out: parsing a raw review body into its lean view with a clear error, and the one decision flow (placement,
 //! scoring, `mutate`) shared by the server and `tiergate explain`; I/O only through the scorer.
 
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse};
 use serde_json::Value;
 
 use super::mutate;
-use super::{AdmissionInputs, Decision, Verdict};
+use super::{AdmissionInputs, Decision, LeanError, Verdict, lean_request};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::Snapshot;
@@ -37,33 +37,23 @@ impl ReviewError {
     }
 }
 
-/// Parses a review body; on failure also returns the request uid when one could be read, so the API server can
-/// match the `invalid` answer to its request.
+/// Parses a review body into its lean view (`admission::lean`: the objects without the parts no rule reads); on
+/// failure also returns the request uid when one could be read, so the API server can match the `invalid` answer
+/// to its request.
 pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, (Option<String>, ReviewError)> {
-    // The common case in one pass; the slower path below only runs to explain a failure.
-    if let Ok(review) = serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-        && review.types.api_version == REVIEW_API_VERSION
-        && review.types.kind == "AdmissionReview"
-        && let Ok(request) = review.try_into()
-    {
-        return Ok(request);
-    }
+    let error = match lean_request(body, REVIEW_API_VERSION) {
+        Ok(request) => return Ok(request),
+        Err(error) => error,
+    };
+    // Only to explain the failure: the uid, if the body is JSON at all.
     let value: Value = serde_json::from_slice(body).map_err(|error| (None, ReviewError::ParseJson(error)))?;
     let uid = value.pointer("/request/uid").and_then(Value::as_str).map(str::to_owned);
-    let fail = |message: String| (uid.clone(), ReviewError::ReadReview(message));
-    match (value.get("apiVersion").and_then(Value::as_str), value.get("kind").and_then(Value::as_str)) {
-        (Some(REVIEW_API_VERSION), Some("AdmissionReview")) => {}
-        (api_version, kind) => {
-            return Err(fail(format!(
-                "found apiVersion {:?} kind {:?}",
-                api_version.unwrap_or_default(),
-                kind.unwrap_or_default()
-            )));
-        }
-    }
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(value).map_err(|error| fail(error.to_string()))?;
-    review.try_into().map_err(|_| fail("the review has no `request`".to_owned()))
+    let message = match error {
+        LeanError::Version(api_version, kind) => format!("found apiVersion {api_version:?} kind {kind:?}"),
+        LeanError::NoRequest => "the review has no `request`".to_owned(),
+        LeanError::Json(error) => error.to_string(),
+    };
+    Err((uid, ReviewError::ReadReview(message)))
 }
 
 /// A synthetic dry-run CREATE request for `object` (what `tiergate explain` decides on), or the request of

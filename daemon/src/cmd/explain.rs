@@ -27,8 +27,12 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     let object: Value = serde_saphyr::from_str(&text).map_err(|error| {
         format!("failed to parse {} as YAML or JSON: {}", args.workload.display(), yaml_message(&error))
     })?;
+    // The full object (the request holds its lean view): what the patch is applied to for the report.
+    let original = match object.get("kind").and_then(Value::as_str) {
+        Some("AdmissionReview") => object.pointer("/request/object").filter(|object| !object.is_null()).cloned(),
+        _ => Some(object.clone()),
+    };
     let request = build_request(object).map_err(|error| format!("{}: {error}", args.workload.display()))?;
-    let original = request.object.as_ref().map(serde_json::to_value).transpose()?;
     let snapshot = build_static_snapshot(policy, view, None);
     if args.cluster.is_none() {
         eprintln!("note: no --cluster given, so no namespace has a tier; pass the cluster view to see tier decisions");
@@ -74,9 +78,14 @@ fn render(decision: &Decision, original: Option<&Value>) -> Result<String, CmdEr
         }
     }
     out.push_str(&format!("patch: {}\n", serde_json::to_string_pretty(&decision.patch)?));
-    if let Some(object) = decision.object.as_ref().or(original) {
+    if let Some(original) = original {
+        let mut object = original.clone();
+        if let Err(error) = json_patch::patch(&mut object, &decision.patch) {
+            out.push_str(&format!("note: failed to apply the patch to the workload ({error}); shown unchanged\n"));
+            object = original.clone();
+        }
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(object)?);
+        out.push_str(&serde_saphyr::to_string(&object)?);
     }
     Ok(out)
 }

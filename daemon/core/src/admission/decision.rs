@@ -81,7 +81,8 @@ pub struct Decision {
     pub verdict: Verdict,
     /// RFC 6902 patch from the request object to the mutated object.
     pub patch: json_patch::Patch,
-    /// The mutated object, when the decision got that far.
+    /// The lean view of the mutated object (without what the lean view skips), when the decision got that far;
+    /// apply `patch` to the request object for the whole result.
     pub object: Option<Value>,
     /// AdmissionResponse warnings.
     pub warnings: Vec<String>,

@@ -1,6 +1,7 @@
 //! The error every step of the admission decision can fail with (tier classes, tolerations, template edits);
 //! owned here so the steps and `mutate` share it without importing each other. No I/O.
 
+use super::patch::PatchError;
 use super::podspec::ShapeError;
 
 /// tiergate failed while building the mutation (the object does not have the shape its kind promises).
@@ -28,6 +29,9 @@ pub enum MutateError {
     /// A toleration could not be serialized.
     #[error("failed to serialize a toleration: {0}")]
     SerializeToleration(#[source] serde_json::Error),
+    /// The decision's edits could not be written as a patch of the full object.
+    #[error(transparent)]
+    BuildPatch(#[from] PatchError),
 }
 
 impl MutateError {
@@ -38,6 +42,7 @@ impl MutateError {
             Self::EditField { .. } => "edit_field",
             Self::FindGpuClass { .. } => "find_gpu_class",
             Self::SerializeToleration(_) => "serialize_toleration",
+            Self::BuildPatch(error) => error.reason(),
         }
     }
 }

@@ -1,19 +1,19 @@
 //! `mutate()`: the admission decision as a pure function of (request, snapshot, scoring and placement inputs):
-//! tier queue, GPU class, placement and scoring applied to the object, the JSON patch diffed from it; no I/O.
+//! tier queue, GPU class, placement and scoring applied to the object's lean view (`admission::lean`), the JSON
+//! patch built at the pointers it edited (`admission::patch`); no I/O.
 //!
 //! The rules, in order, are documented in docs/admission.md.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::DynamicObject;
 use kube_core::admission::{AdmissionRequest, Operation};
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
     KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing,
-    TemplateLayout, WorkloadAdapter, adapter_for, restore_pointers, set_pointer, unknown_embedded_kinds,
-    unknown_owner_kind,
+    TemplateLayout, WorkloadAdapter, adapter_for, set_pointer, unknown_embedded_kinds, unknown_owner_kind,
 };
 
 use super::boundary::{self, Reach, TierBounds, Violation};
@@ -22,6 +22,7 @@ use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::error::MutateError;
 use super::multikueue::{CopyCheck, check_copy};
 use super::owners::{OwnerCheck, check_owner};
+use super::patch::{Lookup, escape_token, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
@@ -103,7 +104,7 @@ fn decide(
         return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
     };
     let before = object_json(object)?;
-    if before.pointer("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
+    if before.lookup("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
     }
     match check_copy(request, policy, namespace) {
@@ -135,20 +136,22 @@ fn decide(
         template_reasons: 0..0,
         queue_note: None,
         templates_restored: false,
+        written: Vec::new(),
+        old: request.old_object.as_ref().and_then(|old| object_json(old).ok()).map(Rc::new),
     };
     let placed = work.apply_placement(placement)?;
     let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
     let Some(tier) = tier else {
         let why =
             format!("namespace {namespace} has no tier (label {} names no tier of the policy)", policy.tier_label);
-        return Ok(work.finish(request, placed, "no_tier", why));
+        return work.finish(request, placed, "no_tier", why);
     };
     let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes(policy, tier)? };
-    let labels_before = work.after.pointer("/metadata/labels").cloned();
+    let labels_before = work.after.lookup("/metadata/labels").cloned();
     if let Some(denial) = work.apply_priority_fix(&context)? {
         return Ok(denial);
     }
-    let placed = placed || work.after.pointer("/metadata/labels") != labels_before.as_ref();
+    let placed = placed || work.after.lookup("/metadata/labels") != labels_before.as_ref();
     if let Some(denial) = work.foreign_strategy_denial(&context) {
         return Ok(denial);
     }
@@ -160,7 +163,7 @@ fn decide(
         .templates
         .iter()
         .filter_map(|template| {
-            let mut reach = boundary::reach(policy, snapshot, work.after.pointer(&template.spec)?);
+            let mut reach = boundary::reach(policy, snapshot, work.after.lookup(&template.spec)?);
             if sized_outside && !reach.reaches_gpu() {
                 reach.routes.push("its object requests GPUs outside the pod templates".to_owned());
             }
@@ -171,7 +174,7 @@ fn decide(
         let why = "no pod template can reach GPU nodes (no GPU resource, DRA claim, toleration of a GPU taint, \
                    GPU-class node selection or GPU node name)"
             .to_owned();
-        return Ok(work.finish(request, placed, "no_gpu_request", why));
+        return work.finish(request, placed, "no_gpu_request", why);
     }
     if let Some(denial) = work.unconfinable_update(&context, &reaching) {
         return Ok(denial);
@@ -207,7 +210,7 @@ fn decide(
     work.restore_immutable(request);
     work.settle_reasons(&context);
     work.annotate_decision(&context)?;
-    Ok(work.decision(Verdict::Allow))
+    work.decision(Verdict::Allow)
 }
 
 /// The object being mutated and what was said about it.
@@ -226,6 +229,10 @@ struct Work {
     queue_note: Option<String>,
     /// An UPDATE restored the templates as they came, undoing tiergate's template changes.
     templates_restored: bool,
+    /// Every pointer edited in `after`: the patch is built there.
+    written: Vec<String>,
+    /// The old object of an UPDATE, as JSON (read by several UPDATE checks, built once).
+    old: Option<Rc<Value>>,
 }
 
 impl Work {
@@ -235,12 +242,19 @@ impl Work {
             pointer: pointer.to_owned(),
             source: ShapeError { field, expected: "object" },
         };
-        if self.after.pointer(pointer).is_none_or(Value::is_null)
-            && !set_pointer(&mut self.after, pointer, Some(Value::Object(serde_json::Map::new())))
+        self.written.push(pointer.to_owned());
+        if self.after.lookup(pointer).is_none_or(Value::is_null)
+            && !self.set(pointer, Some(Value::Object(serde_json::Map::new())))
         {
             return Err(shape("parent"));
         }
         self.after.pointer_mut(pointer).ok_or_else(|| shape("path"))
+    }
+
+    /// Sets (or with `None` removes) the value at `pointer` in the mutated object, as `set_pointer` does.
+    fn set(&mut self, pointer: &str, value: Option<Value>) -> bool {
+        self.written.push(pointer.to_owned());
+        set_pointer(&mut self.after, pointer, value)
     }
 
     fn edit<T>(
@@ -308,8 +322,8 @@ impl Work {
         for template in templates.iter().filter(|_| owner) {
             for key in &placement.removed_template_annotations {
                 let pointer = format!("{}/annotations/{}", template.metadata, escape_token(key));
-                if self.after.pointer(&pointer).is_some() {
-                    removed |= set_pointer(&mut self.after, &pointer, None);
+                if self.after.lookup(&pointer).is_some() {
+                    removed |= self.set(&pointer, None);
                 }
             }
         }
@@ -331,7 +345,7 @@ impl Work {
         template: &PodTemplatePointers,
         score: Option<&ScoreOutcome>,
     ) -> Result<Option<Decision>, MutateError> {
-        let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+        let selector = self.after.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
         let selected = selection(context.policy, &selector.unwrap_or_default());
         let class = match &selected {
             Selection::Class(class) if context.in_tier(&class.name) => {
@@ -342,7 +356,7 @@ impl Work {
             Selection::Class(_) | Selection::Unknown(_) => {
                 let Some(why) = self.foreign_allowed(context, template, &selected) else {
                     let written =
-                        self.before.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+                        self.before.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
                     let denial = self.foreign_denial(context, &selected);
                     if selection(context.policy, &written.unwrap_or_default()) != selected {
                         return Ok(Some(with_placement_hint(denial)));
@@ -417,10 +431,10 @@ impl Work {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
-            let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok());
+            let old = self.old.clone();
             let old_selector = old
                 .as_ref()
-                .and_then(|old| old.pointer(&template.spec))
+                .and_then(|old| old.lookup(&template.spec))
                 .map(|spec| podspec::string_map(spec, "nodeSelector"))
                 .unwrap_or_default();
             if selection(context.policy, &old_selector) == *selected {
@@ -445,7 +459,7 @@ impl Work {
             classes: &context.classes,
             queued: self.adapter.is_queued(),
         };
-        let judge = |object: &Value| object.pointer(&template.spec).map(|spec| boundary::violations(&bounds, spec));
+        let judge = |object: &Value| object.lookup(&template.spec).map(|spec| boundary::violations(&bounds, spec));
         let found = judge(&self.after).unwrap_or_default();
         if found.is_empty() {
             if reach.gpu_resources.is_empty() {
@@ -458,9 +472,7 @@ impl Work {
             return Ok(true);
         }
         let old_found = match context.request.operation {
-            Operation::Update => {
-                context.request.old_object.as_ref().and_then(|old| object_json(old).ok()).and_then(|old| judge(&old))
-            }
+            Operation::Update => self.old.clone().and_then(|old| judge(&old)),
             _ => None,
         };
         let exemption = context
@@ -488,7 +500,7 @@ impl Work {
                 .chain(self.templates.iter().map(|template| template.metadata.clone()));
             let mut found: Vec<Violation> = Vec::new();
             for pointer in metadata {
-                let Some(meta) = object.pointer(&pointer) else { continue };
+                let Some(meta) = object.lookup(&pointer) else { continue };
                 let (annotations, labels) =
                     (podspec::string_map(meta, "annotations"), podspec::string_map(meta, "labels"));
                 for violation in boundary::foreign_strategy_rules(context.policy, &in_tier, &annotations, &labels) {
@@ -504,7 +516,7 @@ impl Work {
             return None;
         }
         let old = match context.request.operation {
-            Operation::Update => context.request.old_object.as_ref().and_then(|old| object_json(old).ok()),
+            Operation::Update => self.old.clone(),
             _ => None,
         };
         if old.is_some_and(|old| judge(&old) == found) {
@@ -523,12 +535,12 @@ impl Work {
         if context.request.operation != Operation::Update || context.foreign_allowed_for_requester().is_some() {
             return None;
         }
-        let old = context.request.old_object.as_ref().and_then(|old| object_json(old).ok())?;
+        let old = self.old.clone()?;
         let immutable = |pointer: &str| self.adapter.immutable_on_update.iter().any(|fixed| pointer.starts_with(fixed));
         let (_, reach) = reaching.iter().find(|(template, _)| {
             immutable(&template.spec)
                 && !old
-                    .pointer(&template.spec)
+                    .lookup(&template.spec)
                     .is_some_and(|spec| boundary::reach(context.policy, context.snapshot, spec).reaches_gpu())
         })?;
         let message = format!(
@@ -577,7 +589,7 @@ impl Work {
         let labels = podspec::string_map(self.after.get("metadata").unwrap_or(&Value::Null), "labels");
         let pod_priority_class = self.templates.iter().find_map(|template| {
             self.after
-                .pointer(&format!("{}/priorityClassName", template.spec))
+                .lookup(&format!("{}/priorityClassName", template.spec))
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
@@ -593,7 +605,7 @@ impl Work {
                 self.reasons.push(reason);
             }
             PriorityFix::Remove { warning } => {
-                set_pointer(&mut self.after, &format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
+                self.set(&format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
                 self.warnings.push(warning);
             }
             PriorityFix::Deny { message } => {
@@ -704,7 +716,7 @@ impl Work {
         let mut labelled = false;
         for template in gpu_templates {
             let pointer = format!("{}/labels/{}", template.metadata, escape_token(JOB_TYPE_LABEL));
-            if self.after.pointer(&pointer).is_none() {
+            if self.after.lookup(&pointer).is_none() {
                 self.edit(&template.metadata, |metadata| {
                     podspec::set_string(metadata, "labels", JOB_TYPE_LABEL, &job_type)
                 })?;
@@ -734,7 +746,7 @@ impl Work {
         // CREATE, so the Jobs it spawns next are queued and suspended.
         let template_only = labels_at != "/metadata";
         let update = request.operation == Operation::Update && !template_only;
-        let old = if update { request.old_object.as_ref().and_then(|old| object_json(old).ok()) } else { None };
+        let old = if update { self.old.clone() } else { None };
         let current = label(&self.before, labels_at, QUEUE_NAME_LABEL);
         let old_queue = old.as_ref().and_then(|old| label(old, labels_at, QUEUE_NAME_LABEL));
         let tier_queue = context.tier.local_queue();
@@ -806,7 +818,7 @@ impl Work {
         if let Some(suspend) = suspend
             && !update
             && !self.adapter.is_suspended(&self.before)
-            && !set_pointer(&mut self.after, suspend, Some(Value::Bool(true)))
+            && !self.set(suspend, Some(Value::Bool(true)))
         {
             return Err(MutateError::EditField {
                 pointer: suspend.to_owned(),
@@ -904,7 +916,7 @@ impl Work {
         }
         let Some(score) = score else {
             if request.operation == Operation::Update {
-                self.restore_priority(request);
+                self.restore_priority();
             }
             return Ok(());
         };
@@ -922,8 +934,8 @@ impl Work {
             Some(None) => return Ok(()),
         };
         let labels_at = self.adapter.queue_labels_at;
-        let labels = podspec::string_map(self.after.pointer(labels_at).unwrap_or(&Value::Null), "labels");
-        let user_before = podspec::string_map(self.before.pointer(labels_at).unwrap_or(&Value::Null), "labels");
+        let labels = podspec::string_map(self.after.lookup(labels_at).unwrap_or(&Value::Null), "labels");
+        let user_before = podspec::string_map(self.before.lookup(labels_at).unwrap_or(&Value::Null), "labels");
         if let Some(user) = user_before.get(PRIORITY_CLASS_LABEL).filter(|user| **user != class)
             && labels.get(PRIORITY_CLASS_LABEL) == Some(user)
         {
@@ -941,8 +953,8 @@ impl Work {
         Ok(())
     }
 
-    fn restore_priority(&mut self, request: &AdmissionRequest<DynamicObject>) {
-        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+    fn restore_priority(&mut self) {
+        let old = self.old.clone();
         let labels_at = self.adapter.queue_labels_at;
         let old_priority = old.as_ref().and_then(|old| label(old, labels_at, PRIORITY_CLASS_LABEL));
         let new_priority = label(&self.before, labels_at, PRIORITY_CLASS_LABEL);
@@ -952,10 +964,10 @@ impl Work {
         let pointer = format!("{labels_at}/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
         let restored = old_priority.clone().map(Value::String);
         let labels = format!("{labels_at}/labels");
-        if old_priority.is_some() && self.after.pointer(&labels).is_none_or(Value::is_null) {
-            set_pointer(&mut self.after, &labels, Some(Value::Object(serde_json::Map::new())));
+        if old_priority.is_some() && self.after.lookup(&labels).is_none_or(Value::is_null) {
+            self.set(&labels, Some(Value::Object(serde_json::Map::new())));
         }
-        set_pointer(&mut self.after, &pointer, restored);
+        self.set(&pointer, restored);
         let (was, now) = (old_priority.as_deref().unwrap_or("(none)"), new_priority.as_deref().unwrap_or("(none)"));
         self.warnings.push(format!(
             "{PRIORITY_CLASS_LABEL} is decided at creation: this update's change from {was} to {now} was undone"
@@ -974,36 +986,39 @@ impl Work {
         // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'
         // mutable scheduling directives of a suspended Job, which JobSet follows), also while being unsuspended:
         // the tier's selector and tolerations an update removed are put back; the rest stays as the update wrote it.
-        let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable(request) {
+        let directives: Vec<(String, Option<Value>)> = if self.scheduling_mutable() {
             self.templates
                 .iter()
                 .flat_map(|template| ["nodeSelector", "tolerations"].map(|field| format!("{}/{field}", template.spec)))
                 .map(|pointer| {
-                    let value = self.after.pointer(&pointer).cloned();
+                    let value = self.after.lookup(&pointer).cloned();
                     (pointer, value)
                 })
                 .collect()
         } else {
             Vec::new()
         };
-        let changed = pointers.iter().any(|pointer| self.before.pointer(pointer) != self.after.pointer(pointer));
-        restore_pointers(&self.before, &mut self.after, &pointers);
+        let changed = pointers.iter().any(|pointer| self.before.lookup(pointer) != self.after.lookup(pointer));
+        for pointer in &pointers {
+            let value = self.before.lookup(pointer).cloned();
+            self.set(pointer, value);
+        }
         for (pointer, value) in directives {
-            set_pointer(&mut self.after, &pointer, value);
+            self.set(&pointer, value);
         }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
         for map in ["/metadata/labels", "/metadata/annotations"] {
-            let created_empty = self.before.pointer(map).is_none()
-                && self.after.pointer(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
+            let created_empty = self.before.lookup(map).is_none()
+                && self.after.lookup(map).and_then(Value::as_object).is_some_and(serde_json::Map::is_empty);
             if created_empty {
-                set_pointer(&mut self.after, map, None);
+                self.set(map, None);
             }
         }
         self.templates_restored = changed
             && self
                 .templates
                 .iter()
-                .all(|template| self.before.pointer(&template.spec) == self.after.pointer(&template.spec));
+                .all(|template| self.before.lookup(&template.spec) == self.after.lookup(&template.spec));
         if changed {
             self.reasons.push(format!("UPDATE: left {} as they were (immutable after creation)", pointers.join(", ")));
         }
@@ -1012,11 +1027,11 @@ impl Work {
     /// Whether this UPDATE may change the templates' scheduling directives: the old object was suspended and never
     /// started (`status.startTime` unset). Kubernetes allows it then, also in the update that unsuspends (that is
     /// how Kueue injects a flavor's node labels at admission).
-    fn scheduling_mutable(&self, request: &AdmissionRequest<DynamicObject>) -> bool {
-        let old = request.old_object.as_ref().and_then(|old| object_json(old).ok());
+    fn scheduling_mutable(&self) -> bool {
+        let old = self.old.clone();
         self.adapter.templates != TemplateLayout::Pod
             && old.as_ref().is_some_and(|old| {
-                self.adapter.is_suspended(old) && old.pointer("/status/startTime").is_none_or(Value::is_null)
+                self.adapter.is_suspended(old) && old.lookup("/status/startTime").is_none_or(Value::is_null)
             })
     }
 
@@ -1060,7 +1075,7 @@ impl Work {
     fn annotate_decision(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
         let mut classes: Vec<String> = Vec::new();
         for template in &self.templates {
-            let selector = self.after.pointer(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+            let selector = self.after.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
             if let Selection::Class(class) = selection(context.policy, &selector.unwrap_or_default())
                 && !classes.contains(&class.name)
             {
@@ -1068,7 +1083,7 @@ impl Work {
             }
         }
         let labels =
-            podspec::string_map(self.after.pointer(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
+            podspec::string_map(self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
@@ -1093,49 +1108,34 @@ impl Work {
         placed: bool,
         reason: &'static str,
         why: String,
-    ) -> Decision {
+    ) -> Result<Decision, MutateError> {
         self.reasons.push(why);
         if !placed {
-            return Decision::unchanged(self.adapter.kind, Verdict::Skip { reason }, self.reasons);
+            return Ok(Decision::unchanged(self.adapter.kind, Verdict::Skip { reason }, self.reasons));
         }
         self.restore_immutable(request);
         self.decision(Verdict::Allow)
     }
 
-    fn decision(self, verdict: Verdict) -> Decision {
-        let patch = json_patch::diff(&self.before, &self.after);
-        Decision {
+    fn decision(self, verdict: Verdict) -> Result<Decision, MutateError> {
+        let patch = patch_at(&self.before, &self.after, &self.written)?;
+        Ok(Decision {
             kind: self.adapter.kind,
             verdict,
             patch,
             object: Some(self.after),
             warnings: self.warnings,
             reasons: self.reasons,
-        }
+        })
     }
 }
 
-/// The object as JSON without `metadata.managedFields`: tiergate never patches them, and leaving them out of
-/// both sides of the diff halves the work on a typical Job (the patch paths stay valid for the full object).
+/// The object as JSON without `metadata.managedFields` (never read nor patched; a lean view has none already).
 fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
-    let meta = &object.metadata;
-    let metadata = ObjectMeta {
-        annotations: meta.annotations.clone(),
-        creation_timestamp: meta.creation_timestamp.clone(),
-        deletion_grace_period_seconds: meta.deletion_grace_period_seconds,
-        deletion_timestamp: meta.deletion_timestamp.clone(),
-        finalizers: meta.finalizers.clone(),
-        generate_name: meta.generate_name.clone(),
-        generation: meta.generation,
-        labels: meta.labels.clone(),
-        managed_fields: None,
-        name: meta.name.clone(),
-        namespace: meta.namespace.clone(),
-        owner_references: meta.owner_references.clone(),
-        resource_version: meta.resource_version.clone(),
-        self_link: meta.self_link.clone(),
-        uid: meta.uid.clone(),
-    };
+    let mut metadata = serde_json::to_value(&object.metadata).map_err(MutateError::SerializeObject)?;
+    if let Some(metadata) = metadata.as_object_mut() {
+        metadata.remove("managedFields");
+    }
     let mut map = match &object.data {
         Value::Object(map) => map.clone(),
         _ => serde_json::Map::new(),
@@ -1144,13 +1144,13 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
         map.insert("apiVersion".to_owned(), Value::String(types.api_version.clone()));
         map.insert("kind".to_owned(), Value::String(types.kind.clone()));
     }
-    map.insert("metadata".to_owned(), serde_json::to_value(metadata).map_err(MutateError::SerializeObject)?);
+    map.insert("metadata".to_owned(), metadata);
     Ok(Value::Object(map))
 }
 
 /// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.
 fn label(object: &Value, metadata: &str, key: &str) -> Option<String> {
-    let labels = object.pointer(metadata).and_then(|metadata| metadata.get("labels"));
+    let labels = object.lookup(metadata).and_then(|metadata| metadata.get("labels"));
     labels.and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
 }
 
@@ -1164,11 +1164,6 @@ fn with_placement_hint(mut decision: Decision) -> Decision {
         decision.reasons = vec![message.clone()];
     }
     decision
-}
-
-/// `key` as one JSON-pointer token (`/` -> `~1`).
-fn escape_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn object_name(object: &Value) -> String {

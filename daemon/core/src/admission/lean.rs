@@ -1,0 +1,439 @@
+//! The lean view of a review body: the envelope read with the objects borrowed as raw JSON from the body, and each
+//! object built as JSON without what no rule reads (`metadata.managedFields`, every `env` entry but the first
+//! `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped without being built; pure, no I/O.
+//!
+//! Every other field is kept, so each rule (GPU routes, owners, UPDATE checks on `oldObject`, adapters' pointers)
+//! reads the same values as in the full object. The patch is built against this view (`admission::patch`): the
+//! only pruned arrays, `env`, are only ever appended to, which the patch writes as `/-` so the full object's
+//! entries stay where they are.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fmt;
+
+use kube_core::admission::{AdmissionRequest, Operation};
+use kube_core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
+
+use crate::placement::CUDA_VISIBLE_DEVICES;
+
+/// The field holding a container's environment: the one array the lean view prunes.
+pub(super) const PRUNED_ARRAY_KEY: &str = "env";
+/// The metadata field never read nor patched.
+const MANAGED_FIELDS: &str = "managedFields";
+
+/// The members of a JSON object, each borrowed from the body as raw JSON; a repeated member keeps its last
+/// value, as Go's decoder (and the API server) does.
+type Members<'a> = HashMap<Cow<'a, str>, &'a RawValue>;
+
+/// The review in one typed pass (the common case): a repeated member makes it fail, and the review is then read
+/// member by member, the last value of each kept.
+#[derive(Deserialize)]
+struct Review<'a> {
+    #[serde(rename = "apiVersion", borrow)]
+    api_version: Cow<'a, str>,
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    request: Option<TypedRequest<'a>>,
+}
+
+/// A request with its objects borrowed as raw JSON.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TypedRequest<'a> {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    #[serde(default, borrow)]
+    object: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
+}
+
+/// The small fields of a request, read as kube-core reads them (the objects are read lean, apart).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestEnvelope {
+    uid: String,
+    kind: GroupVersionKind,
+    resource: GroupVersionResource,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    request_kind: Option<GroupVersionKind>,
+    #[serde(default)]
+    request_resource: Option<GroupVersionResource>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    operation: Operation,
+    user_info: k8s_openapi::api::authentication::v1::UserInfo,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
+}
+
+/// What reading the lean envelope found wrong.
+#[derive(Debug)]
+pub enum LeanError {
+    /// Not the review's JSON shape (a field of the wrong type, a missing `uid`, ...).
+    Json(serde_json::Error),
+    /// Another apiVersion or kind than `admission.k8s.io/v1` `AdmissionReview` (found, found).
+    Version(String, String),
+    /// No `request`.
+    NoRequest,
+}
+
+/// Reads `body` as an AdmissionReview `api_version` request with lean objects.
+pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
+    if let Ok(review) = serde_json::from_slice::<Review<'_>>(body)
+        && review.api_version == api_version
+        && review.kind == "AdmissionReview"
+        && let Some(request) = review.request
+    {
+        let object = |raw: Option<&RawValue>| raw.filter(|raw| raw.get() != "null").map(lean_object).transpose();
+        let (object, old_object) =
+            (object(request.object).map_err(LeanError::Json)?, object(request.old_object).map_err(LeanError::Json)?);
+        return Ok(AdmissionRequest {
+            types: TypeMeta { api_version: review.api_version.into_owned(), kind: review.kind.into_owned() },
+            uid: request.uid,
+            kind: request.kind,
+            resource: request.resource,
+            sub_resource: request.sub_resource,
+            request_kind: request.request_kind,
+            request_resource: request.request_resource,
+            request_sub_resource: request.request_sub_resource,
+            name: request.name,
+            namespace: request.namespace,
+            operation: request.operation,
+            user_info: request.user_info,
+            object,
+            old_object,
+            dry_run: request.dry_run,
+            options: request.options,
+        });
+    }
+    by_member(body, api_version)
+}
+
+/// `lean_request` for a review with repeated members (or one to explain): read member by member.
+fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
+    let top: Members<'_> = serde_json::from_slice(body).map_err(LeanError::Json)?;
+    let text = |name: &str| {
+        top.get(name).and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()).unwrap_or_default()
+    };
+    let (found_version, found_kind) = (text("apiVersion"), text("kind"));
+    if found_version != api_version || found_kind != "AdmissionReview" {
+        return Err(LeanError::Version(found_version.into_owned(), found_kind.into_owned()));
+    }
+    let request = top.get("request").filter(|raw| raw.get() != "null").ok_or(LeanError::NoRequest)?;
+    let members: Members<'_> = serde_json::from_str(request.get()).map_err(LeanError::Json)?;
+    let object =
+        |name: &str| members.get(name).filter(|raw| raw.get() != "null").map(|raw| lean_object(raw)).transpose();
+    let (object, old_object) =
+        (object("object").map_err(LeanError::Json)?, object("oldObject").map_err(LeanError::Json)?);
+    let small = members
+        .iter()
+        .filter(|(name, _)| !matches!(name.as_ref(), "object" | "oldObject"))
+        .map(|(name, raw)| Ok((name.to_string(), serde_json::from_str::<Value>(raw.get())?)))
+        .collect::<Result<Map<String, Value>, serde_json::Error>>()
+        .map_err(LeanError::Json)?;
+    let request: RequestEnvelope = serde_json::from_value(Value::Object(small)).map_err(LeanError::Json)?;
+    Ok(AdmissionRequest {
+        types: TypeMeta { api_version: found_version.into_owned(), kind: found_kind.into_owned() },
+        uid: request.uid,
+        kind: request.kind,
+        resource: request.resource,
+        sub_resource: request.sub_resource,
+        request_kind: request.request_kind,
+        request_resource: request.request_resource,
+        request_sub_resource: request.request_sub_resource,
+        name: request.name,
+        namespace: request.namespace,
+        operation: request.operation,
+        user_info: request.user_info,
+        object,
+        old_object,
+        dry_run: request.dry_run,
+        options: request.options,
+    })
+}
+
+/// One object of the review as its lean view.
+fn lean_object(raw: &RawValue) -> Result<DynamicObject, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let value = LeanSeed { at: Place::Root }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    dynamic_object(value)
+}
+
+/// `value` as the `DynamicObject` serde would make of it, without serde's buffering of flattened fields (which
+/// copies the whole object once more): `metadata` typed, `apiVersion` and `kind` as its types when both are
+/// strings, the rest moved into `data`.
+fn dynamic_object(value: Value) -> Result<DynamicObject, serde_json::Error> {
+    let Value::Object(mut data) = value else {
+        return serde_json::from_value(value);
+    };
+    let metadata = data.remove("metadata").map(serde_json::from_value).transpose()?.unwrap_or_default();
+    let types = match (data.get("apiVersion"), data.get("kind")) {
+        (Some(Value::String(api_version)), Some(Value::String(kind))) => {
+            Some(TypeMeta { api_version: api_version.clone(), kind: kind.clone() })
+        }
+        _ => None,
+    };
+    if types.is_some() {
+        data.remove("apiVersion");
+        data.remove("kind");
+    }
+    Ok(DynamicObject { types, metadata, data: Value::Object(data) })
+}
+
+/// The lean view of `object` (used where a caller holds the object as JSON already).
+pub fn lean_value(object: &str) -> Result<Value, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(object);
+    let value = LeanSeed { at: Place::Root }.deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// Where in the object a value sits, as far as pruning cares.
+#[derive(Clone, Copy)]
+enum Place {
+    /// The object itself.
+    Root,
+    /// The object's `metadata`.
+    Metadata,
+    /// Anywhere else.
+    Inside,
+}
+
+/// Builds a `Value` like serde_json's own visitor, leaving out what the lean view prunes.
+struct LeanSeed {
+    at: Place,
+}
+
+impl<'de> DeserializeSeed<'de> for LeanSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LeanSeed {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E>(self, value: String) -> Result<Value, E> {
+        Ok(Value::String(value))
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(item) = seq.next_element_seed(LeanSeed { at: Place::Inside })? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value = match (self.at, key.as_ref()) {
+                (Place::Metadata, MANAGED_FIELDS) => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                (Place::Root, "metadata") => map.next_value_seed(LeanSeed { at: Place::Metadata })?,
+                (_, PRUNED_ARRAY_KEY) => map.next_value_seed(EnvSeed)?,
+                _ => map.next_value_seed(LeanSeed { at: Place::Inside })?,
+            };
+            object.insert(key.into_owned(), value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// An `env` list: kept as a list holding only its first `CUDA_VISIBLE_DEVICES` entry, as its name and string
+/// value (what pinning reads: whether the container sets it, and to what); every other entry is skipped without
+/// being built. Another shape than a list is kept whole.
+struct EnvSeed;
+
+impl<'de> DeserializeSeed<'de> for EnvSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EnvSeed {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a list of environment variables")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut kept = Vec::new();
+        while let Some(entry) = seq.next_element::<&'de RawValue>()? {
+            if kept.is_empty()
+                && let Some(entry) = cuda_entry(entry)
+            {
+                kept.push(entry);
+            }
+        }
+        Ok(Value::Array(kept))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
+        LeanSeed { at: Place::Inside }.visit_map(map)
+    }
+
+    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+        Ok(Value::Number(value.into()))
+    }
+
+    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+/// `{"name": "CUDA_VISIBLE_DEVICES", "value": …}` when `entry` sets it (its value only when a string); `None` for
+/// any other entry, read borrowed from the body.
+fn cuda_entry(entry: &RawValue) -> Option<Value> {
+    #[derive(Deserialize)]
+    struct Entry<'a> {
+        #[serde(borrow)]
+        name: Cow<'a, str>,
+        #[serde(default, borrow)]
+        value: Option<&'a RawValue>,
+    }
+    let Entry { name, value } = serde_json::from_str::<Entry<'_>>(entry.get()).ok()?;
+    if name != CUDA_VISIBLE_DEVICES {
+        return None;
+    }
+    let mut kept = Map::new();
+    kept.insert("name".to_owned(), Value::String(name.into_owned()));
+    if let Some(value) = value.and_then(|value| serde_json::from_str::<String>(value.get()).ok()) {
+        kept.insert("value".to_owned(), Value::String(value));
+    }
+    Some(Value::Object(kept))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn managed_fields_and_ordinary_env_entries_are_left_out_and_everything_else_kept() {
+        let object = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "args": ["x"],
+                "env": [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+        let lean = lean_value(&object.to_string()).unwrap();
+        let mut expected = object.clone();
+        expected["metadata"].as_object_mut().unwrap().remove("managedFields");
+        expected["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]);
+        let twice = json!({"env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"x": 1}},
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, "plain", {"value": "no name"}]});
+        assert_eq!(lean_value(&twice.to_string()).unwrap(), json!({"env": [{"name": "CUDA_VISIBLE_DEVICES"}]}));
+        assert_eq!(lean, expected);
+    }
+
+    #[test]
+    fn managed_fields_are_kept_below_the_top_metadata_and_an_env_that_is_not_a_list_is_kept_whole() {
+        let object = json!({"metadata": {"name": "j"}, "spec": {"template": {"metadata": {"managedFields": [1]}},
+            "env": {"not": "a list"}}});
+        assert_eq!(lean_value(&object.to_string()).unwrap(), object);
+    }
+
+    #[test]
+    fn a_review_of_another_kind_is_named() {
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"Other","request":{}}"#;
+        assert!(
+            matches!(lean_request(body, "admission.k8s.io/v1"), Err(LeanError::Version(_, kind)) if kind == "Other")
+        );
+    }
+}
