@@ -246,6 +246,35 @@ impl<'de> DeserializeSeed<'de> for LeanSeed {
     }
 }
 
+/// The JSON scalars as `serde_json` builds them (numbers, strings, booleans, null), for the lean visitors.
+macro_rules! visit_json_scalars {
+    () => {
+        fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
+            Ok(Value::Bool(value))
+        }
+
+        fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
+            Ok(Value::Number(value.into()))
+        }
+
+        fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
+            Ok(Value::Number(value.into()))
+        }
+
+        fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
+            Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
+        }
+
+        fn visit_str<E>(self, value: &str) -> Result<Value, E> {
+            Ok(Value::String(value.to_owned()))
+        }
+
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+    };
+}
+
 impl<'de> Visitor<'de> for LeanSeed {
     type Value = Value;
 
@@ -253,35 +282,13 @@ impl<'de> Visitor<'de> for LeanSeed {
         formatter.write_str("any JSON value")
     }
 
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
-    }
-
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_owned()))
-    }
+    visit_json_scalars!();
 
     fn visit_string<E>(self, value: String) -> Result<Value, E> {
         Ok(Value::String(value))
     }
 
     fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
         Ok(Value::Null)
     }
 
@@ -351,29 +358,7 @@ impl<'de> Visitor<'de> for EnvSeed {
         LeanSeed { at: Place::Inside }.visit_map(map)
     }
 
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
-    }
-
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(Value::Number(value.into()))
-    }
-
-    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
-        Ok(Number::from_f64(value).map_or(Value::Null, Value::Number))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_owned()))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
+    visit_json_scalars!();
 }
 
 /// `{"name": "CUDA_VISIBLE_DEVICES", "value": …}` when `entry` sets it (its value only when a string); `None` for
