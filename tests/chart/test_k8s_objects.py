@@ -211,8 +211,11 @@ def test_alerts_and_dashboard_query_only_metrics_tiergate_exports(rendered) -> N
 
 
 def test_decision_label_values_in_alerts_are_those_metrics_rs_encodes(rendered) -> None:
-    source = (REPO / "daemon" / "src" / "metrics.rs").read_text()
-    decisions = set(re.findall(r"^\s{4}(\w+),$", re.search(r"pub enum DecisionLabel \{(.*?)\}", source, re.S).group(1), re.M))
+    # The label values are DecisionLabel::as_str (daemon/core/src/admission/decision.rs), what metrics.rs records.
+    source = (REPO / "daemon" / "core" / "src" / "admission" / "decision.rs").read_text()
+    as_str = re.search(r"pub fn as_str\(self\) -> &'static str \{(.*?)\n    \}", source, re.S).group(1)
+    decisions = set(re.findall(r'Self::\w+ => "(\w+)"', as_str))
+    assert {"Mutated", "FailedOpen"} <= decisions, decisions
     rules = [r for g in only(rendered("monitoring"), "PrometheusRule")["spec"]["groups"] for r in g["rules"]]
     for rule in rules:
         for match in re.findall(r'decision=~?"([^"]+)"', rule["expr"]):
