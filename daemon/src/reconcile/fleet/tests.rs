@@ -286,3 +286,79 @@ async fn a_rotated_secret_restarts_the_worker_with_a_client_built_from_the_new_k
     assert_eq!(fleet.connects("https://east.example"), 1, "the old kubeconfig is not used again");
     fleet.stop().await;
 }
+
+/// Peak resident set size of this process in KiB (`VmHWM`), 0 where /proc is not there.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let line = status.lines().find(|line| line.starts_with("VmHWM:")).unwrap_or_default();
+    line.split_whitespace().nth(1).and_then(|kib| kib.parse().ok()).unwrap_or(0)
+}
+
+/// The issue-17 measurement (docs/performance.md, "Fleet convergence"): `TIERGATE_FLEET_WORKERS` workers (default
+/// 10) behind fake API servers that answer at once, 1,000 tenant namespaces (gold, silver, bronze in turn; gold
+/// dispatched to every worker, silver to the first half). Prints the time until every worker converged, the
+/// writes and the peak RSS; asserts every worker holds its tiers' queues. Run it optimized:
+/// `cargo test --release -p tiergate --lib reconcile::fleet::tests::a_fleet -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run it optimized, see docs/performance.md"]
+async fn a_fleet_of_workers_over_a_thousand_namespaces_converges_and_reports_its_cost() {
+    let count: usize = std::env::var("TIERGATE_FLEET_WORKERS").ok().and_then(|value| value.parse().ok()).unwrap_or(10);
+    let names: Vec<String> = (0..count).map(|index| format!("w{index}")).collect();
+    let mut policy = fleet_policy();
+    let template = policy.spec.clusters[0].clone();
+    policy.spec.clusters = names
+        .iter()
+        .map(|name| {
+            let mut cluster = template.clone();
+            cluster.name = name.clone();
+            cluster.cluster_source.kube_config.location = format!("worker-{name}-kubeconfig");
+            cluster
+        })
+        .collect();
+    for tier in &mut policy.spec.tiers {
+        match (tier.name.as_str(), tier.dispatch.as_mut()) {
+            ("gold", Some(dispatch)) => dispatch.clusters = names.clone(),
+            ("silver", Some(dispatch)) => dispatch.clusters = names[..count.div_ceil(2)].to_vec(),
+            _ => {}
+        }
+    }
+    let namespaces = (0..1000)
+        .map(|index| {
+            let (name, tier) = (format!("team-{index:04}"), ["gold", "silver", "bronze"][index % 3]);
+            let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]);
+            (name.clone(), Arc::new(NamespaceView { name, labels, terminating: false }))
+        })
+        .collect();
+    let management = FakeCluster::start(vec![], false, false);
+    let workers: Vec<FakeCluster> =
+        names.iter().map(|_| FakeCluster::start(vec![node("n1", "h100"), node("n2", "a100")], false, false)).collect();
+    let servers: Vec<String> = names.iter().map(|name| format!("https://{name}.example")).collect();
+    for (name, server) in names.iter().zip(&servers) {
+        put_secret(&management, name, "1", server);
+    }
+    let rss_before = peak_rss_kib();
+    let started = std::time::Instant::now();
+    let fleet = Fleet::start(&management, servers.iter().map(String::as_str).zip(workers.iter()).collect());
+    fleet.snapshot.store(Arc::new(Snapshot {
+        policy: Some(Arc::new(policy)),
+        namespaces,
+        synced: true,
+        ..Snapshot::default()
+    }));
+    fleet.trigger.send_modify(|version| *version += 1);
+    fleet.wait_until("every worker converged", |fleet| names.iter().all(|name| fleet.converged(name))).await;
+    let elapsed = started.elapsed();
+    let writes: usize = workers.iter().map(|worker| worker.writes().len()).sum();
+    for (index, worker) in workers.iter().enumerate() {
+        let queues = if index < count.div_ceil(2) { 667 } else { 334 };
+        assert_eq!(worker.count("/apis/kueue.x-k8s.io/v1beta2/localqueues"), queues, "worker w{index}");
+    }
+    println!(
+        "fleet of {count} workers x 1000 namespaces: converged in {:.0} ms, {writes} writes, peak RSS {} KiB \
+         (+{} KiB over the start)",
+        elapsed.as_secs_f64() * 1000.0,
+        peak_rss_kib(),
+        peak_rss_kib().saturating_sub(rss_before)
+    );
+    fleet.stop().await;
+}
