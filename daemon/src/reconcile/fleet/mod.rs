@@ -112,7 +112,12 @@ pub async fn run_fleet(settings: FleetSettings, inputs: FleetInputs, shutdown: C
     let mut read_secrets = true;
     loop {
         if *leading.borrow_and_update() {
-            supervisor.sync(std::mem::take(&mut read_secrets)).await;
+            // A management API server that does not answer a Secret read must not hold up the shutdown.
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break,
+                () = supervisor.sync(std::mem::take(&mut read_secrets)) => {}
+            }
         } else {
             supervisor.stop_all().await;
         }
