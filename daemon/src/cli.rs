@@ -274,6 +274,10 @@ pub struct RunArgs {
     /// Name of the leader-election Lease in `--namespace`.
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
     pub lease_name: String,
+    /// Kueue's namespace: where the kubeconfig Secrets of `spec.clusters[]` are (MultiKueue reads them there;
+    /// tiergate reads them to reconcile each worker).
+    #[arg(long, env = "TIERGATE_KUEUE_NAMESPACE", default_value = "kueue-system")]
+    pub kueue_namespace: String,
     /// Manage the webhook certificate: a CA and serving certificate in this Secret, the CA bundle in the
     /// MutatingWebhookConfiguration `--webhook-config-name`. Off when cert-manager provides the certificate.
     #[arg(long, env = "TIERGATE_SELF_MANAGED_CERTS", default_value_t = false)]

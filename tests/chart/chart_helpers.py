@@ -30,6 +30,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "dashboard": {"dashboard": {"enabled": True}},
     "sample-policy": {"samplePolicy": {"enabled": True}},
     "one-replica": {"replicaCount": 1},
+    "fleet": {"fleet": {"kueueNamespace": "kueue", "kubeconfigSecrets": ["worker-us-east", "worker-eu-west"]}},
     "hard-anti-affinity": {"podAntiAffinity": "hard", "priorityClassName": "system-cluster-critical"},
     "host-network": {"hostNetwork": True, "webhookPort": 9443, "adminPort": 9080},
     "pod-deletes-no-jobsets": {"webhook": {"podDeletes": True, "jobsets": False}},

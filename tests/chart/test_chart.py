@@ -325,6 +325,21 @@ def test_every_rbac_rule_is_documented_in_the_template_and_the_operations_guide(
         assert resource in guide, f"docs/operations.md does not document RBAC on {resource}"
 
 
+def test_fleet_secrets_are_readable_by_name_only_in_kueues_namespace_and_not_at_all_by_default(rendered) -> None:
+    assert not [role for role in of_kind(rendered("defaults"), "Role") if role["metadata"]["name"].endswith("-fleet")]
+    objects = rendered("fleet")
+    (role,) = [role for role in of_kind(objects, "Role") if role["metadata"]["name"].endswith("-fleet")]
+    assert role["metadata"]["namespace"] == "kueue"
+    assert [(rule["resources"], rule["resourceNames"], rule["verbs"]) for rule in role["rules"]] == [
+        (["secrets"], ["worker-us-east"], ["get"]),
+        (["secrets"], ["worker-eu-west"], ["get"]),
+    ]
+    (binding,) = [binding for binding in of_kind(objects, "RoleBinding") if binding["metadata"]["name"].endswith("-fleet")]
+    assert binding["metadata"]["namespace"] == "kueue" and binding["subjects"][0]["namespace"] == NAMESPACE
+    env = {item["name"]: item.get("value") for item in workload_pod_spec(objects)["containers"][0]["env"]}
+    assert env["TIERGATE_KUEUE_NAMESPACE"] == "kueue"
+
+
 def test_self_managed_certificates_grant_only_their_own_secret_and_webhook_configuration(rendered) -> None:
     objects = rendered("defaults")
     webhook_name = only(objects, "MutatingWebhookConfiguration")["metadata"]["name"]

@@ -45,6 +45,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
             identity,
             debounce: SNAPSHOT_DEBOUNCE,
             ledger: Some(ledger.clone()),
+            kueue_namespace: args.kueue_namespace.clone(),
         },
         metrics.clone(),
         &shutdown,

@@ -11,6 +11,7 @@ pub mod diff;
 pub mod discovery;
 mod error;
 mod events;
+pub mod fleet;
 pub mod lease;
 pub mod migration;
 mod prune;
@@ -41,6 +42,7 @@ use kube::{Client, ResourceExt};
 use self::desired::{DesiredSet, build_desired_set, desired_cluster_objects, desired_local_queues, policy_problems};
 use self::diff::build_apply_need;
 use self::discovery::discover_kueue;
+use self::fleet::health::FleetHealth;
 use self::kinds::{KueueKind, display_name};
 use self::lease::WriteGate;
 use self::live::LiveObject;
@@ -82,6 +84,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
     kueue_discovered: AtomicBool,
     backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
+    fleet: Arc<FleetHealth>,
 }
 
 impl std::fmt::Debug for Context {
@@ -111,7 +114,14 @@ impl Context {
             metrics,
             kueue_discovered: AtomicBool::new(false),
             backoffs: Mutex::new(HashMap::new()),
+            fleet: Arc::new(FleetHealth::default()),
         })
+    }
+
+    /// The fleet's worker health this context's status writes carry (`WorkerReachable-<cluster>` conditions);
+    /// the fleet supervisor fills it.
+    pub fn fleet_health(&self) -> Arc<FleetHealth> {
+        self.fleet.clone()
     }
 
     /// Skips Kueue discovery (tests that mock only the object calls).

@@ -5,9 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::fleet::{FleetInputs, FleetSettings, SECRET_POLL, build_kubeconfig_connector, run_fleet};
 use super::lease::{LeaseConfig, WriteGate, run_lease};
 use super::{Context, ReconcilerSettings, run_while_leading};
 use crate::cache::{CacheScope, CacheSettings, ClusterCache};
@@ -30,6 +32,8 @@ pub struct ReconcilerOptions {
     pub debounce: Duration,
     /// The webhook's placement ledger, kept in step with the pod cache.
     pub ledger: Option<Arc<PlacementLedger>>,
+    /// Kueue's namespace, where the fleet's kubeconfig Secrets are (`--kueue-namespace`).
+    pub kueue_namespace: String,
 }
 
 /// The running caches, Lease loop and controller.
@@ -84,6 +88,14 @@ pub fn start_reconciler(
     let gate = WriteGate::new();
     let lease = LeaseConfig::new(options.lease_name.clone(), options.namespace.clone(), options.identity.clone());
     let lease_task = tokio::spawn(run_lease(client.clone(), lease, gate.clone(), metrics.clone(), shutdown.clone()));
+    let fleet_settings = FleetSettings {
+        policy_name: options.policy_name.clone(),
+        identity: options.identity.clone(),
+        own_namespace: options.namespace.clone(),
+        kueue_namespace: options.kueue_namespace.clone(),
+        debounce: options.debounce,
+        secret_poll: SECRET_POLL,
+    };
     let ctx = Context::new(
         client.clone(),
         ReconcilerSettings { policy_name: options.policy_name, identity: options.identity },
@@ -92,6 +104,38 @@ pub fn start_reconciler(
         gate.clone(),
         metrics,
     );
-    let controller_task = tokio::spawn(run_while_leading(ctx, caches.changes, shutdown.clone()));
-    RunningReconciler { snapshot: caches.snapshot, gate, tasks: vec![controller_task, lease_task] }
+    let fleet = FleetInputs {
+        management: client.clone(),
+        snapshot: caches.snapshot.clone(),
+        changes: caches.changes.clone(),
+        gate: gate.clone(),
+        health: ctx.fleet_health(),
+        connect: build_kubeconfig_connector(),
+    };
+    let triggers = merge_triggers(caches.changes, ctx.fleet_health().subscribe(), shutdown.clone());
+    let fleet_task = tokio::spawn(run_fleet(fleet_settings, fleet, shutdown.clone()));
+    let controller_task = tokio::spawn(run_while_leading(ctx, triggers, shutdown.clone()));
+    RunningReconciler { snapshot: caches.snapshot, gate, tasks: vec![controller_task, fleet_task, lease_task] }
+}
+
+/// One counter bumped whenever the management snapshot or a worker's condition changes: the policy is
+/// reconciled (and its status, with the `WorkerReachable-<cluster>` conditions, rewritten if it differs) on both.
+fn merge_triggers(
+    mut snapshot: watch::Receiver<u64>,
+    mut workers: watch::Receiver<u64>,
+    shutdown: CancellationToken,
+) -> watch::Receiver<u64> {
+    let (merged, triggers) = watch::channel(0_u64);
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                Ok(()) = snapshot.changed() => {}
+                Ok(()) = workers.changed() => {}
+                else => return,
+            }
+            merged.send_modify(|version| *version = version.wrapping_add(1));
+        }
+    });
+    triggers
 }

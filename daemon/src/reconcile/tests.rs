@@ -676,3 +676,37 @@ async fn missing_kueue_is_reported_in_the_status_even_before_the_caches_sync() {
     assert_eq!(status.body["status"]["conditions"][0]["reason"], "KueueNotInstalled");
     assert!(status.body["status"]["lastError"].as_str().unwrap().contains("install Kueue v0.15"));
 }
+
+#[tokio::test]
+async fn a_workers_condition_is_written_into_the_policy_status_once_and_an_unchanged_fleet_writes_nothing() {
+    use crate::reconcile::worker::{WorkerHealth, WorkerState};
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&policy, &snapshot));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+    let down = WorkerHealth {
+        cluster: "us-east".to_owned(),
+        state: WorkerState::Unreachable { failing_watches: vec!["Namespace"] },
+    };
+    ctx.fleet_health().set(down.clone(), 1);
+
+    reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap();
+    // The policy as that write left it (same outcome, so the same conditions): nothing more is written.
+    let mut written = policy.clone();
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    if let Some(status) = written.status.as_mut() {
+        let previous = status.conditions.clone();
+        fleet::merge_worker_conditions(status, &[down], &previous, policy.metadata.generation, &now);
+    }
+    reconcile(Arc::new(written), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
+    assert_eq!(summaries, vec!["PATCH /apis/tiergate.io/v1alpha1/tierpolicies/default/status".to_owned()]);
+    let conditions = calls[0].body["status"]["conditions"].as_array().unwrap();
+    let worker = conditions.iter().find(|condition| condition["type"] == "WorkerReachable-us-east").unwrap();
+    assert_eq!((worker["status"].as_str(), worker["reason"].as_str()), (Some("False"), Some("Unreachable")));
+    assert!(conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True"));
+}

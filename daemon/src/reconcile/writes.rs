@@ -10,6 +10,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use super::diff::{build_apply_need, is_contained};
+use super::fleet::health::merge_worker_conditions;
 use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
 use super::live::LiveObject;
 use super::status::{StatusInput, build_status};
@@ -129,7 +130,12 @@ pub(super) async fn write_status(
     input: &StatusInput,
 ) -> Result<bool, ReconcileError> {
     let now = Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH));
-    let status = build_status(policy.status.as_ref(), policy.metadata.generation, input, &now);
+    let mut status = build_status(policy.status.as_ref(), policy.metadata.generation, input, &now);
+    if !matches!(input, StatusInput::NotReconciled { .. }) {
+        let previous = policy.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
+        let workers = ctx.fleet.workers();
+        merge_worker_conditions(&mut status, &workers, previous, policy.metadata.generation, &now);
+    }
     if policy.status.as_ref() == Some(&status) {
         return Ok(false);
     }

@@ -305,6 +305,7 @@ impl InProcessDaemon {
             identity: random_name("e2e-daemon"),
             debounce: Duration::from_millis(100),
             ledger: Some(ledger.clone()),
+            kueue_namespace: "kueue-system".to_owned(),
         };
         let running = start_reconciler(client, options, metrics.clone(), &shutdown);
         Self { metrics, ledger, running, shutdown }

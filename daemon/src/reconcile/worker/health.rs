@@ -23,6 +23,12 @@ pub enum WorkerState {
     },
     /// The worker answers but its caches have not listed everything yet: nothing was decided.
     NotSynced,
+    /// No engine runs for the worker: its kubeconfig Secret is missing, unreadable or not a kubeconfig (set by
+    /// the fleet supervisor, never by a pass).
+    NoCredentials {
+        /// Why, naming the Secret and the fix.
+        message: String,
+    },
     /// The plan refused this worker's inputs: its last applied state stays.
     Invalid {
         /// Why, naming the field and the fix.
@@ -62,7 +68,7 @@ impl WorkerHealth {
     pub fn reachable(&self) -> Option<bool> {
         match &self.state {
             WorkerState::Pending | WorkerState::NotLeading => None,
-            WorkerState::Unreachable { .. } => Some(false),
+            WorkerState::Unreachable { .. } | WorkerState::NoCredentials { .. } => Some(false),
             WorkerState::Failed { answered, .. } => Some(*answered),
             WorkerState::NotSynced | WorkerState::Invalid { .. } | WorkerState::Converged { .. } => Some(true),
         }
@@ -75,6 +81,7 @@ impl WorkerHealth {
             WorkerState::NotLeading => "not_leading",
             WorkerState::Unreachable { .. } => "unreachable",
             WorkerState::NotSynced => "not_synced",
+            WorkerState::NoCredentials { .. } => "kubeconfig_secret",
             WorkerState::Invalid { .. } => "invalid_plan",
             WorkerState::Failed { reason, .. } => reason,
             WorkerState::Converged { draining, .. } if *draining > 0 => "draining",
@@ -95,6 +102,7 @@ impl WorkerHealth {
             ),
             WorkerState::NotSynced => format!("worker {cluster} answers; waiting for its caches to list everything"),
             WorkerState::Invalid { message } => format!("worker {cluster} keeps its last applied state: {message}"),
+            WorkerState::NoCredentials { message } => message.clone(),
             WorkerState::Failed { message, .. } => format!("worker {cluster}: {message}"),
             WorkerState::Converged { draining, .. } if *draining > 0 => {
                 format!("worker {cluster} holds the tiers' objects; {draining} LocalQueue(s) still draining")

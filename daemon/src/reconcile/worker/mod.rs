@@ -4,7 +4,7 @@
 //! state. Each worker runs in its own task and reports a [`WorkerHealth`]; an unreachable worker is never written
 //! to and never waits on, or is waited on by, another cluster; does I/O.
 
-mod health;
+pub mod health;
 mod namespaces;
 
 pub use self::health::{WORKER_REACHABLE, WorkerHealth, WorkerState, build_worker_condition};
@@ -12,6 +12,7 @@ pub use self::namespaces::{NamespaceChanges, build_namespace_changes};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube::core::DynamicObject;
@@ -209,11 +210,18 @@ pub struct RunningWorker {
     pub cluster: String,
     /// The latest pass's health (starts [`WorkerState::Pending`]).
     pub health: watch::Receiver<WorkerHealth>,
+    passes: Arc<AtomicU64>,
     stop: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl RunningWorker {
+    /// How many passes have finished, counted before each health report (so a reader woken by the report sees
+    /// at least that pass).
+    pub fn pass_counter(&self) -> Arc<AtomicU64> {
+        self.passes.clone()
+    }
+
     /// Stops this worker's engine and caches (the others keep running) and waits for its task.
     pub async fn stop(self) {
         self.stop.cancel();
@@ -230,14 +238,16 @@ pub fn start_worker(worker: Worker, triggers: watch::Receiver<u64>, shutdown: &C
     let cluster = worker.cluster.clone();
     let (health_tx, health) = watch::channel(WorkerHealth { cluster: cluster.clone(), state: WorkerState::Pending });
     let stop = shutdown.child_token();
-    let task = tokio::spawn(run_worker(worker, triggers, health_tx, stop.clone()));
-    RunningWorker { cluster, health, stop, task }
+    let passes = Arc::new(AtomicU64::new(0));
+    let task = tokio::spawn(run_worker(worker, triggers, health_tx, passes.clone(), stop.clone()));
+    RunningWorker { cluster, health, passes, stop, task }
 }
 
 async fn run_worker(
     worker: Worker,
     mut triggers: watch::Receiver<u64>,
     health: watch::Sender<WorkerHealth>,
+    passes: Arc<AtomicU64>,
     stop: CancellationToken,
 ) {
     let mut changes = worker.cache.changes.clone();
@@ -256,11 +266,13 @@ async fn run_worker(
             WorkerState::Pending
             | WorkerState::NotLeading
             | WorkerState::Unreachable { .. }
-            | WorkerState::NotSynced => WAIT_RETRY,
+            | WorkerState::NotSynced
+            | WorkerState::NoCredentials { .. } => WAIT_RETRY,
         };
         if std::mem::replace(&mut last_reason, outcome.reason()) != outcome.reason() {
             tracing::info!(cluster = %outcome.cluster, reason = outcome.reason(), "{}", outcome.message());
         }
+        passes.fetch_add(1, Ordering::SeqCst);
         health.send_replace(outcome);
         tokio::select! {
             () = stop.cancelled() => break,
@@ -274,4 +286,4 @@ async fn run_worker(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -20,7 +20,7 @@ const KUEUE: &str = "/apis/kueue.x-k8s.io/v1beta2";
 
 /// What the fake holds and saw.
 #[derive(Debug, Default)]
-struct FakeState {
+pub(crate) struct FakeState {
     /// Objects by collection (list path) and key (`name` or `namespace/name`).
     objects: BTreeMap<String, BTreeMap<String, Value>>,
     /// Label keys tiergate applied per namespace (server-side apply removes the ones it leaves out next time).
@@ -34,8 +34,8 @@ struct FakeState {
 struct DropWatches;
 
 /// A fake API server serving lists and watches from its state and applying server-side applies and deletes.
-struct FakeCluster {
-    client: Client,
+pub(crate) struct FakeCluster {
+    pub(crate) client: Client,
     state: Arc<Mutex<FakeState>>,
     /// While set, every request is answered 503 (read per request, so a change applies to the next request).
     down: Arc<std::sync::atomic::AtomicBool>,
@@ -48,6 +48,9 @@ fn locate(path: &str) -> (String, Option<String>) {
     match segments.as_slice() {
         ["api", "v1", plural] => (format!("/api/v1/{plural}"), None),
         ["api", "v1", plural, name] => (format!("/api/v1/{plural}"), Some((*name).to_owned())),
+        ["api", "v1", "namespaces", namespace, plural, name] => {
+            (format!("/api/v1/{plural}"), Some(format!("{namespace}/{name}")))
+        }
         ["apis", "kueue.x-k8s.io", "v1beta2", plural] => (format!("{KUEUE}/{plural}"), None),
         ["apis", "kueue.x-k8s.io", "v1beta2", plural, name] => (format!("{KUEUE}/{plural}"), Some((*name).to_owned())),
         ["apis", "kueue.x-k8s.io", "v1beta2", "namespaces", namespace, plural, name] => {
@@ -69,7 +72,7 @@ fn unavailable() -> Value {
 impl FakeCluster {
     /// A fake holding `objects` (collection path -> objects), down from the start if `down`; with `hang_writes`
     /// it never answers a write.
-    fn start(objects: Vec<(&str, Value)>, down: bool, hang_writes: bool) -> Self {
+    pub(crate) fn start(objects: Vec<(&str, Value)>, down: bool, hang_writes: bool) -> Self {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let state = Arc::new(Mutex::new(FakeState::default()));
         {
@@ -127,6 +130,11 @@ impl FakeCluster {
                                                   "metadata": {"resourceVersion": state.version.to_string()}, "items": items});
                                 reply(send, 200, &list);
                             }
+                            ("GET", Some(key)) => match shared.lock().unwrap().objects.get(&collection).and_then(|objects| objects.get(&key)).cloned() {
+                                Some(object) => reply(send, 200, &object),
+                                None => reply(send, 404, &json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                                "reason": "NotFound", "code": 404, "message": "not found"})),
+                            },
                             (_, Some(_)) if hang_writes && parts.method != "GET" => hung.push(send),
                             ("PATCH", Some(key)) => {
                                 let body: Value = serde_json::from_slice(&bytes).unwrap();
@@ -164,7 +172,7 @@ impl FakeCluster {
         Self { client: Client::new(service, "default"), state, down, control }
     }
 
-    fn set_down(&self, down: bool) {
+    pub(crate) fn set_down(&self, down: bool) {
         self.down.store(down, std::sync::atomic::Ordering::SeqCst);
         if down {
             self.control.send(DropWatches).unwrap();
@@ -172,15 +180,25 @@ impl FakeCluster {
     }
 
     /// Writes received (`METHOD path`), reads excluded.
-    fn writes(&self) -> Vec<String> {
+    pub(crate) fn writes(&self) -> Vec<String> {
         self.state.lock().unwrap().calls.iter().filter(|call| !call.starts_with("GET ")).cloned().collect()
     }
 
-    fn object(&self, collection: &str, key: &str) -> Option<Value> {
+    pub(crate) fn object(&self, collection: &str, key: &str) -> Option<Value> {
         self.state.lock().unwrap().objects.get(collection).and_then(|objects| objects.get(key)).cloned()
     }
 
-    fn count(&self, collection: &str) -> usize {
+    /// Stores `object` in `collection` under `key` as another client would (no watch event is sent).
+    pub(crate) fn put(&self, collection: &str, key: &str, object: Value) {
+        self.state.lock().unwrap().objects.entry(collection.to_owned()).or_default().insert(key.to_owned(), object);
+    }
+
+    /// Removes `key` from `collection` as another client would.
+    pub(crate) fn remove(&self, collection: &str, key: &str) {
+        self.state.lock().unwrap().objects.entry(collection.to_owned()).or_default().remove(key);
+    }
+
+    pub(crate) fn count(&self, collection: &str) -> usize {
         self.state.lock().unwrap().objects.get(collection).map_or(0, BTreeMap::len)
     }
 }
@@ -215,7 +233,7 @@ impl FakeState {
     }
 }
 
-fn node(name: &str, class: &str) -> (&'static str, Value) {
+pub(crate) fn node(name: &str, class: &str) -> (&'static str, Value) {
     (
         "/api/v1/nodes",
         json!({"apiVersion": "v1", "kind": "Node",
