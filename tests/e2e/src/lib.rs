@@ -205,9 +205,9 @@ pub async fn create_namespace(
     Ok(())
 }
 
-/// Installs (server-side applies) the TierPolicy CRD and waits until it is established. Returns whether it
-/// was absent before (then the caller should remove it at cleanup).
-pub async fn install_tierpolicy_crd(client: &Client) -> Result<bool, HarnessError> {
+/// Installs (server-side applies) the TierPolicy CRD and waits until it is established; when it was absent
+/// before, `cleanup` removes it at the end.
+pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = TierPolicy::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
@@ -223,7 +223,10 @@ pub async fn install_tierpolicy_crd(client: &Client) -> Result<bool, HarnessErro
         }
     })
     .await?;
-    Ok(!existed)
+    if !existed {
+        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, &name);
+    }
+    Ok(())
 }
 
 /// `<prefix>-<name>`: how the e2e policy renames tiers, GPU classes and priority buckets.

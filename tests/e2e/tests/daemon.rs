@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
@@ -80,9 +79,7 @@ async fn daemon_converges_follows_changes_restarts_without_writes_and_prunes_wit
 async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let prefix = random_name("e2e");
     let names = Names { policy: prefix.clone(), prefix: prefix.clone(), lease: format!("{prefix}-lease") };
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     let system = format!("{prefix}-system");
     create_namespace(client, cleanup, &system, &[]).await?;
     let (gold, bronze) = (format!("{prefix}-gold"), format!("{prefix}-bronze"));

@@ -13,7 +13,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, DynamicObject};
@@ -103,9 +102,7 @@ async fn run_scenario(
 ) -> Result<(), HarnessError> {
     let prefix = random_name("e2e");
     let (cluster, secret) = (format!("{prefix}-w"), format!("{prefix}-worker-kubeconfig"));
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     let mut policy = build_prefixed_policy(&prefix)?;
     policy.spec.clusters = vec![serde_json::from_value(json!({
         "name": cluster,

@@ -102,9 +102,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
     let bronze_tier = policy.spec.tier(&prefixed(&prefix, "bronze")).ok_or("the e2e policy has no bronze tier")?;
     let local_queue = bronze_tier.local_queue();
     let (system, bronze) = (format!("{prefix}-system"), format!("{prefix}-bronze"));
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     create_namespace(client, cleanup, &system, &[]).await?;
     create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &bronze_tier.name), (RUN_LABEL, &prefix)]).await?;
     let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));

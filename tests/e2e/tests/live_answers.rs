@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
@@ -59,9 +58,7 @@ fn build_job(namespace: &str, queue: &str) -> Result<Job, HarnessError> {
 
 async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let prefix = random_name("e2e");
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     let system = format!("{prefix}-system");
     create_namespace(client, cleanup, &system, &[]).await?;
     let policy = build_prefixed_policy(&prefix)?;

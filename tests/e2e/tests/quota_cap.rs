@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
@@ -169,9 +168,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
 }
 
 async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     create_namespace(client, cleanup, &run.system, &[]).await?;
     create_namespace(client, cleanup, &run.tenant, &[(E2E_TIER_LABEL, &run.tier()), (RUN_LABEL, &run.prefix)]).await?;
     let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));

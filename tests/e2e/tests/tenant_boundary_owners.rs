@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ApiResource;
@@ -72,9 +71,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
         policy: build_prefixed_policy(&prefix)?,
         prefix,
     };
-    if install_tierpolicy_crd(client).await? {
-        cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, "tierpolicies.tiergate.io");
-    }
+    install_tierpolicy_crd(client, cleanup).await?;
     let bronze_tier = prefixed(&run.prefix, "bronze");
     create_namespace(client, cleanup, &run.system, &[]).await?;
     create_namespace(client, cleanup, &run.bronze, &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)]).await?;
