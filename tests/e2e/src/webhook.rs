@@ -17,7 +17,7 @@ use tiergate::admission::server::{AdmissionState, ServeError, serve_webhook_on};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::{Cleanup, HarnessError, run_cluster_test, skip};
+use crate::{Cleanup, HarnessError, InProcessDaemon, run_cluster_test, skip};
 
 /// An address of this machine the API server can reach (kind: the docker network's gateway, e.g. `172.18.0.1`).
 pub const HOST_ENV: &str = "TIERGATE_E2E_WEBHOOK_HOST";
@@ -106,6 +106,28 @@ pub async fn run_webhook_test(
         scenario(client, cleanup, &endpoint).await
     })
     .await
+}
+
+/// Serves `daemon`'s webhook at `endpoint` while `checks` run, then cleans up while the webhook still answers
+/// (namespace deletion updates pods, and a registered configuration fails closed), and only then stops the
+/// webhook and the daemon. The checks' outcome is returned.
+pub async fn serve_webhook_while(
+    daemon: InProcessDaemon,
+    endpoint: &WebhookEndpoint,
+    cleanup: &Cleanup,
+    checks: impl AsyncFnOnce(&InProcessWebhook) -> Result<(), HarnessError>,
+) -> Result<(), HarnessError> {
+    let outcome = match InProcessWebhook::start(endpoint, daemon.admission_state()) {
+        Ok(webhook) => {
+            let outcome = checks(&webhook).await;
+            cleanup.run().await;
+            webhook.stop().await;
+            outcome
+        }
+        Err(error) => Err(error),
+    };
+    daemon.stop().await;
+    outcome
 }
 
 /// A fresh CA and a serving certificate for `host` (an IP SAN for an address, a DNS SAN for a name), made by

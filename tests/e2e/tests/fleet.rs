@@ -21,7 +21,9 @@ use serde_json::json;
 use tiergate::plan::names::{cluster_queue_name, multikueue_check_name, multikueue_cluster_name};
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     ensure, install_tierpolicy_crd, kueue_served_or_skip, random_name, skip, wait_for,
@@ -128,15 +130,14 @@ async fn run_scenario(
     let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
     apply_policy(client, &policy).await?;
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
-    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
-    let outcome = check_fleet(client, cleanup, endpoint, &webhook, worker, &policy, &prefix, &cluster).await;
-    // The worker leaves the policy: tiergate prunes what it applied there (the garbage collector only sees the
-    // management cluster's owner references).
-    let pruned = prune_worker(client, worker, &policy, &cluster).await;
-    cleanup.run().await;
-    webhook.stop().await;
-    daemon.stop().await;
-    outcome.and(pruned)
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        let outcome = check_fleet(client, cleanup, endpoint, webhook, worker, &policy, &prefix, &cluster).await;
+        // The worker leaves the policy: tiergate prunes what it applied there (the garbage collector only sees the
+        // management cluster's owner references).
+        let pruned = prune_worker(client, worker, &policy, &cluster).await;
+        outcome.and(pruned)
+    })
+    .await
 }
 
 #[expect(clippy::too_many_arguments, reason = "one scenario's shared state, passed explicitly")]

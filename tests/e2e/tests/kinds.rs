@@ -20,7 +20,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::webhook::{
-    InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration, run_webhook_test,
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy,
@@ -114,12 +114,10 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
         queues.get_opt(&local_queue).await.ok()?
     })
     .await?;
-    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
-    let outcome = check_kinds(client, cleanup, endpoint, &webhook, &prefix, &bronze, &local_queue).await;
-    cleanup.run().await;
-    webhook.stop().await;
-    daemon.stop().await;
-    outcome
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        check_kinds(client, cleanup, endpoint, webhook, &prefix, &bronze, &local_queue).await
+    })
+    .await
 }
 
 /// Server-side applies the kind's CRD from `shared/workload-crds/` when the cluster does not have it, tracked for

@@ -20,7 +20,9 @@ use serde_json::{Value, json};
 use tiergate::plan::quota::tier_quota;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
     install_tierpolicy_crd, random_name, wait_for,
@@ -159,12 +161,10 @@ async fn kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_
 async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
     let run = Run::new()?;
     let daemon = start_daemon(client, cleanup, &run).await?;
-    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
-    let outcome = fill_and_check(client, cleanup, endpoint, &webhook, &run).await;
-    cleanup.run().await;
-    webhook.stop().await;
-    daemon.stop().await;
-    outcome
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        fill_and_check(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
 }
 
 async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {

@@ -18,7 +18,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tiergate::policy::{GpuClass, Tier, TierPolicy};
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     ensure, install_tierpolicy_crd, prefixed, random_name, wait_for,
@@ -79,20 +81,14 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
     let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
     apply_policy(client, &run.policy).await?;
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
-    let outcome = match wait_for_queue(client, &run).await {
-        Ok(()) => match InProcessWebhook::start(endpoint, daemon.admission_state()) {
-            Ok(webhook) => {
-                let outcome = attack(client, cleanup, endpoint, &webhook, &run).await;
-                cleanup.run().await;
-                webhook.stop().await;
-                outcome
-            }
-            Err(error) => Err(error),
-        },
-        Err(error) => Err(error),
-    };
-    daemon.stop().await;
-    outcome
+    if let Err(error) = wait_for_queue(client, &run).await {
+        daemon.stop().await;
+        return Err(error);
+    }
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        attack(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
 }
 
 async fn wait_for_queue(client: &Client, run: &Run) -> Result<(), HarnessError> {

@@ -17,7 +17,9 @@ use kube::core::ApiResource;
 use serde_json::json;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     ensure, install_tierpolicy_crd, load_sample_workload, prefixed, random_name, wait_for,
@@ -85,19 +87,14 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
         queues.get_opt(&queue).await.ok()?.map(|_| ())
     })
     .await?;
-    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
-    let outcome = async {
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
         register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
         wait_until_mutating(client, &run).await?;
         check_forged_job_owner_on_a_gold_pod_is_denied(client, &run).await?;
         check_job_forging_a_jobset_owner_is_queued_and_suspended(client, &run).await?;
         check_update_sequences_keep_the_queue_and_priority(client, &run).await
-    }
-    .await;
-    cleanup.run().await;
-    webhook.stop().await;
-    daemon.stop().await;
-    outcome
+    })
+    .await
 }
 
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {

@@ -21,7 +21,9 @@ use tiergate::admission::TIER_ANNOTATION;
 use tiergate::policy::{GpuClass, Tier, TierPolicy};
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::scoring::SCORE_SOURCE_ANNOTATION;
-use tiergate_e2e::webhook::{InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test};
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     ensure, install_tierpolicy_crd, load_sample_workload, prefixed, random_name, wait_for,
@@ -84,12 +86,10 @@ async fn sample_workloads_are_queued_scored_and_placed_and_bronze_cannot_get_a_g
 async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
     let run = Run::new()?;
     let daemon = start_daemon(client, cleanup, &run).await?;
-    let webhook = InProcessWebhook::start(endpoint, daemon.admission_state())?;
-    let outcome = check_webhook(client, cleanup, endpoint, &webhook, &run).await;
-    cleanup.run().await;
-    webhook.stop().await;
-    daemon.stop().await;
-    outcome
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        check_webhook(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
 }
 
 /// CRD, namespaces, the prefixed policy and the in-process daemon, until the bronze LocalQueue and every
