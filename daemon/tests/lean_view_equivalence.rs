@@ -4,6 +4,10 @@
 //! decision made on the fully parsed object with the patch diffed from the two full trees.
 #![cfg(test)]
 
+#[allow(dead_code)]
+#[path = "../benches/support/mod.rs"]
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -14,7 +18,6 @@ use serde_json::{Value, json};
 use tiergate::admission::{AdmissionInputs, Decision, build_static_snapshot, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::placement::{GpuPinning, PlacementAssignment, PlacementOutcome};
-use tiergate::scoring::{ScoreOutcome, ScoreSource};
 use tiergate::view::Snapshot;
 
 fn snapshot() -> Snapshot {
@@ -27,15 +30,7 @@ fn snapshot() -> Snapshot {
 
 /// The inputs each review is decided with: none, scored, placed by a rule, pinned to a node.
 fn every_inputs() -> Vec<(&'static str, AdmissionInputs)> {
-    let score = ScoreOutcome {
-        priority_class: "gpu-high".into(),
-        score: Some(75),
-        chosen_gpu_class: Some("l4".into()),
-        avoid_job_types: vec!["train-llama".into()],
-        source: ScoreSource::Agent,
-        warnings: Vec::new(),
-        decided_at_unix: 1_699_123_456,
-    };
+    let score = support::score();
     let rule = PlacementOutcome {
         assignment: Some(PlacementAssignment {
             rule: "spot".into(),
