@@ -116,9 +116,19 @@ impl Decision {
         match &self.verdict {
             Verdict::Skip { .. } => {}
             Verdict::Allow if self.patch.0.is_empty() => {}
-            Verdict::Allow => match AdmissionResponse::from(request).with_patch(self.patch.clone()) {
-                Ok(patched) => response = patched,
-                Err(error) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
+            // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
+            // decision's own patch is serialized in place, not cloned first.
+            Verdict::Allow => match (
+                AdmissionResponse::from(request).with_patch(json_patch::Patch(Vec::new())),
+                serde_json::to_vec(&self.patch),
+            ) {
+                (Ok(patched), Ok(bytes)) => {
+                    response = patched;
+                    response.patch = Some(bytes);
+                }
+                (Err(error), _) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
+                (_, Err(error)) => warnings
+                    .push(format!("tiergate admitted the object unchanged: failed to serialize the patch: {error}")),
             },
             Verdict::Deny { message, .. } => response = denied(response, message, 403, "Forbidden"),
             Verdict::Invalid { message } => {

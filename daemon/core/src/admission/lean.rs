@@ -11,9 +11,11 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube_core::admission::{AdmissionRequest, Operation};
 use kube_core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::Deserialize;
+use serde::de::value::{CowStrDeserializer, MapAccessDeserializer};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
@@ -37,14 +39,13 @@ struct Review<'a> {
     api_version: Cow<'a, str>,
     #[serde(borrow)]
     kind: Cow<'a, str>,
-    #[serde(borrow)]
-    request: Option<TypedRequest<'a>>,
+    request: Option<TypedRequest>,
 }
 
-/// A request with its objects borrowed as raw JSON.
+/// A request with its objects read lean in the same pass.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TypedRequest<'a> {
+struct TypedRequest {
     uid: String,
     kind: GroupVersionKind,
     resource: GroupVersionResource,
@@ -62,10 +63,10 @@ struct TypedRequest<'a> {
     namespace: Option<String>,
     operation: Operation,
     user_info: k8s_openapi::api::authentication::v1::UserInfo,
-    #[serde(default, borrow)]
-    object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    old_object: Option<&'a RawValue>,
+    #[serde(default, deserialize_with = "lean_object_member")]
+    object: Option<DynamicObject>,
+    #[serde(default, deserialize_with = "lean_object_member")]
+    old_object: Option<DynamicObject>,
     #[serde(default)]
     dry_run: bool,
     #[serde(default)]
@@ -117,9 +118,6 @@ pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<D
         && review.kind == "AdmissionReview"
         && let Some(request) = review.request
     {
-        let object = |raw: Option<&RawValue>| raw.filter(|raw| raw.get() != "null").map(lean_object).transpose();
-        let (object, old_object) =
-            (object(request.object).map_err(LeanError::Json)?, object(request.old_object).map_err(LeanError::Json)?);
         return Ok(AdmissionRequest {
             types: TypeMeta { api_version: review.api_version.into_owned(), kind: review.kind.into_owned() },
             uid: request.uid,
@@ -133,8 +131,8 @@ pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<D
             namespace: request.namespace,
             operation: request.operation,
             user_info: request.user_info,
-            object,
-            old_object,
+            object: request.object,
+            old_object: request.old_object,
             dry_run: request.dry_run,
             options: request.options,
         });
@@ -185,6 +183,95 @@ fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicO
     })
 }
 
+/// `object` or `oldObject` of the typed pass, read lean where it stands in the body (`null` is none).
+fn lean_object_member<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<DynamicObject>, D::Error> {
+    deserializer.deserialize_any(ObjectVisitor)
+}
+
+/// An object read in one pass: `metadata` straight into its typed form without `managedFields` (no JSON tree
+/// built for it first), every other member built lean into `data`, `apiVersion` and `kind` as its types when both
+/// are strings. The same object as `dynamic_object(LeanSeed)` makes; a repeated member inside `metadata` fails
+/// here, and the review is then read member by member (`by_member`), as any repeated member is.
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Option<DynamicObject>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a Kubernetes object or null")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut data = Map::new();
+        let mut metadata = None;
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value = match key.as_ref() {
+                "metadata" => {
+                    metadata = Some(map.next_value_seed(MetadataSeed)?);
+                    continue;
+                }
+                PRUNED_ARRAY_KEY => map.next_value_seed(EnvSeed)?,
+                _ => map.next_value_seed(LeanSeed { at: Place::Inside })?,
+            };
+            data.insert(key.into_owned(), value);
+        }
+        Ok(Some(with_types(data, metadata.unwrap_or_default())))
+    }
+}
+
+/// An object's `metadata`, deserialized as `ObjectMeta` with `managedFields` skipped unbuilt.
+struct MetadataSeed;
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed {
+    type Value = ObjectMeta;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ObjectMeta, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed {
+    type Value = ObjectMeta;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("object metadata")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectMeta, A::Error> {
+        ObjectMeta::deserialize(MapAccessDeserializer::new(WithoutManagedFields(map)))
+    }
+}
+
+/// The members of a `metadata` map without `managedFields`, which is skipped without being built.
+struct WithoutManagedFields<A>(A);
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
+        while let Some(key) = self.0.next_key::<Cow<'de, str>>()? {
+            if key == MANAGED_FIELDS {
+                self.0.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            return seed.deserialize(CowStrDeserializer::new(key)).map(Some);
+        }
+        Ok(None)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.0.next_value_seed(seed)
+    }
+}
+
 /// One object of the review as its lean view.
 fn lean_object(raw: &RawValue) -> Result<DynamicObject, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
@@ -201,6 +288,11 @@ fn dynamic_object(value: Value) -> Result<DynamicObject, serde_json::Error> {
         return serde_json::from_value(value);
     };
     let metadata = data.remove("metadata").map(serde_json::from_value).transpose()?.unwrap_or_default();
+    Ok(with_types(data, metadata))
+}
+
+/// The object of `metadata` and the other members `data`, its types taken out of `data` when both are strings.
+fn with_types(mut data: Map<String, Value>, metadata: ObjectMeta) -> DynamicObject {
     let types = match (data.get("apiVersion"), data.get("kind")) {
         (Some(Value::String(api_version)), Some(Value::String(kind))) => {
             Some(TypeMeta { api_version: api_version.clone(), kind: kind.clone() })
@@ -211,7 +303,7 @@ fn dynamic_object(value: Value) -> Result<DynamicObject, serde_json::Error> {
         data.remove("apiVersion");
         data.remove("kind");
     }
-    Ok(DynamicObject { types, metadata, data: Value::Object(data) })
+    DynamicObject { types, metadata, data: Value::Object(data) }
 }
 
 /// The lean view of `object` (used where a caller holds the object as JSON already).
@@ -412,6 +504,35 @@ mod tests {
         let object = json!({"metadata": {"name": "j"}, "spec": {"template": {"metadata": {"managedFields": [1]}},
             "env": {"not": "a list"}}});
         assert_eq!(lean_value(&object.to_string()).unwrap(), object);
+    }
+
+    fn review(object: &str) -> Vec<u8> {
+        format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u",
+            "kind":{{"group":"batch","version":"v1","kind":"Job"}},
+            "resource":{{"group":"batch","version":"v1","resource":"jobs"}},"operation":"CREATE",
+            "userInfo":{{"username":"alice"}},"object":{object}}}}}"#
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn the_one_pass_object_is_the_object_the_lean_tree_makes() {
+        let object = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j","namespace":"n",
+            "managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}],"labels":{"a":"b"},
+            "ownerReferences":[{"apiVersion":"v1","kind":"X","name":"o","uid":"1"}]},
+            "spec":{"template":{"spec":{"containers":[{"name":"c","env":[{"name":"A","value":"1"}]}]}}}}"#;
+        let request = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
+        let expected = dynamic_object(lean_value(object).unwrap()).unwrap();
+        assert_eq!(serde_json::to_value(request.object.unwrap()).unwrap(), serde_json::to_value(expected).unwrap());
+    }
+
+    #[test]
+    fn a_repeated_member_inside_metadata_keeps_its_last_value() {
+        let object = r#"{"metadata":{"name":"first","managedFields":[],"name":"last"},"spec":{}}"#;
+        let request = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
+        let metadata = request.object.unwrap().metadata;
+        assert_eq!((metadata.name.as_deref(), metadata.managed_fields), (Some("last"), None));
     }
 
     #[test]

@@ -689,16 +689,17 @@ impl Work {
         }
         // The same decision already recorded keeps its time: a reinvoked webhook (or `explain` on its own output)
         // scores again, and an unchanged answer must not rewrite the object.
-        let recorded = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "annotations");
+        let metadata = self.before.get("metadata").unwrap_or(&Value::Null);
+        let recorded = |key: &str| podspec::string_entry(metadata, "annotations", key);
         let time_keys = [DECIDED_AT_ANNOTATION, SEED_DECIDED_AT_ANNOTATION];
         let unchanged = annotations
             .iter()
             .filter(|(key, _)| !time_keys.contains(&key.as_str()))
-            .all(|(key, value)| recorded.get(key) == Some(value));
+            .all(|(key, value)| recorded(key) == Some(value.as_str()));
         if unchanged {
             for key in time_keys {
-                if let Some(time) = recorded.get(key) {
-                    annotations.insert(key.to_owned(), time.clone());
+                if let Some(time) = recorded(key) {
+                    annotations.insert(key.to_owned(), time.to_owned());
                 }
             }
         }
@@ -885,8 +886,9 @@ impl Work {
         if context.request.operation != Operation::Create {
             return Ok(None);
         }
-        let labels = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "labels");
-        let queue = labels.get(QUEUE_NAME_LABEL).cloned().unwrap_or_else(|| context.tier.local_queue());
+        let metadata = self.before.get("metadata").unwrap_or(&Value::Null);
+        let queue = podspec::string_entry(metadata, "labels", QUEUE_NAME_LABEL)
+            .map_or_else(|| context.tier.local_queue(), str::to_owned);
         let edited = self.edit("/metadata", |metadata| {
             podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue)?;
             podspec::set_string(metadata, "labels", KUEUE_MANAGED_LABEL, "true")?;
@@ -934,10 +936,9 @@ impl Work {
             Some(None) => return Ok(()),
         };
         let labels_at = self.adapter.queue_labels_at;
-        let labels = podspec::string_map(self.after.lookup(labels_at).unwrap_or(&Value::Null), "labels");
-        let user_before = podspec::string_map(self.before.lookup(labels_at).unwrap_or(&Value::Null), "labels");
-        if let Some(user) = user_before.get(PRIORITY_CLASS_LABEL).filter(|user| **user != class)
-            && labels.get(PRIORITY_CLASS_LABEL) == Some(user)
+        let priority_in = |object| label_at(object, labels_at, PRIORITY_CLASS_LABEL);
+        if let Some(user) = priority_in(&self.before).filter(|user| *user != class)
+            && priority_in(&self.after) == Some(user)
         {
             self.warnings.push(format!("priority class {user} replaced by {class} from the workload's score"));
         }
@@ -999,12 +1000,18 @@ impl Work {
             Vec::new()
         };
         let changed = pointers.iter().any(|pointer| self.before.lookup(pointer) != self.after.lookup(pointer));
+        // Only what differs is written back: an equal value is no edit, and cloning a template for nothing is
+        // most of this step's cost.
         for pointer in &pointers {
-            let value = self.before.lookup(pointer).cloned();
-            self.set(pointer, value);
+            if self.before.lookup(pointer) != self.after.lookup(pointer) {
+                let value = self.before.lookup(pointer).cloned();
+                self.set(pointer, value);
+            }
         }
         for (pointer, value) in directives {
-            self.set(&pointer, value);
+            if self.after.lookup(&pointer) != value.as_ref() {
+                self.set(&pointer, value);
+            }
         }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
         for map in ["/metadata/labels", "/metadata/annotations"] {
@@ -1082,16 +1089,16 @@ impl Work {
                 classes.push(class.name.clone());
             }
         }
-        let labels =
-            podspec::string_map(self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null), "labels");
+        let labels_at = self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null);
+        let label = |key: &str| podspec::string_entry(labels_at, "labels", key);
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
         };
-        if let Some(queue) = labels.get(QUEUE_NAME_LABEL) {
+        if let Some(queue) = label(QUEUE_NAME_LABEL) {
             summary.push_str(&format!("; queue: {queue}"));
         }
-        if let Some(priority) = labels.get(PRIORITY_CLASS_LABEL) {
+        if let Some(priority) = label(PRIORITY_CLASS_LABEL) {
             summary.push_str(&format!("; priority: {priority}"));
         }
         let annotations = BTreeMap::from([
@@ -1150,8 +1157,12 @@ fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
 
 /// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.
 fn label(object: &Value, metadata: &str, key: &str) -> Option<String> {
-    let labels = object.lookup(metadata).and_then(|metadata| metadata.get("labels"));
-    labels.and_then(|labels| labels.get(key)).and_then(Value::as_str).map(str::to_owned)
+    label_at(object, metadata, key).map(str::to_owned)
+}
+
+/// `label`, borrowed from `object`.
+fn label_at<'v>(object: &'v Value, metadata: &str, key: &str) -> Option<&'v str> {
+    object.lookup(metadata).and_then(|metadata| podspec::string_entry(metadata, "labels", key))
 }
 
 /// A denial whose cause tiergate itself wrote from the object's placement or pinning annotation.

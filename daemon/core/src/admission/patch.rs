@@ -41,9 +41,12 @@ impl PatchError {
     }
 }
 
-/// `key` as one JSON-pointer token (RFC 6901: `~` -> `~0`, `/` -> `~1`).
-pub fn escape_token(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
+/// `key` as one JSON-pointer token (RFC 6901: `~` -> `~0`, `/` -> `~1`), borrowed when nothing needs escaping.
+pub fn escape_token(key: &str) -> Cow<'_, str> {
+    match key.contains(['~', '/']) {
+        true => Cow::Owned(key.replace('~', "~0").replace('/', "~1")),
+        false => Cow::Borrowed(key),
+    }
 }
 
 /// The value at `pointer` (RFC 6901), like `Value::pointer` but allocating only for a token with `~`.
@@ -91,8 +94,11 @@ pub fn patch_at(before: &Value, after: &Value, written: &[String]) -> Result<Pat
     // Where each edit is compared: its pointer, or the first ancestor that is not a container of the same kind on
     // both sides (a parent the decision created, or a null it replaced with a map). Prefixes of an escaped pointer
     // cut at a `/` are escaped pointers themselves.
+    let mut written: Vec<&str> = written.iter().map(String::as_str).collect();
+    written.sort_unstable();
+    written.dedup();
     let mut roots: Vec<&str> = written
-        .iter()
+        .into_iter()
         .map(|pointer| {
             let cuts = pointer.match_indices('/').map(|(index, _)| index).chain([pointer.len()]);
             cuts.map(|end| &pointer[..end])

@@ -53,6 +53,12 @@ pub fn string_map(parent: &Value, field: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The string value of `key` in the string map member `field` of `parent` (one label or annotation), without
+/// building the map.
+pub fn string_entry<'v>(parent: &'v Value, field: &str, key: &str) -> Option<&'v str> {
+    parent.get(field)?.get(key)?.as_str()
+}
+
 /// Sets every pair of `entries` in the string map `field` of `parent` (labels, annotations, nodeSelector).
 pub fn merge_string_map(
     parent: &mut Value,
