@@ -54,19 +54,20 @@ fn lookup<'v>(value: &'v Value, pointer: &str) -> Option<&'v Value> {
     if pointer.is_empty() {
         return Some(value);
     }
-    let mut current = value;
-    for token in pointer.strip_prefix('/')?.split('/') {
-        let token: Cow<'_, str> = match token.contains('~') {
-            true => Cow::Owned(token.replace("~1", "/").replace("~0", "~")),
-            false => Cow::Borrowed(token),
-        };
-        current = match current {
-            Value::Object(map) => map.get(token.as_ref())?,
-            Value::Array(items) => items.get(parse_index(&token)?)?,
-            _ => return None,
-        };
+    pointer.strip_prefix('/')?.split('/').try_fold(value, child)
+}
+
+/// The member or item of `value` named by one pointer token (escaped).
+fn child<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
+    let token: Cow<'_, str> = match token.contains('~') {
+        true => Cow::Owned(token.replace("~1", "/").replace("~0", "~")),
+        false => Cow::Borrowed(token),
+    };
+    match value {
+        Value::Object(map) => map.get(token.as_ref()),
+        Value::Array(items) => items.get(parse_index(&token)?),
+        _ => None,
     }
-    Some(current)
 }
 
 /// `Value::pointer` without its two allocations per token.
@@ -97,21 +98,7 @@ pub fn patch_at(before: &Value, after: &Value, written: &[String]) -> Result<Pat
     let mut written: Vec<&str> = written.iter().map(String::as_str).collect();
     written.sort_unstable();
     written.dedup();
-    let mut roots: Vec<&str> = written
-        .into_iter()
-        .map(|pointer| {
-            let cuts = pointer.match_indices('/').map(|(index, _)| index).chain([pointer.len()]);
-            cuts.map(|end| &pointer[..end])
-                .find(|path| {
-                    !matches!(
-                        (lookup(before, path), lookup(after, path)),
-                        (Some(Value::Object(_)), Some(Value::Object(_)))
-                            | (Some(Value::Array(_)), Some(Value::Array(_)))
-                    )
-                })
-                .unwrap_or(pointer)
-        })
-        .collect();
+    let mut roots: Vec<&str> = written.into_iter().map(|pointer| compared_at(before, after, pointer)).collect();
     roots.sort_unstable();
     roots.dedup();
     // An edit inside another edit is covered by the outer one.
@@ -123,6 +110,30 @@ pub fn patch_at(before: &Value, after: &Value, written: &[String]) -> Result<Pat
         builder.compare(root, lookup(before, root), lookup(after, root))?;
     }
     Ok(Patch(builder.operations))
+}
+
+/// Where the edit at `pointer` is compared: its first prefix (cut at a `/`) that is not a container of the same
+/// kind in both trees (a parent the decision created, or a null it replaced with a map), else the pointer itself;
+/// found in one walk down both trees. Prefixes of an escaped pointer cut at a `/` are escaped pointers themselves.
+fn compared_at<'p>(before: &Value, after: &Value, pointer: &'p str) -> &'p str {
+    let same_kind = |before: Option<&Value>, after: Option<&Value>| {
+        matches!(
+            (before, after),
+            (Some(Value::Object(_)), Some(Value::Object(_))) | (Some(Value::Array(_)), Some(Value::Array(_)))
+        )
+    };
+    let Some(tokens) = pointer.strip_prefix('/') else { return pointer };
+    let (mut before, mut after) = (Some(before), Some(after));
+    let mut end = 0;
+    for token in tokens.split('/') {
+        if !same_kind(before, after) {
+            return &pointer[..end];
+        }
+        before = before.and_then(|value| child(value, token));
+        after = after.and_then(|value| child(value, token));
+        end += 1 + token.len();
+    }
+    pointer
 }
 
 struct Builder {
