@@ -1000,8 +1000,7 @@ impl Work {
             Vec::new()
         };
         let changed = pointers.iter().any(|pointer| self.before.lookup(pointer) != self.after.lookup(pointer));
-        // Only what differs is written back: an equal value is no edit, and cloning a template for nothing is
-        // most of this step's cost.
+        // Only what differs is written back: an equal value is no edit, and needs no copy of its subtree.
         for pointer in &pointers {
             if self.before.lookup(pointer) != self.after.lookup(pointer) {
                 let value = self.before.lookup(pointer).cloned();
@@ -1090,15 +1089,15 @@ impl Work {
             }
         }
         let labels_at = self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null);
-        let label = |key: &str| podspec::string_entry(labels_at, "labels", key);
+        let final_label = |key: &str| podspec::string_entry(labels_at, "labels", key);
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
         };
-        if let Some(queue) = label(QUEUE_NAME_LABEL) {
+        if let Some(queue) = final_label(QUEUE_NAME_LABEL) {
             summary.push_str(&format!("; queue: {queue}"));
         }
-        if let Some(priority) = label(PRIORITY_CLASS_LABEL) {
+        if let Some(priority) = final_label(PRIORITY_CLASS_LABEL) {
             summary.push_str(&format!("; priority: {priority}"));
         }
         let annotations = BTreeMap::from([
