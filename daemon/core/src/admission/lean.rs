@@ -42,7 +42,7 @@ struct Review<'a> {
     request: Option<TypedRequest>,
 }
 
-/// A request with its objects read lean in the same pass.
+/// A request with its objects read lean in the same pass (`by_member` reads them apart and leaves them out here).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TypedRequest {
@@ -73,33 +73,6 @@ struct TypedRequest {
     options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
 }
 
-/// The small fields of a request, read as kube-core reads them (the objects are read lean, apart).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestEnvelope {
-    uid: String,
-    kind: GroupVersionKind,
-    resource: GroupVersionResource,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    request_kind: Option<GroupVersionKind>,
-    #[serde(default)]
-    request_resource: Option<GroupVersionResource>,
-    #[serde(default)]
-    request_sub_resource: Option<String>,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    namespace: Option<String>,
-    operation: Operation,
-    user_info: k8s_openapi::api::authentication::v1::UserInfo,
-    #[serde(default)]
-    dry_run: bool,
-    #[serde(default)]
-    options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
-}
-
 /// What reading the lean envelope found wrong.
 #[derive(Debug)]
 pub enum LeanError {
@@ -118,24 +91,8 @@ pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<D
         && review.kind == "AdmissionReview"
         && let Some(request) = review.request
     {
-        return Ok(AdmissionRequest {
-            types: TypeMeta { api_version: review.api_version.into_owned(), kind: review.kind.into_owned() },
-            uid: request.uid,
-            kind: request.kind,
-            resource: request.resource,
-            sub_resource: request.sub_resource,
-            request_kind: request.request_kind,
-            request_resource: request.request_resource,
-            request_sub_resource: request.request_sub_resource,
-            name: request.name,
-            namespace: request.namespace,
-            operation: request.operation,
-            user_info: request.user_info,
-            object: request.object,
-            old_object: request.old_object,
-            dry_run: request.dry_run,
-            options: request.options,
-        });
+        let types = TypeMeta { api_version: review.api_version.into_owned(), kind: review.kind.into_owned() };
+        return Ok(request.into_request(types));
     }
     by_member(body, api_version)
 }
@@ -162,25 +119,33 @@ fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicO
         .map(|(name, raw)| Ok((name.to_string(), serde_json::from_str::<Value>(raw.get())?)))
         .collect::<Result<Map<String, Value>, serde_json::Error>>()
         .map_err(LeanError::Json)?;
-    let request: RequestEnvelope = serde_json::from_value(Value::Object(small)).map_err(LeanError::Json)?;
-    Ok(AdmissionRequest {
-        types: TypeMeta { api_version: found_version.into_owned(), kind: found_kind.into_owned() },
-        uid: request.uid,
-        kind: request.kind,
-        resource: request.resource,
-        sub_resource: request.sub_resource,
-        request_kind: request.request_kind,
-        request_resource: request.request_resource,
-        request_sub_resource: request.request_sub_resource,
-        name: request.name,
-        namespace: request.namespace,
-        operation: request.operation,
-        user_info: request.user_info,
-        object,
-        old_object,
-        dry_run: request.dry_run,
-        options: request.options,
-    })
+    let mut request: TypedRequest = serde_json::from_value(Value::Object(small)).map_err(LeanError::Json)?;
+    (request.object, request.old_object) = (object, old_object);
+    Ok(request.into_request(TypeMeta { api_version: found_version.into_owned(), kind: found_kind.into_owned() }))
+}
+
+impl TypedRequest {
+    /// The request kube-core's `AdmissionRequest` holds, of a review of `types`.
+    fn into_request(self, types: TypeMeta) -> AdmissionRequest<DynamicObject> {
+        AdmissionRequest {
+            types,
+            uid: self.uid,
+            kind: self.kind,
+            resource: self.resource,
+            sub_resource: self.sub_resource,
+            request_kind: self.request_kind,
+            request_resource: self.request_resource,
+            request_sub_resource: self.request_sub_resource,
+            name: self.name,
+            namespace: self.namespace,
+            operation: self.operation,
+            user_info: self.user_info,
+            object: self.object,
+            old_object: self.old_object,
+            dry_run: self.dry_run,
+            options: self.options,
+        }
+    }
 }
 
 /// `object` or `oldObject` of the typed pass, read lean where it stands in the body (`null` is none).
