@@ -1,6 +1,6 @@
-//! The lean view of a review body: the envelope read with the objects borrowed as raw JSON from the body, and each
-//! object built as JSON without what no rule reads (`metadata.managedFields`, every `env` entry but the first
-//! `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped without being built; pure, no I/O.
+//! The lean view of a review body: the envelope read in one typed pass, each object read where it stands without
+//! what no rule reads (`metadata.managedFields`, every `env` entry but the first `CUDA_VISIBLE_DEVICES`, reduced to
+//! its name and value), those parts skipped without being built; pure, no I/O.
 //!
 //! Every other field is kept, so each rule (GPU routes, owners, UPDATE checks on `oldObject`, adapters' pointers)
 //! reads the same values as in the full object. The patch is built against this view (`admission::patch`): the
@@ -109,8 +109,7 @@ fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicO
     }
     let request = top.get("request").filter(|raw| raw.get() != "null").ok_or(LeanError::NoRequest)?;
     let members: Members<'_> = serde_json::from_str(request.get()).map_err(LeanError::Json)?;
-    let object =
-        |name: &str| members.get(name).filter(|raw| raw.get() != "null").map(|raw| lean_object(raw)).transpose();
+    let object = |name: &str| members.get(name).map_or(Ok(None), |raw| lean_object(raw));
     let (object, old_object) =
         (object("object").map_err(LeanError::Json)?, object("oldObject").map_err(LeanError::Json)?);
     let small = members
@@ -155,8 +154,8 @@ fn lean_object_member<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Opti
 
 /// An object read in one pass: `metadata` straight into its typed form without `managedFields` (no JSON tree
 /// built for it first), every other member built lean into `data`, `apiVersion` and `kind` as its types when both
-/// are strings. The same object as `dynamic_object(LeanSeed)` makes; a repeated member inside `metadata` fails
-/// here, and the review is then read member by member (`by_member`), as any repeated member is.
+/// are strings. A repeated member keeps its last value, as Go does (`ObjectMeta`'s generated reader overwrites, and
+/// so do the lean maps).
 struct ObjectVisitor;
 
 impl<'de> Visitor<'de> for ObjectVisitor {
@@ -184,7 +183,7 @@ impl<'de> Visitor<'de> for ObjectVisitor {
                     continue;
                 }
                 PRUNED_ARRAY_KEY => map.next_value_seed(EnvSeed)?,
-                _ => map.next_value_seed(LeanSeed { at: Place::Inside })?,
+                _ => map.next_value_seed(LeanSeed)?,
             };
             data.insert(key.into_owned(), value);
         }
@@ -237,23 +236,12 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
     }
 }
 
-/// One object of the review as its lean view.
-fn lean_object(raw: &RawValue) -> Result<DynamicObject, serde_json::Error> {
+/// One object of the review (`by_member`: borrowed from the body as raw JSON) as its lean view; `null` is none.
+fn lean_object(raw: &RawValue) -> Result<Option<DynamicObject>, serde_json::Error> {
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let value = LeanSeed { at: Place::Root }.deserialize(&mut deserializer)?;
+    let object = lean_object_member(&mut deserializer)?;
     deserializer.end()?;
-    dynamic_object(value)
-}
-
-/// `value` as the `DynamicObject` serde would make of it, without serde's buffering of flattened fields (which
-/// copies the whole object once more): `metadata` typed, `apiVersion` and `kind` as its types when both are
-/// strings, the rest moved into `data`.
-fn dynamic_object(value: Value) -> Result<DynamicObject, serde_json::Error> {
-    let Value::Object(mut data) = value else {
-        return serde_json::from_value(value);
-    };
-    let metadata = data.remove("metadata").map(serde_json::from_value).transpose()?.unwrap_or_default();
-    Ok(with_types(data, metadata))
+    Ok(object)
 }
 
 /// The object of `metadata` and the other members `data`, its types taken out of `data` when both are strings.
@@ -271,29 +259,9 @@ fn with_types(mut data: Map<String, Value>, metadata: ObjectMeta) -> DynamicObje
     DynamicObject { types, metadata, data: Value::Object(data) }
 }
 
-/// The lean view of `object` (used where a caller holds the object as JSON already).
-pub fn lean_value(object: &str) -> Result<Value, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(object);
-    let value = LeanSeed { at: Place::Root }.deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
-}
-
-/// Where in the object a value sits, as far as pruning cares.
-#[derive(Clone, Copy)]
-enum Place {
-    /// The object itself.
-    Root,
-    /// The object's `metadata`.
-    Metadata,
-    /// Anywhere else.
-    Inside,
-}
-
-/// Builds a `Value` like serde_json's own visitor, leaving out what the lean view prunes.
-struct LeanSeed {
-    at: Place,
-}
+/// Builds a `Value` like serde_json's own visitor, leaving out what the lean view prunes (below an object's top
+/// level, which `ObjectVisitor` reads).
+struct LeanSeed;
 
 impl<'de> DeserializeSeed<'de> for LeanSeed {
     type Value = Value;
@@ -355,7 +323,7 @@ impl<'de> Visitor<'de> for LeanSeed {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
-        while let Some(item) = seq.next_element_seed(LeanSeed { at: Place::Inside })? {
+        while let Some(item) = seq.next_element_seed(LeanSeed)? {
             items.push(item);
         }
         Ok(Value::Array(items))
@@ -364,14 +332,9 @@ impl<'de> Visitor<'de> for LeanSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let value = match (self.at, key.as_ref()) {
-                (Place::Metadata, MANAGED_FIELDS) => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-                (Place::Root, "metadata") => map.next_value_seed(LeanSeed { at: Place::Metadata })?,
-                (_, PRUNED_ARRAY_KEY) => map.next_value_seed(EnvSeed)?,
-                _ => map.next_value_seed(LeanSeed { at: Place::Inside })?,
+            let value = match key.as_ref() {
+                PRUNED_ARRAY_KEY => map.next_value_seed(EnvSeed)?,
+                _ => map.next_value_seed(LeanSeed)?,
             };
             object.insert(key.into_owned(), value);
         }
@@ -412,7 +375,7 @@ impl<'de> Visitor<'de> for EnvSeed {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Value, A::Error> {
-        LeanSeed { at: Place::Inside }.visit_map(map)
+        LeanSeed.visit_map(map)
     }
 
     visit_json_scalars!();
@@ -445,32 +408,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn managed_fields_and_ordinary_env_entries_are_left_out_and_everything_else_kept() {
-        let object = json!({"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
-            "spec": {"template": {"spec": {"containers": [{"name": "c", "args": ["x"],
-                "env": [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
-                        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
-                "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
-        let lean = lean_value(&object.to_string()).unwrap();
-        let mut expected = object.clone();
-        expected["metadata"].as_object_mut().unwrap().remove("managedFields");
-        expected["spec"]["template"]["spec"]["containers"][0]["env"] =
-            json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]);
-        let twice = json!({"env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"x": 1}},
-            {"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, "plain", {"value": "no name"}]});
-        assert_eq!(lean_value(&twice.to_string()).unwrap(), json!({"env": [{"name": "CUDA_VISIBLE_DEVICES"}]}));
-        assert_eq!(lean, expected);
-    }
-
-    #[test]
-    fn managed_fields_are_kept_below_the_top_metadata_and_an_env_that_is_not_a_list_is_kept_whole() {
-        let object = json!({"metadata": {"name": "j"}, "spec": {"template": {"metadata": {"managedFields": [1]}},
-            "env": {"not": "a list"}}});
-        assert_eq!(lean_value(&object.to_string()).unwrap(), object);
-    }
-
     fn review(object: &str) -> Vec<u8> {
         format!(
             r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u",
@@ -481,15 +418,57 @@ mod tests {
         .into_bytes()
     }
 
+    /// The lean view of `object` as the request carries it, back as JSON.
+    fn lean(object: &Value) -> Value {
+        let request = lean_request(&review(&object.to_string()), "admission.k8s.io/v1").unwrap();
+        serde_json::to_value(request.object.unwrap()).unwrap()
+    }
+
     #[test]
-    fn the_one_pass_object_is_the_object_the_lean_tree_makes() {
+    fn managed_fields_and_ordinary_env_entries_are_left_out_and_everything_else_kept() {
+        let object = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "args": ["x"],
+                "env": [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
+                        {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+                "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
+        let mut expected = object.clone();
+        expected["metadata"].as_object_mut().unwrap().remove("managedFields");
+        expected["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]);
+        let twice = json!({"metadata": {"name": "t"}, "env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"x": 1}},
+            {"name": "CUDA_VISIBLE_DEVICES", "value": "1"}, "plain", {"value": "no name"}]});
+        assert_eq!(lean(&twice), json!({"metadata": {"name": "t"}, "env": [{"name": "CUDA_VISIBLE_DEVICES"}]}));
+        assert_eq!(lean(&object), expected);
+    }
+
+    #[test]
+    fn managed_fields_are_kept_below_the_top_metadata_and_an_env_that_is_not_a_list_is_kept_whole() {
+        let object = json!({"metadata": {"name": "j"}, "spec": {"template": {"metadata": {"managedFields": [1]}},
+            "env": {"not": "a list"}}});
+        assert_eq!(lean(&object), object);
+    }
+
+    #[test]
+    fn the_lean_object_is_the_one_serde_makes_of_the_pruned_object_in_both_readings() {
         let object = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j","namespace":"n",
             "managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}],"labels":{"a":"b"},
             "ownerReferences":[{"apiVersion":"v1","kind":"X","name":"o","uid":"1"}]},
             "spec":{"template":{"spec":{"containers":[{"name":"c","env":[{"name":"A","value":"1"}]}]}}}}"#;
-        let request = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
-        let expected = dynamic_object(lean_value(object).unwrap()).unwrap();
-        assert_eq!(serde_json::to_value(request.object.unwrap()).unwrap(), serde_json::to_value(expected).unwrap());
+        let pruned: DynamicObject = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": "n", "labels": {"a": "b"},
+                "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "1"}]},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "env": []}]}}}}))
+        .unwrap();
+        let expected = serde_json::to_value(pruned).unwrap();
+        let typed = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
+        assert_eq!(serde_json::to_value(typed.object.unwrap()).unwrap(), expected);
+        // A repeated request member makes the typed pass fail: the review is read member by member.
+        let repeated =
+            String::from_utf8(review(object)).unwrap().replacen(r#""uid":"u","#, r#""uid":"x","uid":"u","#, 1);
+        let by_member = lean_request(repeated.as_bytes(), "admission.k8s.io/v1").unwrap();
+        assert_eq!(by_member.uid, "u");
+        assert_eq!(serde_json::to_value(by_member.object.unwrap()).unwrap(), expected);
     }
 
     #[test]

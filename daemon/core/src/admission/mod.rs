@@ -19,7 +19,7 @@ mod update;
 pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;
 pub use decision::{AdmissionInputs, Decision, DecisionLabel, Verdict};
 pub use error::MutateError;
-pub use lean::{LeanError, lean_request, lean_value};
+pub use lean::{LeanError, lean_request};
 pub use multikueue::MULTIKUEUE_MARKS;
 pub use mutate::{DECISION_ANNOTATION, TIER_ANNOTATION, mutate};
 pub use offline::build_static_snapshot;
