@@ -886,8 +886,7 @@ impl Work {
         if context.request.operation != Operation::Create {
             return Ok(None);
         }
-        let metadata = self.before.get("metadata").unwrap_or(&Value::Null);
-        let queue = podspec::string_entry(metadata, "labels", QUEUE_NAME_LABEL)
+        let queue = label_at(&self.before, "/metadata", QUEUE_NAME_LABEL)
             .map_or_else(|| context.tier.local_queue(), str::to_owned);
         let edited = self.edit("/metadata", |metadata| {
             podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue)?;
@@ -1088,8 +1087,7 @@ impl Work {
                 classes.push(class.name.clone());
             }
         }
-        let labels_at = self.after.lookup(self.adapter.queue_labels_at).unwrap_or(&Value::Null);
-        let final_label = |key: &str| podspec::string_entry(labels_at, "labels", key);
+        let final_label = |key| label_at(&self.after, self.adapter.queue_labels_at, key);
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
