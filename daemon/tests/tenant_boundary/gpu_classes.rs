@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::tenant::tenant_review;
+use crate::tenant::{parse_tenant_body, tenant_review, tenant_review_body};
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionRequest;
 use pretty_assertions::assert_eq;
@@ -320,6 +320,41 @@ fn bronze_pod_with_a_hostname_node_selector_of_an_h100_node_is_refused() {
     let request = create(&pod(BRONZE, json!({"containers": [cpu()], "nodeSelector": selector})));
     let message = denied(&decide(&request), "foreign_gpu_class");
     assert!(message.contains("nodeSelector gpu-h100-node-1 reaches node gpu-h100-node-1"), "{message}");
+}
+
+/// The API server keeps the last of repeated JSON members (Go's decoder). A body that repeats the template's
+/// `nodeSelector` or the object's `annotations`, an empty one first, must be judged on the last ones: in the
+/// typed pass and in the member-by-member reading a repeated request member forces.
+#[test]
+fn bronze_job_hiding_h100_behind_an_empty_repeated_member_is_refused() {
+    let job = with_template(
+        "Job",
+        BRONZE,
+        json!({"containers": [gpus("nvidia.com/gpu", "1")],
+        "nodeSelector": {L4: "h100"}}),
+    );
+    let mut annotated = with_template("Job", BRONZE, json!({"containers": [gpus("nvidia.com/gpu", "1")]}));
+    annotated["metadata"]["annotations"] =
+        json!({"smart-scheduler.io/schedule-strategy": "base=1,weight=1,nodeSelector=gpu.nvidia.com/class:h100"});
+    let hidden = |object: &Value, member: &str| {
+        let body = tenant_review_body("CREATE", object, None, false, &["tenant-bronze"]);
+        let repeated = format!(r#""{member}":{{}},"{member}":{{"#);
+        let body = body.replacen(&format!(r#""{member}":{{"#), &repeated, 1);
+        assert!(body.contains(&repeated), "{body}");
+        // The same body with a repeated request `uid`, which the typed pass refuses: read member by member.
+        let by_member = body.replacen(r#""uid":"u1""#, r#""uid":"u0","uid":"u1""#, 1);
+        [body, by_member]
+    };
+    for body in hidden(&job, "nodeSelector") {
+        let request = parse_tenant_body(body.as_bytes());
+        assert_eq!(request.uid, "u1");
+        let message = denied(&decide(&request), "foreign_gpu_class");
+        assert!(message.contains("GPU class h100"), "{message}");
+    }
+    for body in hidden(&annotated, "annotations") {
+        let message = denied(&decide(&parse_tenant_body(body.as_bytes())), "foreign_gpu_class");
+        assert!(message.contains("of smart-scheduler.io/schedule-strategy selects GPU class h100"), "{message}");
+    }
 }
 
 #[test]
