@@ -18,4 +18,4 @@ pub mod scoring;
 pub mod telemetry;
 pub mod view;
 
-pub use tiergate_core::{check, inputs, owners, placement, plan, policy, validation};
+pub use tiergate_core::{check, inputs, owners, placement, plan, policy, request, validation};

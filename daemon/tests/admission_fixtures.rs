@@ -14,9 +14,8 @@ mod support {
     pub use std::collections::BTreeMap;
 
     pub use k8s_openapi::api::core::v1::Toleration;
-    pub use kube::core::DynamicObject;
-    pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
+    pub use tiergate::admission::Request;
     pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::placement::{GpuPinning, PlacementAssignment, PlacementError, PlacementOutcome};
@@ -32,7 +31,7 @@ mod support {
     /// The raw review and its parsed request.
     pub struct Fixture {
         pub raw: Value,
-        pub request: AdmissionRequest<DynamicObject>,
+        pub request: Request,
     }
 
     impl Fixture {

@@ -16,9 +16,8 @@ mod support {
     pub use super::crd_schema_support::strict;
     pub use std::path::{Path, PathBuf};
 
-    pub use kube::core::DynamicObject;
-    pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
+    pub use tiergate::admission::Request;
     pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::policy::TierPolicy;
@@ -55,16 +54,16 @@ mod support {
         serde_json::from_slice::<Value>(&text).unwrap()
     }
 
-    pub fn request_of(raw: &Value) -> AdmissionRequest<DynamicObject> {
+    pub fn request_of(raw: &Value) -> Request {
         parse_review(&serde_json::to_vec(raw).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
     }
 
-    pub fn load(name: &str) -> AdmissionRequest<DynamicObject> {
+    pub fn load(name: &str) -> Request {
         request_of(&raw(name))
     }
 
     /// The same review carrying `object` (and, for UPDATE, the recorded old object).
-    pub fn with_object(name: &str, object: &Value) -> AdmissionRequest<DynamicObject> {
+    pub fn with_object(name: &str, object: &Value) -> Request {
         let mut review = raw(name);
         review["request"]["object"] = object.clone();
         request_of(&review)
@@ -74,26 +73,26 @@ mod support {
         load_policy(None).unwrap()
     }
 
-    pub fn decide_with(request: &AdmissionRequest<DynamicObject>, policy: TierPolicy) -> Decision {
+    pub fn decide_with(request: &Request, policy: TierPolicy) -> Decision {
         let snapshot = build_static_snapshot(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None);
         mutate(request, &snapshot, &AdmissionInputs::default())
     }
 
-    pub fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+    pub fn decide(request: &Request) -> Decision {
         decide_with(request, policy())
     }
 
-    pub fn object_of(request: &AdmissionRequest<DynamicObject>) -> Value {
+    pub fn object_of(request: &Request) -> Value {
         serde_json::to_value(request.object.as_ref().unwrap()).unwrap()
     }
 
-    pub fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+    pub fn patched(request: &Request, decision: &Decision) -> Value {
         let mut object = object_of(request);
         json_patch::patch(&mut object, &decision.patch).unwrap();
         object
     }
 
-    pub fn adapter(request: &AdmissionRequest<DynamicObject>) -> &'static WorkloadAdapter {
+    pub fn adapter(request: &Request) -> &'static WorkloadAdapter {
         adapter_for(&request.kind.group, &request.kind.version, &request.kind.kind).unwrap()
     }
 

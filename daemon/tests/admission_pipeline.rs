@@ -8,11 +8,10 @@ mod placement_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
-use placement_support::{burst, concurrently, documented_row, every_fixture, fixture};
+use placement_support::{burst, concurrently, documented_row, edit_metadata, every_fixture, fixture};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::admission::{Decision, Verdict, build_static_snapshot, decide_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::metrics::Metrics;
@@ -39,26 +38,26 @@ impl Pipeline {
         }
     }
 
-    fn decide(&self, request: &AdmissionRequest<DynamicObject>) -> Decision {
+    fn decide(&self, request: &Request) -> Decision {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         runtime.block_on(decide_review(request, &self.snapshot, &self.ledger, &self.scorer))
     }
 
     /// Decides every request at once, one thread each, released together.
-    fn decide_concurrently(&self, requests: &[AdmissionRequest<DynamicObject>]) -> Vec<Decision> {
+    fn decide_concurrently(&self, requests: &[Request]) -> Vec<Decision> {
         concurrently(requests, |request| self.decide(request))
     }
 }
 
 /// The request object (as the API server sent it) with the decision's patch applied.
-fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+fn patched(request: &Request, decision: &Decision) -> Value {
     let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
     json_patch::patch(&mut object, &decision.patch).unwrap();
     object
 }
 
 /// The same request carrying `object` (the webhook reinvoked on its own output).
-fn with_object(request: &AdmissionRequest<DynamicObject>, object: &Value) -> AdmissionRequest<DynamicObject> {
+fn with_object(request: &Request, object: &Value) -> Request {
     let mut again = request.clone();
     again.object = Some(serde_json::from_value(object.clone()).unwrap());
     again
@@ -77,29 +76,22 @@ fn template_annotations(pipeline: &Pipeline, deployment: &str) -> BTreeMap<Strin
 
 /// The recorded burst as its ReplicaSet creates it after the Deployment went through the webhook: every pod
 /// carries the annotations of the admitted Deployment's pod template.
-fn admitted_burst(
-    pipeline: &Pipeline,
-    deployment: &str,
-    app: &str,
-    count: usize,
-) -> Vec<AdmissionRequest<DynamicObject>> {
+fn admitted_burst(pipeline: &Pipeline, deployment: &str, app: &str, count: usize) -> Vec<Request> {
     let annotations = template_annotations(pipeline, deployment);
     burst(app, count)
         .into_iter()
         .map(|mut pod| {
             let object = pod.object.as_mut().unwrap();
-            object.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
+            edit_metadata(object, |meta| {
+                meta.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
+            });
             pod
         })
         .collect()
 }
 
 /// Pods per placement rule, checking on the way that each pod's nodeSelector is exactly `selector(rule)`.
-fn split_of(
-    requests: &[AdmissionRequest<DynamicObject>],
-    decisions: &[Decision],
-    selector: impl Fn(&str) -> Value,
-) -> BTreeMap<String, usize> {
+fn split_of(requests: &[Request], decisions: &[Decision], selector: impl Fn(&str) -> Value) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for (request, decision) in requests.iter().zip(decisions) {
         assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
@@ -227,7 +219,7 @@ fn a_container_with_its_own_cuda_visible_devices_keeps_it_with_exactly_one_warni
     let pipeline = Pipeline::new();
     let mut request = fixture("pod-create-from-statefulset-ordinal-0.json");
     let object = request.object.as_mut().unwrap();
-    object.data["spec"]["containers"][0]["env"] = json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]);
+    object["spec"]["containers"][0]["env"] = json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "3"}]);
     let decision = pipeline.decide(&request);
     assert_eq!(decision.verdict, Verdict::Allow);
     let pod = patched(&request, &decision);
@@ -288,7 +280,7 @@ fn dry_run_job_gets_the_same_object_and_leaves_the_ledger_empty() {
 // ---- Every fixture ----
 
 /// The fixture as it reaches the webhook: burst pods carry their admitted Deployment's template annotations.
-fn as_admitted(pipeline: &Pipeline, name: &str) -> AdmissionRequest<DynamicObject> {
+fn as_admitted(pipeline: &Pipeline, name: &str) -> Request {
     let deployment = match name {
         burst if burst.starts_with("pod-create-from-replicaset-web-app-") => {
             "deployment-create-smart-scheduler-strategy.json"
@@ -301,7 +293,9 @@ fn as_admitted(pipeline: &Pipeline, name: &str) -> AdmissionRequest<DynamicObjec
     let mut request = fixture(name);
     let annotations = template_annotations(pipeline, deployment);
     let object = request.object.as_mut().unwrap();
-    object.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations);
+    edit_metadata(object, |meta| {
+        meta.annotations.get_or_insert_with(BTreeMap::new).extend(annotations);
+    });
     request
 }
 

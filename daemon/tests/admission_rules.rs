@@ -8,9 +8,8 @@ use support::*;
 /// Object and request builders (a `cfg(test)` module so the test lints apply).
 #[cfg(test)]
 mod support {
-    pub use kube::core::DynamicObject;
-    pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
+    pub use tiergate::admission::Request;
     pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate, parse_review};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::policy::{FailureMode, TierPolicy};
@@ -71,16 +70,16 @@ mod support {
             self
         }
 
-        pub fn create(&self) -> AdmissionRequest<DynamicObject> {
+        pub fn create(&self) -> Request {
             review("CREATE", &self.0, None)
         }
 
-        pub fn update_from(&self, old: &Workload) -> AdmissionRequest<DynamicObject> {
+        pub fn update_from(&self, old: &Workload) -> Request {
             review("UPDATE", &self.0, Some(&old.0))
         }
     }
 
-    pub fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
+    pub fn review(operation: &str, object: &Value, old: Option<&Value>) -> Request {
         let api_version = object["apiVersion"].as_str().unwrap();
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = json!({"group": group, "version": version, "kind": object["kind"]});
@@ -92,11 +91,11 @@ mod support {
         parse_review(&serde_json::to_vec(&body).unwrap()).unwrap_or_else(|(_, error)| panic!("{error}"))
     }
 
-    pub fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+    pub fn decide(request: &Request) -> Decision {
         mutate(request, &snapshot_with(policy()), &AdmissionInputs::default())
     }
 
-    pub fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+    pub fn patched(request: &Request, decision: &Decision) -> Value {
         let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
         json_patch::patch(&mut object, &decision.patch).unwrap();
         object

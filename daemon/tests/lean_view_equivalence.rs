@@ -15,6 +15,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::admission::{AdmissionInputs, Decision, build_static_snapshot, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::placement::{GpuPinning, PlacementAssignment, PlacementOutcome};
@@ -55,19 +56,11 @@ fn every_inputs() -> Vec<(&'static str, AdmissionInputs)> {
 }
 
 /// The request as kube-core parses it: the whole object.
-fn full_request(body: &[u8]) -> Option<AdmissionRequest<DynamicObject>> {
+fn full_request(body: &[u8]) -> Option<Request> {
     let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body).ok()?;
     (review.types.api_version == "admission.k8s.io/v1" && review.types.kind == "AdmissionReview")
-        .then(|| review.try_into().ok())
+        .then(|| review.try_into().ok().map(|request: AdmissionRequest<DynamicObject>| Request::from(request)))
         .flatten()
-}
-
-fn without_managed_fields(object: &DynamicObject) -> Value {
-    let mut value = serde_json::to_value(object).unwrap();
-    if let Some(metadata) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove("managedFields");
-    }
-    value
 }
 
 fn applied(object: &Value, patch: &json_patch::Patch) -> Value {
@@ -93,7 +86,7 @@ fn assert_equivalent(name: &str, body: &[u8], snapshot: &Snapshot) -> usize {
         assert_eq!(decided.warnings, whole.warnings, "{context}: warnings");
         // The old path: the patch diffed from the whole object (without managedFields) to its mutated copy.
         let expected = match (&whole.object, full.object.as_ref()) {
-            (Some(after), Some(object)) => applied(sent, &json_patch::diff(&without_managed_fields(object), after)),
+            (Some(after), Some(object)) => applied(sent, &json_patch::diff(object, after)),
             _ => sent.clone(),
         };
         let got = if sent.is_null() { sent.clone() } else { applied(sent, &decided.patch) };

@@ -7,10 +7,9 @@ mod placement_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use placement_support::*;
 use pretty_assertions::assert_eq;
+use tiergate::admission::Request;
 use tiergate::metrics::Metrics;
 use tiergate::placement::{
     OWNER_ANNOTATION, PlacementLedger, PlacementOutcome, REQUEST_ANNOTATION, RULE_LABEL, STRATEGY_ANNOTATION,
@@ -18,11 +17,7 @@ use tiergate::placement::{
 use tiergate::view::Snapshot;
 
 /// Admits every request at once from its own thread.
-fn admit_concurrently(
-    ledger: &PlacementLedger,
-    requests: &[AdmissionRequest<DynamicObject>],
-    snapshot: &Snapshot,
-) -> Vec<PlacementOutcome> {
+fn admit_concurrently(ledger: &PlacementLedger, requests: &[Request], snapshot: &Snapshot) -> Vec<PlacementOutcome> {
     concurrently(requests, |request| ledger.assign_for(request, snapshot).unwrap())
 }
 
@@ -129,7 +124,9 @@ fn reinvocation_on_the_webhooks_own_output_keeps_the_rule_and_records_nothing_ne
     let outcome = ledger.assign_for(&first, &Snapshot::default()).unwrap();
     let mut mutated = with_annotations(first, &outcome.metadata_annotations);
     if let Some(object) = mutated.object.as_mut() {
-        object.metadata.labels.get_or_insert_with(BTreeMap::new).extend(outcome.metadata_labels.clone());
+        edit_metadata(object, |meta| {
+            meta.labels.get_or_insert_with(BTreeMap::new).extend(outcome.metadata_labels.clone());
+        });
     }
     let again = ledger.assign_for(&mutated, &Snapshot::default()).unwrap();
     assert_eq!(again, outcome);
@@ -143,14 +140,14 @@ fn request_annotation_records_the_admission_request_uid() {
     assert_eq!(outcome.metadata_annotations[REQUEST_ANNOTATION], request.uid);
 }
 
-fn deployment_with_strategy(strategy: &str) -> AdmissionRequest<DynamicObject> {
+fn deployment_with_strategy(strategy: &str) -> Request {
     let mut deployment = fixture("deployment-create-smart-scheduler-strategy.json");
     let object = deployment.object.as_mut().unwrap();
-    object
-        .metadata
-        .annotations
-        .get_or_insert_with(BTreeMap::new)
-        .insert("smart-scheduler.io/schedule-strategy".to_owned(), strategy.to_owned());
+    edit_metadata(object, |meta| {
+        meta.annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert("smart-scheduler.io/schedule-strategy".to_owned(), strategy.to_owned());
+    });
     deployment
 }
 
@@ -171,8 +168,10 @@ fn deployment_update_that_drops_the_strategy_removes_the_canonical_template_anno
     let mut deployment = fixture("deployment-create-smart-scheduler-strategy.json");
     deployment.operation = kube::core::admission::Operation::Update;
     let object = deployment.object.as_mut().unwrap();
-    object.metadata.annotations = None;
-    object.data["spec"]["template"]["metadata"]["annotations"] =
+    edit_metadata(object, |meta| {
+        meta.annotations = None;
+    });
+    object["spec"]["template"]["metadata"]["annotations"] =
         serde_json::json!({ STRATEGY_ANNOTATION: "weight=1,nodeSelector=node-type:spot" });
     let outcome = PlacementLedger::default().assign_for(&deployment, &Snapshot::default()).unwrap();
     assert_eq!(outcome.removed_template_annotations, [STRATEGY_ANNOTATION]);
@@ -183,7 +182,7 @@ fn deployment_update_that_drops_the_strategy_removes_the_canonical_template_anno
 fn custom_pod_strategy_deployment_with_malformed_template_is_denied() {
     let mut deployment = fixture("deployment-create-custom-pod-strategy.json");
     let object = deployment.object.as_mut().unwrap();
-    object.data["spec"]["template"]["metadata"]["annotations"]["CustomPodScheduleStrategy"] =
+    object["spec"]["template"]["metadata"]["annotations"]["CustomPodScheduleStrategy"] =
         serde_json::json!("nodesize=od4vcpu16gb,base=1,weight=0:nodesize=spot4vcpu16gb");
     let error = PlacementLedger::default().assign_for(&deployment, &Snapshot::default()).unwrap_err();
     assert_eq!(error.annotation, "CustomPodScheduleStrategy");
@@ -225,25 +224,19 @@ fn kube_system_pod_is_left_alone_even_with_a_strategy() {
 }
 
 /// The web-app Deployment's fixture turned into an object of `kind` controlled by a `controller`.
-fn controlled(kind: &str, controller: &str) -> AdmissionRequest<DynamicObject> {
+fn controlled(kind: &str, controller: &str) -> Request {
     let mut request = fixture("deployment-create-smart-scheduler-strategy.json");
     request.kind.kind = kind.to_owned();
     let object = request.object.as_mut().unwrap();
-    object.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-        api_version: "apps/v1".to_owned(),
-        kind: controller.to_owned(),
-        name: "web-app".to_owned(),
-        uid: "owner-uid".to_owned(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }]);
+    object["metadata"]["ownerReferences"] = serde_json::json!([{"apiVersion": "apps/v1", "kind": controller,
+        "name": "web-app", "uid": "owner-uid", "controller": true, "blockOwnerDeletion": true}]);
     request
 }
 
 #[test]
 fn replica_set_of_a_placed_deployment_is_validated_but_its_template_is_left_alone() {
     let mut request = controlled("ReplicaSet", "Deployment");
-    request.object.as_mut().unwrap().data["spec"]["template"]["metadata"]["annotations"] = serde_json::json!({
+    request.object.as_mut().unwrap()["spec"]["template"]["metadata"]["annotations"] = serde_json::json!({
         STRATEGY_ANNOTATION: "base=1,weight=1,nodeSelector=node-type:ondemand;weight=2,nodeSelector=node-type:spot"
     });
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
@@ -254,8 +247,10 @@ fn replica_set_of_a_placed_deployment_is_validated_but_its_template_is_left_alon
 fn job_stamped_out_by_a_cron_job_keeps_the_canonical_strategy_its_template_carries() {
     let mut request = controlled("Job", "CronJob");
     let object = request.object.as_mut().unwrap();
-    object.metadata.annotations = None;
-    object.data["spec"]["template"]["metadata"]["annotations"] =
+    edit_metadata(object, |meta| {
+        meta.annotations = None;
+    });
+    object["spec"]["template"]["metadata"]["annotations"] =
         serde_json::json!({ STRATEGY_ANNOTATION: "weight=1,nodeSelector=node-type:spot" });
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
     assert_eq!(outcome, PlacementOutcome::default());

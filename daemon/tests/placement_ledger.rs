@@ -6,21 +6,20 @@ mod placement_support;
 
 use std::time::{Duration, Instant};
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use placement_support::*;
 use pretty_assertions::assert_eq;
+use tiergate::admission::Request;
 use tiergate::placement::split::Split;
 use tiergate::placement::{LedgerTimings, PlacementLedger, PlacementOutcome};
 use tiergate::view::{PodView, Snapshot};
 
 /// The web-app pods of a burst of `count` (fixture pods reused under fresh request UIDs past the sixth).
-fn web_app_pods(count: usize) -> Vec<AdmissionRequest<DynamicObject>> {
+fn web_app_pods(count: usize) -> Vec<Request> {
     let recorded = web_app_burst();
     (0..count).map(|index| another(&recorded[index % recorded.len()], &format!("request-{index}"))).collect()
 }
 
-fn alpine_pods(count: usize) -> Vec<AdmissionRequest<DynamicObject>> {
+fn alpine_pods(count: usize) -> Vec<Request> {
     let recorded = burst("alpine", 10);
     (0..count).map(|index| another(&recorded[index % recorded.len()], &format!("alpine-request-{index}"))).collect()
 }
@@ -28,7 +27,7 @@ fn alpine_pods(count: usize) -> Vec<AdmissionRequest<DynamicObject>> {
 /// Admits `requests` in order against `snapshot`, returning each outcome with the pod the caches would show.
 fn admit_all(
     ledger: &PlacementLedger,
-    requests: &[AdmissionRequest<DynamicObject>],
+    requests: &[Request],
     snapshot: &Snapshot,
     now: Instant,
 ) -> Vec<(PlacementOutcome, PodView)> {
@@ -75,8 +74,7 @@ fn scale_down_then_scale_up_refills_the_rule_that_is_short() {
         live.remove(spot);
     }
     let later = start + Duration::from_secs(30);
-    let refill: Vec<AdmissionRequest<DynamicObject>> =
-        (0..2).map(|index| another(&web_app_burst()[0], &format!("refill-{index}"))).collect();
+    let refill: Vec<Request> = (0..2).map(|index| another(&web_app_burst()[0], &format!("refill-{index}"))).collect();
     let refilled = admit_all(&ledger, &refill, &snapshot_with(live), later);
     let rules: Vec<String> = refilled.iter().map(|(outcome, _)| rule_of(outcome)).collect();
     assert_eq!(rules, ["spot", "spot"]);

@@ -6,28 +6,31 @@ mod placement_support;
 
 use std::collections::BTreeMap;
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use placement_support::*;
 use pretty_assertions::assert_eq;
 use serde_json::json;
+use tiergate::admission::Request;
 use tiergate::placement::{GpuPinning, PLACEMENT_ANNOTATION, PlacementLedger, PlacementOutcome};
 use tiergate::policy::TierPolicy;
 use tiergate::view::Snapshot;
 
-fn statefulset_with_map(map: &str, replicas: i64) -> AdmissionRequest<DynamicObject> {
+fn statefulset_with_map(map: &str, replicas: i64) -> Request {
     let mut request = fixture("statefulset-create-gpu-scheduling-map.json");
     let object = request.object.as_mut().unwrap();
-    object.data["spec"]["template"]["metadata"]["annotations"]["gpu-scheduling-map"] = json!(map);
-    object.data["spec"]["replicas"] = json!(replicas);
+    object["spec"]["template"]["metadata"]["annotations"]["gpu-scheduling-map"] = json!(map);
+    object["spec"]["replicas"] = json!(replicas);
     request
 }
 
-fn ordinal_pod(ordinal: u32) -> AdmissionRequest<DynamicObject> {
+fn ordinal_pod(ordinal: u32) -> Request {
     let mut request = fixture("pod-create-from-statefulset-ordinal-0.json");
     let object = request.object.as_mut().unwrap();
-    object.metadata.name = Some(format!("gpu-workload-{ordinal}"));
-    object.metadata.labels.as_mut().unwrap().insert("apps.kubernetes.io/pod-index".to_owned(), ordinal.to_string());
+    edit_metadata(object, |meta| {
+        meta.name = Some(format!("gpu-workload-{ordinal}"));
+    });
+    edit_metadata(object, |meta| {
+        meta.labels.as_mut().unwrap().insert("apps.kubernetes.io/pod-index".to_owned(), ordinal.to_string());
+    });
     request
 }
 
@@ -86,7 +89,7 @@ fn ordinal_missing_from_the_map_is_admitted_unpinned_with_a_warning() {
 #[test]
 fn a_container_that_sets_its_own_cuda_visible_devices_keeps_it_with_a_warning() {
     let mut request = fixture("pod-create-from-statefulset-ordinal-0.json");
-    request.object.as_mut().unwrap().data["spec"]["containers"][0]["env"] =
+    request.object.as_mut().unwrap()["spec"]["containers"][0]["env"] =
         json!([{ "name": "CUDA_VISIBLE_DEVICES", "value": "3" }]);
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
     assert!(outcome.pinning.is_some());
@@ -101,7 +104,7 @@ fn a_container_that_sets_its_own_cuda_visible_devices_keeps_it_with_a_warning() 
 #[test]
 fn a_container_already_carrying_the_pinned_value_gets_no_warning() {
     let mut request = fixture("pod-create-from-statefulset-ordinal-0.json");
-    request.object.as_mut().unwrap().data["spec"]["containers"][0]["env"] =
+    request.object.as_mut().unwrap()["spec"]["containers"][0]["env"] =
         json!([{ "name": "CUDA_VISIBLE_DEVICES", "value": "0,1" }]);
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
     assert!(outcome.pinning.is_some() && outcome.warnings.is_empty(), "{outcome:?}");
@@ -110,15 +113,7 @@ fn a_container_already_carrying_the_pinned_value_gets_no_warning() {
 #[test]
 fn a_pod_with_a_malformed_map_is_admitted_unpinned_with_a_warning() {
     let mut request = fixture("pod-create-from-statefulset-ordinal-0.json");
-    request
-        .object
-        .as_mut()
-        .unwrap()
-        .metadata
-        .annotations
-        .as_mut()
-        .unwrap()
-        .insert("gpu-scheduling-map".to_owned(), "0=node1:zero".to_owned());
+    request.object.as_mut().unwrap()["metadata"]["annotations"]["gpu-scheduling-map"] = json!("0=node1:zero");
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
     assert_eq!(outcome.pinning, None);
     assert!(outcome.warnings[0].contains("GPU `zero`"), "{:?}", outcome.warnings);
@@ -127,7 +122,7 @@ fn a_pod_with_a_malformed_map_is_admitted_unpinned_with_a_warning() {
 #[test]
 fn a_deployment_carrying_a_map_is_warned_that_only_statefulsets_have_ordinals() {
     let mut request = fixture("deployment-create-custom-pod-strategy.json");
-    request.object.as_mut().unwrap().data["spec"]["template"]["metadata"]["annotations"]["gpu-scheduling-map"] =
+    request.object.as_mut().unwrap()["spec"]["template"]["metadata"]["annotations"]["gpu-scheduling-map"] =
         json!("0=node1:0");
     let outcome = PlacementLedger::default().assign_for(&request, &Snapshot::default()).unwrap();
     assert!(outcome.warnings.iter().any(|warning| warning.contains("only StatefulSet pods have ordinals")));
@@ -182,7 +177,7 @@ fn pods_naming_a_policy_strategy_get_exactly_its_rules_selectors_and_tolerations
 #[test]
 fn deployment_naming_an_unknown_policy_strategy_is_denied_listing_the_known_ones() {
     let mut request = fixture("deployment-create-custom-pod-strategy.json");
-    request.object.as_mut().unwrap().data["spec"]["template"]["metadata"]["annotations"] =
+    request.object.as_mut().unwrap()["spec"]["template"]["metadata"]["annotations"] =
         json!({ PLACEMENT_ANNOTATION: "batch" });
     let snapshot = snapshot_with_policy(policy_with_serving_strategy());
     let error = PlacementLedger::default().assign_for(&request, &snapshot).unwrap_err();

@@ -8,10 +8,9 @@ mod placement_support;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use placement_support::*;
 use proptest::prelude::*;
+use tiergate::admission::Request;
 use tiergate::placement::split::Split;
 use tiergate::placement::{LedgerTimings, PlacementLedger, RULE_LABEL, STRATEGY_ANNOTATION};
 use tiergate::view::PodView;
@@ -40,7 +39,7 @@ impl Plan {
         Split::new(self.base, self.weights.clone())
     }
 
-    fn request(&self, uid: &str) -> AdmissionRequest<DynamicObject> {
+    fn request(&self, uid: &str) -> Request {
         let annotations = BTreeMap::from([(STRATEGY_ANNOTATION.to_owned(), self.canonical())]);
         another(&with_annotations(burst("web-app", 1).remove(0), &annotations), uid)
     }

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::metrics::{AgentLabels, Metrics};
 use tiergate::policy::ScoringSettings;
@@ -143,23 +144,23 @@ mod support {
         url
     }
 
-    pub(super) fn fixture_request(name: &str) -> AdmissionRequest<DynamicObject> {
+    pub(super) fn fixture_request(name: &str) -> Request {
         let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let dir = manifest.ancestors().map(|dir| dir.join("shared/fixtures/admission")).find(|dir| dir.is_dir());
         let path = dir.unwrap().join(name);
         let review: AdmissionReview<DynamicObject> =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        review.try_into().unwrap()
+        let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+        request.into()
     }
 
-    pub(super) fn bronze_job() -> AdmissionRequest<DynamicObject> {
+    pub(super) fn bronze_job() -> Request {
         fixture_request("job-create-bronze-gpu-scored.json")
     }
 
-    pub(super) fn bronze_job_needing(gib: &str) -> AdmissionRequest<DynamicObject> {
+    pub(super) fn bronze_job_needing(gib: &str) -> Request {
         let mut request = bronze_job();
-        let annotations = request.object.as_mut().unwrap().metadata.annotations.as_mut().unwrap();
-        annotations.insert("gpu.mem.gi".to_owned(), gib.to_owned());
+        request.object.as_mut().unwrap()["metadata"]["annotations"]["gpu.mem.gi"] = gib.into();
         request
     }
 
@@ -373,7 +374,7 @@ async fn an_identical_request_within_the_ttl_is_answered_from_the_cache() {
 async fn score_concurrently(
     scorer: &Arc<Scorer>,
     snapshot: &Snapshot,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     count: usize,
 ) -> Vec<tokio::task::JoinHandle<Option<ScoreOutcome>>> {
     (0..count)

@@ -12,6 +12,7 @@ pub mod owners;
 pub mod placement;
 pub mod plan;
 pub mod policy;
+pub mod request;
 pub mod scoring;
 pub mod syntax;
 pub mod validation;

@@ -1,12 +1,11 @@
 //! AdmissionReview in and out: parsing a raw review body into its lean view with a clear error, and the one decision flow (placement,
 //! scoring, `mutate`) shared by the server and `tiergate explain`; I/O only through the scorer.
 
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::admission::AdmissionResponse;
 use serde_json::Value;
 
 use super::mutate;
-use super::{AdmissionInputs, Decision, LeanError, Verdict, lean_request};
+use super::{AdmissionInputs, Decision, LeanError, Request, Verdict, lean_request};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::Snapshot;
@@ -40,7 +39,7 @@ impl ReviewError {
 /// Parses a review body into its lean view (`admission::lean`: the objects without the parts no rule reads); on
 /// failure also returns the request uid when one could be read, so the API server can match the `invalid` answer
 /// to its request.
-pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, (Option<String>, ReviewError)> {
+pub fn parse_review(body: &[u8]) -> Result<Request, (Option<String>, ReviewError)> {
     let error = match lean_request(body, REVIEW_API_VERSION) {
         Ok(request) => return Ok(request),
         Err(error) => error,
@@ -58,7 +57,7 @@ pub fn parse_review(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, (Opt
 
 /// A synthetic dry-run CREATE request for `object` (what `tiergate explain` decides on), or the request of
 /// `object` when it is itself an AdmissionReview.
-pub fn build_request(object: Value) -> Result<AdmissionRequest<DynamicObject>, ReviewError> {
+pub fn build_request(object: Value) -> Result<Request, ReviewError> {
     if object.get("kind").and_then(Value::as_str) == Some("AdmissionReview") {
         let body = serde_json::to_vec(&object).map_err(ReviewError::ParseJson)?;
         return parse_review(&body).map_err(|(_, error)| error);
@@ -157,7 +156,7 @@ pub fn invalid_response(uid: Option<String>, error: &ReviewError) -> AdmissionRe
 /// Places, scores and decides one request: the flow every caller (server, explain, tests) uses. Scoring is
 /// skipped when placement already denies.
 pub async fn decide_review(
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     snapshot: &Snapshot,
     ledger: &PlacementLedger,
     scorer: &Scorer,
@@ -208,7 +207,7 @@ mod tests {
             "metadata": {"name": "p", "namespace": "n"}}))
         .unwrap();
         let patch: json_patch::Patch = serde_json::from_str(r#"[{"op":"add","path":"/a","value":1}]"#).unwrap();
-        let response = AdmissionResponse::from(&request).with_patch(patch).unwrap();
+        let response = request.allowed().with_patch(patch).unwrap();
         let body: Value = serde_json::from_slice(&encode_review(&response).unwrap()).unwrap();
         assert_eq!(body["response"]["patchType"], "JSONPatch");
         let decoded =

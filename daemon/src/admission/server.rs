@@ -14,8 +14,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use futures::StreamExt as _;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse};
+use kube::core::admission::AdmissionResponse;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -24,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::DecisionLabel;
 use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
-use super::{Decision, Verdict};
+use super::{Decision, Request as ReviewRequest, Verdict};
 use crate::metrics::{AdmissionLabels, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
 use crate::policy::FailureMode;
@@ -388,11 +387,7 @@ fn too_busy(state: &AdmissionState, exhausted: Exhausted) -> Response {
     (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string())], message).into_response()
 }
 
-async fn respond(
-    state: &AdmissionState,
-    decision_timeout: Duration,
-    request: &AdmissionRequest<DynamicObject>,
-) -> AdmissionResponse {
+async fn respond(state: &AdmissionState, decision_timeout: Duration, request: &ReviewRequest) -> AdmissionResponse {
     let snapshot = state.snapshot.load_full();
     let decision = if snapshot.synced {
         let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
@@ -423,7 +418,7 @@ fn failed(snapshot: &Snapshot, kind: &'static str, reason: &'static str, message
 }
 
 /// The metrics label of the request's kind (`unknown` for kinds tiergate does not handle).
-fn kind_label(request: &AdmissionRequest<DynamicObject>) -> &'static str {
+fn kind_label(request: &ReviewRequest) -> &'static str {
     let kind = &request.kind;
     tiergate_workloads::adapter_for(&kind.group, &kind.version, &kind.kind).map_or("unknown", |adapter| adapter.kind)
 }
@@ -445,7 +440,7 @@ fn record(metrics: &Metrics, decision: &Decision) {
     }
 }
 
-fn log(request: &AdmissionRequest<DynamicObject>, decision: &Decision) {
+fn log(request: &ReviewRequest, decision: &Decision) {
     let namespace = request.namespace.as_deref().unwrap_or_default();
     match &decision.verdict {
         Verdict::Deny { reason, message } => {

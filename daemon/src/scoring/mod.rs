@@ -12,11 +12,9 @@ pub use tiergate_core::scoring::*;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
-
 use crate::metrics::{AgentLabels, Metrics};
 use crate::policy::PriorityBucket;
+use crate::request::Request;
 use crate::view::Snapshot;
 use answer::{AgentAnswer, build_answer};
 use client::{AgentCallError, AgentClient, AgentConfig};
@@ -56,11 +54,7 @@ impl Scorer {
 
     /// The score for a scorable workload (a GPU job with a job type in a tiered namespace), `None` otherwise.
     /// Never fails: agent problems become a `Fallback` outcome.
-    pub async fn score_for(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-        snapshot: &Snapshot,
-    ) -> Option<ScoreOutcome> {
+    pub async fn score_for(&self, request: &Request, snapshot: &Snapshot) -> Option<ScoreOutcome> {
         let policy = snapshot.policy.as_deref()?;
         let settings = &policy.spec.scoring;
         if !settings.enabled {

@@ -6,8 +6,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionReview};
+use serde_json::Value;
+use tiergate::admission::{Request, metadata_of};
 use tiergate::placement::{PlacementLedger, PlacementOutcome};
 use tiergate::policy::TierPolicy;
 use tiergate::view::{PodView, Snapshot};
@@ -61,48 +64,52 @@ pub fn concurrently<I: Sync, O: Send>(items: &[I], decide: impl Fn(&I) -> O + Sy
 }
 
 /// The recorded request in `name` (e.g. `pod-create-from-replicaset-web-app-1.json`).
-pub fn fixture(name: &str) -> AdmissionRequest<DynamicObject> {
+pub fn fixture(name: &str) -> Request {
     let path = fixtures_dir().join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
     let review: AdmissionReview<DynamicObject> = serde_json::from_str(&text).unwrap();
-    review.try_into().unwrap()
+    let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+    request.into()
+}
+
+/// Edits the metadata of `object` (a request's object) in its typed form.
+pub fn edit_metadata(object: &mut Value, edit: impl FnOnce(&mut ObjectMeta)) {
+    let mut meta = metadata_of(object).unwrap();
+    edit(&mut meta);
+    object["metadata"] = serde_json::to_value(meta).unwrap();
 }
 
 /// The `count` recorded pod creations of a burst, e.g. `burst("web-app", 6)`.
-pub fn burst(app: &str, count: usize) -> Vec<AdmissionRequest<DynamicObject>> {
+pub fn burst(app: &str, count: usize) -> Vec<Request> {
     (1..=count).map(|index| fixture(&format!("pod-create-from-replicaset-{app}-{index}.json"))).collect()
 }
 
 /// The request with `annotations` added to the object (what a controller copies from the pod template).
-pub fn with_annotations(
-    mut request: AdmissionRequest<DynamicObject>,
-    annotations: &BTreeMap<String, String>,
-) -> AdmissionRequest<DynamicObject> {
+pub fn with_annotations(mut request: Request, annotations: &BTreeMap<String, String>) -> Request {
     if let Some(object) = request.object.as_mut() {
-        object.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone());
+        edit_metadata(object, |meta| meta.annotations.get_or_insert_with(BTreeMap::new).extend(annotations.clone()));
     }
     request
 }
 
 /// The web-app burst as the ReplicaSet creates it once tiergate has admitted the Deployment: every pod carries
 /// the template annotations the Deployment's admission returned.
-pub fn web_app_burst() -> Vec<AdmissionRequest<DynamicObject>> {
+pub fn web_app_burst() -> Vec<Request> {
     let deployment = fixture("deployment-create-smart-scheduler-strategy.json");
     let outcome = PlacementLedger::default().assign_for(&deployment, &Snapshot::default()).unwrap();
     burst("web-app", 6).into_iter().map(|pod| with_annotations(pod, &outcome.template_annotations)).collect()
 }
 
 /// A copy of `request` under another request UID (another pod of the same burst).
-pub fn another(request: &AdmissionRequest<DynamicObject>, uid: &str) -> AdmissionRequest<DynamicObject> {
+pub fn another(request: &Request, uid: &str) -> Request {
     let mut copy = request.clone();
     copy.uid = uid.to_owned();
     copy
 }
 
 /// The pod the caches show once `request` was admitted with `outcome` (the API server named it `name`).
-pub fn admitted_pod(request: &AdmissionRequest<DynamicObject>, outcome: &PlacementOutcome, name: &str) -> PodView {
-    let object = request.object.as_ref().unwrap();
-    let meta = &object.metadata;
+pub fn admitted_pod(request: &Request, outcome: &PlacementOutcome, name: &str) -> PodView {
+    let meta = metadata_of(request.object.as_ref().unwrap()).unwrap();
     let mut labels = meta.labels.clone().unwrap_or_default();
     labels.extend(outcome.metadata_labels.clone());
     let mut annotations = meta.annotations.clone().unwrap_or_default();

@@ -10,9 +10,8 @@ use support::*;
 #[cfg(test)]
 mod support {
     pub use crate::tenant::tenant_review;
-    pub use kube::core::DynamicObject;
-    pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
+    pub use tiergate::admission::Request;
     pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::view::Snapshot;
@@ -38,12 +37,12 @@ mod support {
                 "containers": [{"name": "main", "image": "img", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}})
     }
 
-    pub fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+    pub fn decide(request: &Request) -> Decision {
         mutate(request, &worker(), &AdmissionInputs::default())
     }
 
     /// `review` as user `user` instead of the tenant.
-    pub fn as_user(mut review: AdmissionRequest<DynamicObject>, user: &str) -> AdmissionRequest<DynamicObject> {
+    pub fn as_user(mut review: Request, user: &str) -> Request {
         review.user_info.username = Some(user.to_owned());
         review
     }

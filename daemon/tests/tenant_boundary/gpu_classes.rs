@@ -7,10 +7,9 @@
 use std::sync::Arc;
 
 use crate::tenant::{parse_tenant_body, tenant_review, tenant_review_body};
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, decide_review, mutate};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::metrics::Metrics;
@@ -63,24 +62,24 @@ fn with_template(kind: &str, namespace: &str, spec: Value) -> Value {
     }
 }
 
-fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
+fn review(operation: &str, object: &Value, old: Option<&Value>) -> Request {
     tenant_review(operation, object, old, false, &["tenant-bronze"])
 }
 
-fn create(object: &Value) -> AdmissionRequest<DynamicObject> {
+fn create(object: &Value) -> Request {
     review("CREATE", object, None)
 }
 
-fn decide_with(policy: TierPolicy, request: &AdmissionRequest<DynamicObject>, score: Option<ScoreOutcome>) -> Decision {
+fn decide_with(policy: TierPolicy, request: &Request, score: Option<ScoreOutcome>) -> Decision {
     mutate(request, &snapshot_with(policy), &AdmissionInputs { score, ..AdmissionInputs::default() })
 }
 
-fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+fn decide(request: &Request) -> Decision {
     decide_with(policy(), request, None)
 }
 
 /// The whole webhook path: real placement ledger and built-in scorer, as the server runs it.
-fn decide_pipeline(request: &AdmissionRequest<DynamicObject>) -> Decision {
+fn decide_pipeline(request: &Request) -> Decision {
     let metrics = Arc::new(Metrics::default());
     let snapshot = snapshot_with(policy());
     let ledger = PlacementLedger::new(metrics.clone());
@@ -89,7 +88,7 @@ fn decide_pipeline(request: &AdmissionRequest<DynamicObject>) -> Decision {
     runtime.block_on(decide_review(request, &snapshot, &ledger, &scorer))
 }
 
-fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+fn patched(request: &Request, decision: &Decision) -> Value {
     let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
     json_patch::patch(&mut object, &decision.patch).unwrap();
     object
@@ -107,7 +106,7 @@ fn denied(decision: &Decision, reason: &str) -> String {
 }
 
 /// The pod spec of the admitted object (the Pod's spec or the first template's), failing on anything but allow.
-fn admitted_spec(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+fn admitted_spec(request: &Request, decision: &Decision) -> Value {
     assert_eq!(decision.verdict, Verdict::Allow, "{:?} {:?}", decision.reasons, decision.warnings);
     let object = patched(request, decision);
     let spec = match object["kind"].as_str().unwrap() {

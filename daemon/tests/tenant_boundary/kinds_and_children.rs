@@ -2,9 +2,8 @@
 #![cfg(test)]
 
 use crate::tenant::tenant_review;
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::policy::{TierPolicy, UnknownKindAction};
@@ -12,20 +11,20 @@ use tiergate::policy::{TierPolicy, UnknownKindAction};
 const BRONZE: &str = "ml-team-dev";
 const QUEUE: &str = "kueue.x-k8s.io/queue-name";
 
-fn review(operation: &str, object: &Value, old: Option<&Value>) -> AdmissionRequest<DynamicObject> {
+fn review(operation: &str, object: &Value, old: Option<&Value>) -> Request {
     tenant_review(operation, object, old, false, &["tenants"])
 }
 
-fn decide_with(request: &AdmissionRequest<DynamicObject>, policy: TierPolicy) -> Decision {
+fn decide_with(request: &Request, policy: TierPolicy) -> Decision {
     let snapshot = build_static_snapshot(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None);
     mutate(request, &snapshot, &AdmissionInputs::default())
 }
 
-fn decide(request: &AdmissionRequest<DynamicObject>) -> Decision {
+fn decide(request: &Request) -> Decision {
     decide_with(request, load_policy(None).unwrap())
 }
 
-fn patched(request: &AdmissionRequest<DynamicObject>, decision: &Decision) -> Value {
+fn patched(request: &Request, decision: &Decision) -> Value {
     let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
     json_patch::patch(&mut object, &decision.patch).unwrap();
     object

@@ -11,9 +11,8 @@ mod support {
     pub use crate::tenant::tenant_review;
     pub use std::sync::Arc;
 
-    pub use kube::core::DynamicObject;
-    pub use kube::core::admission::AdmissionRequest;
     pub use serde_json::{Value, json};
+    pub use tiergate::admission::Request;
     pub use tiergate::admission::{AdmissionInputs, Decision, Verdict, build_static_snapshot, mutate};
     pub use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
     pub use tiergate::owners::{OwnerIndex, OwnerKind, OwnerRecord};
@@ -78,12 +77,7 @@ mod support {
         with(object, "/metadata/ownerReferences", reference)
     }
 
-    pub fn review(
-        operation: &str,
-        object: &Value,
-        old: Option<&Value>,
-        dry_run: bool,
-    ) -> AdmissionRequest<DynamicObject> {
+    pub fn review(operation: &str, object: &Value, old: Option<&Value>, dry_run: bool) -> Request {
         tenant_review(operation, object, old, dry_run, &["team-dev"])
     }
 
@@ -103,7 +97,7 @@ mod support {
     }
 
     /// The decision and the object after its patch is applied (the request object when nothing is patched).
-    pub fn decide(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot) -> (Decision, Value) {
+    pub fn decide(request: &Request, snapshot: &Snapshot) -> (Decision, Value) {
         let decision = mutate(request, snapshot, &AdmissionInputs::default());
         let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
         json_patch::patch(&mut object, &decision.patch).unwrap();

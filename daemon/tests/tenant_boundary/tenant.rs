@@ -2,19 +2,12 @@
 //! (user `mallory` in the given groups) creating or updating an object in its own namespace; no I/O.
 #![cfg(test)]
 
-use kube::core::DynamicObject;
-use kube::core::admission::AdmissionRequest;
 use serde_json::{Value, json};
+use tiergate::admission::Request;
 use tiergate::admission::parse_review;
 
 /// The review of `operation` on `object` (and `old` for UPDATE), sent for user `mallory` in `groups`.
-pub fn tenant_review(
-    operation: &str,
-    object: &Value,
-    old: Option<&Value>,
-    dry_run: bool,
-    groups: &[&str],
-) -> AdmissionRequest<DynamicObject> {
+pub fn tenant_review(operation: &str, object: &Value, old: Option<&Value>, dry_run: bool, groups: &[&str]) -> Request {
     parse_tenant_body(tenant_review_body(operation, object, old, dry_run, groups).as_bytes())
 }
 
@@ -38,6 +31,6 @@ pub fn tenant_review_body(
 }
 
 /// A review body read as the webhook reads it.
-pub fn parse_tenant_body(body: &[u8]) -> AdmissionRequest<DynamicObject> {
+pub fn parse_tenant_body(body: &[u8]) -> Request {
     parse_review(body).unwrap_or_else(|(_, error)| panic!("{error}"))
 }

@@ -3,12 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use kube_core::DynamicObject;
-use kube_core::admission::AdmissionRequest;
 use serde_json::Value;
 
 use super::error::MutateError;
 use crate::policy::{ForeignClassAction, GpuClass, Tier, TierPolicySpec};
+use crate::request::Request;
 use crate::view::Snapshot;
 
 /// The tier's GPU classes in flavor order.
@@ -23,7 +22,7 @@ pub(super) fn tier_classes<'p>(policy: &'p TierPolicySpec, tier: &Tier) -> Resul
 }
 
 pub(super) struct TierContext<'a> {
-    pub(super) request: &'a AdmissionRequest<DynamicObject>,
+    pub(super) request: &'a Request,
     pub(super) snapshot: &'a Snapshot,
     pub(super) policy: &'a TierPolicySpec,
     pub(super) tier: &'a Tier,

@@ -1,11 +1,11 @@
 //! What the admission decision is made from (`AdmissionInputs`) and what it yields (`Decision`), and how a decision
 //! becomes an AdmissionResponse; no I/O.
 
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, AdmissionResponse};
+use kube_core::admission::AdmissionResponse;
 use serde_json::Value;
 
 use crate::placement::{PlacementError, PlacementOutcome};
+use crate::request::Request;
 use crate::scoring::ScoreOutcome;
 
 /// What the I/O side computed before the pure decision: the score (if scoring ran) and the placement (an error
@@ -110,26 +110,26 @@ impl Decision {
     }
 
     /// The AdmissionResponse for `request`.
-    pub fn response(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    pub fn response(&self, request: &Request) -> AdmissionResponse {
         let mut warnings = self.warnings.clone();
-        let mut response = AdmissionResponse::from(request);
+        let mut response = request.allowed();
         match &self.verdict {
             Verdict::Skip { .. } => {}
             Verdict::Allow if self.patch.0.is_empty() => {}
             // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
             // decision's own patch is serialized in place, not cloned first.
-            Verdict::Allow => match (
-                AdmissionResponse::from(request).with_patch(json_patch::Patch(Vec::new())),
-                serde_json::to_vec(&self.patch),
-            ) {
-                (Ok(patched), Ok(bytes)) => {
-                    response = patched;
-                    response.patch = Some(bytes);
+            Verdict::Allow => {
+                match (request.allowed().with_patch(json_patch::Patch(Vec::new())), serde_json::to_vec(&self.patch)) {
+                    (Ok(patched), Ok(bytes)) => {
+                        response = patched;
+                        response.patch = Some(bytes);
+                    }
+                    (Err(error), _) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
+                    (_, Err(error)) => warnings.push(format!(
+                        "tiergate admitted the object unchanged: failed to serialize the patch: {error}"
+                    )),
                 }
-                (Err(error), _) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
-                (_, Err(error)) => warnings
-                    .push(format!("tiergate admitted the object unchanged: failed to serialize the patch: {error}")),
-            },
+            }
             Verdict::Deny { message, .. } => response = denied(response, message, 403, "Forbidden"),
             Verdict::Invalid { message } => {
                 response = AdmissionResponse::invalid(message);

@@ -1,6 +1,7 @@
-//! The lean view of a review body: the envelope read in one typed pass, each object read where it stands without
-//! what no rule reads (`metadata.managedFields`, every `env` entry but the first `CUDA_VISIBLE_DEVICES`, reduced to
-//! its name and value), those parts skipped without being built; pure, no I/O.
+//! The lean view of a review body: the envelope read in one typed pass, each object read where it stands, once,
+//! into the JSON the rules borrow (`crate::request`), without what no rule reads (`metadata.managedFields`,
+//! every `env` entry but the first `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped
+//! without being built; pure, no I/O.
 //!
 //! Every other field is kept, so each rule (GPU routes, owners, UPDATE checks on `oldObject`, adapters' pointers)
 //! reads the same values as in the full object. The patch is built against this view (`admission::patch`): the
@@ -11,21 +12,18 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube_core::admission::{AdmissionRequest, Operation};
-use kube_core::{DynamicObject, GroupVersionKind, GroupVersionResource, TypeMeta};
+use kube_core::admission::Operation;
+use kube_core::{GroupVersionKind, GroupVersionResource, TypeMeta};
 use serde::Deserialize;
-use serde::de::value::{CowStrDeserializer, MapAccessDeserializer};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use crate::placement::CUDA_VISIBLE_DEVICES;
+use crate::request::{MANAGED_FIELDS, Request};
 
 /// The field holding a container's environment: the one array the lean view prunes.
 pub(super) const PRUNED_ARRAY_KEY: &str = "env";
-/// The metadata field never read nor patched.
-const MANAGED_FIELDS: &str = "managedFields";
 
 /// The members of a JSON object, each borrowed from the body as raw JSON; a repeated member keeps its last
 /// value, as Go's decoder (and the API server) does.
@@ -43,20 +41,23 @@ struct Review<'a> {
 }
 
 /// A request with its objects read lean in the same pass (`by_member` reads them apart and leaves them out here).
+/// `resource`, `requestKind`, `requestResource`, `requestSubResource` and `options` are read for their shape only
+/// (a review without `resource` is malformed): no rule depends on them.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TypedRequest {
     uid: String,
     kind: GroupVersionKind,
-    resource: GroupVersionResource,
+    #[serde(rename = "resource")]
+    _resource: GroupVersionResource,
     #[serde(default)]
     sub_resource: Option<String>,
-    #[serde(default)]
-    request_kind: Option<GroupVersionKind>,
-    #[serde(default)]
-    request_resource: Option<GroupVersionResource>,
-    #[serde(default)]
-    request_sub_resource: Option<String>,
+    #[serde(default, rename = "requestKind")]
+    _request_kind: Option<GroupVersionKind>,
+    #[serde(default, rename = "requestResource")]
+    _request_resource: Option<GroupVersionResource>,
+    #[serde(default, rename = "requestSubResource")]
+    _request_sub_resource: Option<String>,
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -64,13 +65,13 @@ struct TypedRequest {
     operation: Operation,
     user_info: k8s_openapi::api::authentication::v1::UserInfo,
     #[serde(default, deserialize_with = "lean_object_member")]
-    object: Option<DynamicObject>,
+    object: Option<Value>,
     #[serde(default, deserialize_with = "lean_object_member")]
-    old_object: Option<DynamicObject>,
+    old_object: Option<Value>,
     #[serde(default)]
     dry_run: bool,
-    #[serde(default)]
-    options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
+    #[serde(default, rename = "options")]
+    _options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
 }
 
 /// What reading the lean envelope found wrong.
@@ -85,7 +86,7 @@ pub enum LeanError {
 }
 
 /// Reads `body` as an AdmissionReview `api_version` request with lean objects.
-pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
+pub fn lean_request(body: &[u8], api_version: &str) -> Result<Request, LeanError> {
     if let Ok(review) = serde_json::from_slice::<Review<'_>>(body)
         && review.api_version == api_version
         && review.kind == "AdmissionReview"
@@ -98,7 +99,7 @@ pub fn lean_request(body: &[u8], api_version: &str) -> Result<AdmissionRequest<D
 }
 
 /// `lean_request` for a review with repeated members (or one to explain): read member by member.
-fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicObject>, LeanError> {
+fn by_member(body: &[u8], api_version: &str) -> Result<Request, LeanError> {
     let top: Members<'_> = serde_json::from_slice(body).map_err(LeanError::Json)?;
     let text = |name: &str| {
         top.get(name).and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()).unwrap_or_default()
@@ -124,151 +125,27 @@ fn by_member(body: &[u8], api_version: &str) -> Result<AdmissionRequest<DynamicO
 }
 
 impl TypedRequest {
-    /// The request kube-core's `AdmissionRequest` holds, of a review of `types`.
-    fn into_request(self, types: TypeMeta) -> AdmissionRequest<DynamicObject> {
-        AdmissionRequest {
+    /// The request of a review of `types`.
+    fn into_request(self, types: TypeMeta) -> Request {
+        Request {
             types,
             uid: self.uid,
             kind: self.kind,
-            resource: self.resource,
             sub_resource: self.sub_resource,
-            request_kind: self.request_kind,
-            request_resource: self.request_resource,
-            request_sub_resource: self.request_sub_resource,
             name: self.name,
             namespace: self.namespace,
             operation: self.operation,
             user_info: self.user_info,
+            dry_run: self.dry_run,
             object: self.object,
             old_object: self.old_object,
-            dry_run: self.dry_run,
-            options: self.options,
         }
     }
 }
 
 /// `object` or `oldObject` of the typed pass, read lean where it stands in the body (`null` is none).
-fn lean_object_member<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<DynamicObject>, D::Error> {
+fn lean_object_member<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
     deserializer.deserialize_any(ObjectVisitor)
-}
-
-/// An object read in one pass: `metadata` straight into its typed form without `managedFields` (no JSON tree
-/// built for it first), every other member built lean into `data`, `apiVersion` and `kind` as its types when both
-/// are strings. A repeated member keeps its last value, as Go does (`ObjectMeta`'s generated reader overwrites, and
-/// so do the lean maps).
-struct ObjectVisitor;
-
-impl<'de> Visitor<'de> for ObjectVisitor {
-    type Value = Option<DynamicObject>;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("a Kubernetes object or null")
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut data = Map::new();
-        let mut metadata = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            let value = match key.as_ref() {
-                "metadata" => {
-                    metadata = Some(map.next_value_seed(MetadataSeed)?);
-                    continue;
-                }
-                PRUNED_ARRAY_KEY => map.next_value_seed(EnvSeed)?,
-                _ => map.next_value_seed(LeanSeed)?,
-            };
-            data.insert(key.into_owned(), value);
-        }
-        Ok(Some(with_types(data, metadata.unwrap_or_default())))
-    }
-}
-
-/// An object's `metadata`, deserialized as `ObjectMeta` with `managedFields` skipped unbuilt.
-struct MetadataSeed;
-
-impl<'de> DeserializeSeed<'de> for MetadataSeed {
-    type Value = ObjectMeta;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<ObjectMeta, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for MetadataSeed {
-    type Value = ObjectMeta;
-
-    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str("object metadata")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ObjectMeta, A::Error> {
-        ObjectMeta::deserialize(MapAccessDeserializer::new(WithoutManagedFields(map)))
-    }
-}
-
-/// The members of a `metadata` map without `managedFields`, which is skipped without being built.
-struct WithoutManagedFields<A>(A);
-
-impl<'de, A: MapAccess<'de>> MapAccess<'de> for WithoutManagedFields<A> {
-    type Error = A::Error;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, A::Error> {
-        while let Some(key) = self.0.next_key::<Cow<'de, str>>()? {
-            if key == MANAGED_FIELDS {
-                self.0.next_value::<IgnoredAny>()?;
-                continue;
-            }
-            return seed.deserialize(CowStrDeserializer::new(key)).map(Some);
-        }
-        Ok(None)
-    }
-
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
-        self.0.next_value_seed(seed)
-    }
-}
-
-/// One object of the review (`by_member`: borrowed from the body as raw JSON) as its lean view; `null` is none.
-fn lean_object(raw: &RawValue) -> Result<Option<DynamicObject>, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let object = lean_object_member(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(object)
-}
-
-/// The object of `metadata` and the other members `data`, its types taken out of `data` when both are strings.
-fn with_types(mut data: Map<String, Value>, metadata: ObjectMeta) -> DynamicObject {
-    let types = match (data.get("apiVersion"), data.get("kind")) {
-        (Some(Value::String(api_version)), Some(Value::String(kind))) => {
-            Some(TypeMeta { api_version: api_version.clone(), kind: kind.clone() })
-        }
-        _ => None,
-    };
-    if types.is_some() {
-        data.remove("apiVersion");
-        data.remove("kind");
-    }
-    DynamicObject { types, metadata, data: Value::Object(data) }
-}
-
-/// Builds a `Value` like serde_json's own visitor, leaving out what the lean view prunes (below an object's top
-/// level, which `ObjectVisitor` reads).
-struct LeanSeed;
-
-impl<'de> DeserializeSeed<'de> for LeanSeed {
-    type Value = Value;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
 }
 
 /// The JSON scalars as `serde_json` builds them (numbers, strings, booleans, null), for the lean visitors.
@@ -298,6 +175,97 @@ macro_rules! visit_json_scalars {
             Ok(Value::Null)
         }
     };
+}
+
+/// An object read in one pass: `metadata` as JSON without `managedFields` (skipped unbuilt), every other member
+/// built lean. A repeated member keeps its last value, as Go does.
+struct ObjectVisitor;
+
+impl<'de> Visitor<'de> for ObjectVisitor {
+    type Value = Option<Value>;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("a Kubernetes object or null")
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            let value = match key.as_ref() {
+                "metadata" => map.next_value_seed(MetadataSeed)?,
+                PRUNED_ARRAY_KEY => map.next_value_seed(EnvSeed)?,
+                _ => map.next_value_seed(LeanSeed)?,
+            };
+            object.insert(key.into_owned(), value);
+        }
+        Ok(Some(Value::Object(object)))
+    }
+}
+
+/// An object's `metadata` as JSON, `managedFields` skipped without being built; every other member kept whole
+/// (no `env` pruning here: metadata holds none). A shape other than a map is kept as it is.
+struct MetadataSeed;
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed {
+    type Value = Value;
+
+    fn expecting(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("object metadata")
+    }
+
+    visit_json_scalars!();
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Value, A::Error> {
+        LeanSeed.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut metadata = Map::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            if key == MANAGED_FIELDS {
+                map.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            metadata.insert(key.into_owned(), map.next_value::<Value>()?);
+        }
+        Ok(Value::Object(metadata))
+    }
+}
+
+/// One object of the review (`by_member`: borrowed from the body as raw JSON) as its lean view; `null` is none.
+fn lean_object(raw: &RawValue) -> Result<Option<Value>, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let object = lean_object_member(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(object)
+}
+
+/// Builds a `Value` like serde_json's own visitor, leaving out what the lean view prunes (below an object's top
+/// level, which `ObjectVisitor` reads).
+struct LeanSeed;
+
+impl<'de> DeserializeSeed<'de> for LeanSeed {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
 }
 
 impl<'de> Visitor<'de> for LeanSeed {
@@ -418,10 +386,9 @@ mod tests {
         .into_bytes()
     }
 
-    /// The lean view of `object` as the request carries it, back as JSON.
+    /// The lean view of `object` as the request carries it.
     fn lean(object: &Value) -> Value {
-        let request = lean_request(&review(&object.to_string()), "admission.k8s.io/v1").unwrap();
-        serde_json::to_value(request.object.unwrap()).unwrap()
+        lean_request(&review(&object.to_string()), "admission.k8s.io/v1").unwrap().object.unwrap()
     }
 
     #[test]
@@ -450,33 +417,30 @@ mod tests {
     }
 
     #[test]
-    fn the_lean_object_is_the_one_serde_makes_of_the_pruned_object_in_both_readings() {
+    fn the_lean_object_is_the_pruned_object_in_both_readings() {
         let object = r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j","namespace":"n",
             "managedFields":[{"manager":"kubectl","fieldsV1":{"f:spec":{}}}],"labels":{"a":"b"},
             "ownerReferences":[{"apiVersion":"v1","kind":"X","name":"o","uid":"1"}]},
             "spec":{"template":{"spec":{"containers":[{"name":"c","env":[{"name":"A","value":"1"}]}]}}}}"#;
-        let pruned: DynamicObject = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        let expected = json!({"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "j", "namespace": "n", "labels": {"a": "b"},
                 "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "o", "uid": "1"}]},
-            "spec": {"template": {"spec": {"containers": [{"name": "c", "env": []}]}}}}))
-        .unwrap();
-        let expected = serde_json::to_value(pruned).unwrap();
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "env": []}]}}}});
         let typed = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
-        assert_eq!(serde_json::to_value(typed.object.unwrap()).unwrap(), expected);
+        assert_eq!(typed.object.unwrap(), expected);
         // A repeated request member makes the typed pass fail: the review is read member by member.
         let repeated =
             String::from_utf8(review(object)).unwrap().replacen(r#""uid":"u","#, r#""uid":"x","uid":"u","#, 1);
         let by_member = lean_request(repeated.as_bytes(), "admission.k8s.io/v1").unwrap();
         assert_eq!(by_member.uid, "u");
-        assert_eq!(serde_json::to_value(by_member.object.unwrap()).unwrap(), expected);
+        assert_eq!(by_member.object.unwrap(), expected);
     }
 
     #[test]
     fn a_repeated_member_inside_metadata_keeps_its_last_value() {
         let object = r#"{"metadata":{"name":"first","managedFields":[],"name":"last"},"spec":{}}"#;
         let request = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
-        let metadata = request.object.unwrap().metadata;
-        assert_eq!((metadata.name.as_deref(), metadata.managed_fields), (Some("last"), None));
+        assert_eq!(request.object.unwrap()["metadata"], json!({"name": "last"}));
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The admission decision, pure: an AdmissionRequest and a Snapshot in, a Decision (verdict, JSON patch,
+//! The admission decision, pure: a Request and a Snapshot in, a Decision (verdict, JSON patch,
 //! warnings) out. The tenant boundary's rules live here, one concern a file; the HTTPS server that feeds it is
 //! the `tiergate` crate's `admission::server`.
 
@@ -16,6 +16,7 @@ pub mod podspec;
 mod priority;
 mod update;
 
+pub use crate::request::{Request, metadata_of, owner_references};
 pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;
 pub use decision::{AdmissionInputs, Decision, DecisionLabel, Verdict};
 pub use error::MutateError;

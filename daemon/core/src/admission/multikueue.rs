@@ -17,11 +17,13 @@
 //! object), so a forged mark could walk a workload around its queue. An UPDATE that keeps the marks the old
 //! object already had (Kueue unsuspending the copy, a tenant editing it) is decided like any other object.
 
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, Operation};
+use kube_core::admission::Operation;
+use serde_json::Value;
 use tiergate_kueue::{MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD_LABEL};
 
+use super::podspec;
 use crate::policy::TierPolicySpec;
+use crate::request::Request;
 
 /// Kueue's MultiKueue marks on a copied object.
 pub const MULTIKUEUE_MARKS: [&str; 2] = [MULTIKUEUE_ORIGIN_LABEL, PREBUILT_WORKLOAD_LABEL];
@@ -44,12 +46,12 @@ pub enum CopyCheck {
 }
 
 /// Checks the MultiKueue marks of the object of `request` in `namespace`.
-pub fn check_copy(request: &AdmissionRequest<DynamicObject>, spec: &TierPolicySpec, namespace: &str) -> CopyCheck {
-    let marks = |object: Option<&DynamicObject>| -> Vec<(&'static str, String)> {
-        let labels = object.and_then(|object| object.metadata.labels.as_ref());
+pub fn check_copy(request: &Request, spec: &TierPolicySpec, namespace: &str) -> CopyCheck {
+    let marks = |object: Option<&Value>| -> Vec<(&'static str, String)> {
+        let metadata = object.and_then(|object| object.get("metadata"));
         MULTIKUEUE_MARKS
             .into_iter()
-            .filter_map(|key| labels.and_then(|labels| labels.get(key)).map(|value| (key, value.clone())))
+            .filter_map(|key| Some((key, podspec::string_entry(metadata?, "labels", key)?.to_owned())))
             .collect()
     };
     let marked = marks(request.object.as_ref());
@@ -94,12 +96,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn request(
-        operation: &str,
-        user: &str,
-        labels: serde_json::Value,
-        old: Option<serde_json::Value>,
-    ) -> AdmissionRequest<DynamicObject> {
+    fn request(operation: &str, user: &str, labels: serde_json::Value, old: Option<serde_json::Value>) -> Request {
         let job = |labels: serde_json::Value| json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "team", "labels": labels}});
         let review = json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -110,8 +107,7 @@ mod tests {
                 "userInfo": {"username": user}, "object": job(labels), "oldObject": old.map(job),
             }
         });
-        let review: kube_core::admission::AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
-        review.try_into().unwrap()
+        crate::admission::lean_request(&serde_json::to_vec(&review).unwrap(), "admission.k8s.io/v1").unwrap()
     }
 
     fn spec() -> TierPolicySpec {

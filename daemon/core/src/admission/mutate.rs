@@ -5,10 +5,8 @@
 //! The rules, in order, are documented in docs/admission.md.
 
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, Operation};
+use kube_core::admission::Operation;
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
@@ -28,6 +26,7 @@ use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
+use crate::request::{Request, owner_references};
 use crate::scoring::buckets::check_priority_ceiling;
 use crate::scoring::features::JOB_TYPE_LABEL;
 use crate::scoring::{
@@ -42,7 +41,7 @@ pub const TIER_ANNOTATION: &str = "tiergate.io/tier";
 pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
 /// Decides one admission request. Pure: the same request, snapshot and inputs always give the same decision, and
 /// running it on its own output yields an empty patch.
-pub fn mutate(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
+pub fn mutate(request: &Request, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
         // Placement validates owners tiergate never mutates (ReplicaSet); its "deny" still holds.
@@ -77,7 +76,7 @@ fn skip(adapter: &WorkloadAdapter, reason: &'static str, why: String) -> Decisio
 
 fn decide(
     adapter: &'static WorkloadAdapter,
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Request,
     snapshot: &Snapshot,
     inputs: &AdmissionInputs,
 ) -> Result<Decision, MutateError> {
@@ -103,7 +102,7 @@ fn decide(
         let message = format!("request.object is missing from a {:?} request for {}", request.operation, adapter.kind);
         return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
     };
-    let before = object_json(object)?;
+    let before = object;
     if before.lookup("/metadata/deletionTimestamp").is_some_and(|stamp| !stamp.is_null()) {
         return Ok(skip(adapter, "being_deleted", "the object is being deleted".to_owned()));
     }
@@ -124,10 +123,20 @@ fn decide(
         }
     };
     let requester = request.user_info.username.as_deref();
-    let owner = check_owner(object.metadata.owner_references.as_deref(), namespace, requester, snapshot);
+    let owner_references = match owner_references(object) {
+        Ok(references) => references,
+        Err(error) => {
+            let message = format!(
+                "request.object.metadata.ownerReferences is not a list of owner references ({error}); fix the \
+                 object's ownerReferences"
+            );
+            return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
+        }
+    };
+    let owner = check_owner(Some(&owner_references), namespace, requester, snapshot);
     let mut work = Work {
         adapter,
-        templates: adapter.pod_templates(&before),
+        templates: adapter.pod_templates(before),
         after: before.clone(),
         before,
         warnings: Vec::new(),
@@ -137,7 +146,7 @@ fn decide(
         queue_note: None,
         templates_restored: false,
         written: Vec::new(),
-        old: request.old_object.as_ref().and_then(|old| object_json(old).ok()).map(Rc::new),
+        old: request.old_object.as_ref(),
     };
     let placed = work.apply_placement(placement)?;
     let tier = snapshot.namespaces.get(namespace).and_then(|view| policy.tier_of(&view.labels));
@@ -157,7 +166,7 @@ fn decide(
     }
     let resources: Vec<&str> = context.classes.iter().map(|class| class.primary_resource()).collect();
     // A kind sized outside its templates (TrainJob `resourcesPerNode`) makes every template of the object reach GPUs.
-    let sized_outside = adapter.requests_outside_templates(&work.before, &resources);
+    let sized_outside = adapter.requests_outside_templates(work.before, &resources);
     // Read after placement: a strategy or pinning annotation must not make tiergate write another tier's class.
     let reaching: Vec<(PodTemplatePointers, Reach)> = work
         .templates
@@ -213,11 +222,11 @@ fn decide(
     work.decision(Verdict::Allow)
 }
 
-/// The object being mutated and what was said about it.
-struct Work {
+/// The object being mutated (borrowed from the request, edited in a copy) and what was said about it.
+struct Work<'r> {
     adapter: &'static WorkloadAdapter,
     templates: Vec<PodTemplatePointers>,
-    before: Value,
+    before: &'r Value,
     after: Value,
     warnings: Vec<String>,
     reasons: Vec<String>,
@@ -231,11 +240,11 @@ struct Work {
     templates_restored: bool,
     /// Every pointer edited in `after`: the patch is built there.
     written: Vec<String>,
-    /// The old object of an UPDATE, as JSON (read by several UPDATE checks, built once).
-    old: Option<Rc<Value>>,
+    /// The old object of an UPDATE (read by several UPDATE checks).
+    old: Option<&'r Value>,
 }
 
-impl Work {
+impl Work<'_> {
     /// The value at `pointer` in the mutated object, created as `{}` when absent.
     fn at(&mut self, pointer: &str) -> Result<&mut Value, MutateError> {
         let shape = |field| MutateError::EditField {
@@ -431,7 +440,7 @@ impl Work {
             return Some(format!("its owner {owner} was admitted by tiergate with it"));
         }
         if context.request.operation == Operation::Update {
-            let old = self.old.clone();
+            let old = self.old;
             let old_selector = old
                 .as_ref()
                 .and_then(|old| old.lookup(&template.spec))
@@ -472,7 +481,7 @@ impl Work {
             return Ok(true);
         }
         let old_found = match context.request.operation {
-            Operation::Update => self.old.clone().and_then(|old| judge(&old)),
+            Operation::Update => self.old.and_then(judge),
             _ => None,
         };
         let exemption = context
@@ -488,7 +497,7 @@ impl Work {
             self.reasons.push(format!("keeps what it names outside tier {}: {why}", context.tier.name));
             return Ok(false);
         }
-        let written_by_placement = judge(&self.before).is_some_and(|before| before != found);
+        let written_by_placement = judge(self.before).is_some_and(|before| before != found);
         Err(Box::new(self.boundary_denial(context, &found, written_by_placement)))
     }
 
@@ -516,10 +525,10 @@ impl Work {
             return None;
         }
         let old = match context.request.operation {
-            Operation::Update => self.old.clone(),
+            Operation::Update => self.old,
             _ => None,
         };
-        if old.is_some_and(|old| judge(&old) == found) {
+        if old.is_some_and(|old| judge(old) == found) {
             return None;
         }
         Some(self.boundary_denial(context, &found, false))
@@ -535,7 +544,7 @@ impl Work {
         if context.request.operation != Operation::Update || context.foreign_allowed_for_requester().is_some() {
             return None;
         }
-        let old = self.old.clone()?;
+        let old = self.old?;
         let immutable = |pointer: &str| self.adapter.immutable_on_update.iter().any(|fixed| pointer.starts_with(fixed));
         let (_, reach) = reaching.iter().find(|(template, _)| {
             immutable(&template.spec)
@@ -549,7 +558,7 @@ impl Work {
              (tiergate then sets the tier's selector and tolerations).",
             self.adapter.kind,
             context.namespace,
-            object_name(&self.before),
+            object_name(self.before),
             reach.routes.join(", "),
             self.adapter.kind,
             context.tier.name,
@@ -568,7 +577,7 @@ impl Work {
              the namespace, user or group in the TierPolicy's spec.admission (adminNamespaces, adminUsers, adminGroups).",
             self.adapter.kind,
             context.namespace,
-            object_name(&self.before),
+            object_name(self.before),
             context.tier.name,
             context.namespace,
             context.class_names(),
@@ -637,7 +646,7 @@ impl Work {
     }
 
     fn foreign_denial(&self, context: &TierContext<'_>, selected: &Selection<'_>) -> Decision {
-        let name = object_name(&self.before);
+        let name = object_name(self.before);
         let key = match selected {
             Selection::Class(class) => class.node_labels.keys().cloned().collect::<Vec<_>>().join(", "),
             Selection::Unknown(label) => label.split('=').next().unwrap_or_default().to_owned(),
@@ -747,15 +756,15 @@ impl Work {
         // CREATE, so the Jobs it spawns next are queued and suspended.
         let template_only = labels_at != "/metadata";
         let update = request.operation == Operation::Update && !template_only;
-        let old = if update { self.old.clone() } else { None };
-        let current = label(&self.before, labels_at, QUEUE_NAME_LABEL);
+        let old = if update { self.old } else { None };
+        let current = label(self.before, labels_at, QUEUE_NAME_LABEL);
         let old_queue = old.as_ref().and_then(|old| label(old, labels_at, QUEUE_NAME_LABEL));
         let tier_queue = context.tier.local_queue();
         let facts = QueueFacts {
             update,
             current: current.as_deref(),
             old: old_queue.as_deref(),
-            suspended: self.adapter.is_suspended(&self.before),
+            suspended: self.adapter.is_suspended(self.before),
             old_suspended: old.as_ref().is_some_and(|old| self.adapter.is_suspended(old)),
             tier_queue: &tier_queue,
         };
@@ -803,7 +812,7 @@ impl Work {
                      is admitted.",
                     self.adapter.kind,
                     context.namespace,
-                    object_name(&self.before),
+                    object_name(self.before),
                     context.tier.name,
                 );
                 let verdict = Verdict::Deny { reason: "unsuspended_without_queue", message: message.clone() };
@@ -818,7 +827,7 @@ impl Work {
         }
         if let Some(suspend) = suspend
             && !update
-            && !self.adapter.is_suspended(&self.before)
+            && !self.adapter.is_suspended(self.before)
             && !self.set(suspend, Some(Value::Bool(true)))
         {
             return Err(MutateError::EditField {
@@ -851,16 +860,16 @@ impl Work {
         context: &TierContext<'_>,
         resources: &[&str],
     ) -> Result<Option<Decision>, MutateError> {
-        let embedded = unknown_embedded_kinds(self.adapter.templates, &self.before, resources);
+        let embedded = unknown_embedded_kinds(self.adapter.templates, self.before, resources);
         let owner = match self.adapter.templates {
-            TemplateLayout::Pod => unknown_owner_kind(&self.before),
+            TemplateLayout::Pod => unknown_owner_kind(self.before),
             _ => None,
         };
         let unknown: Vec<String> = embedded.into_iter().chain(owner.clone()).collect();
         if unknown.is_empty() {
             return Ok(None);
         }
-        let name = object_name(&self.before);
+        let name = object_name(self.before);
         if context.policy.admission.unknown_gpu_kinds == UnknownKindAction::Deny {
             let message = format!(
                 "{} {}/{name}: {} is a kind neither tiergate nor Kueue manages, and its pods request {}, so they \
@@ -886,7 +895,7 @@ impl Work {
         if context.request.operation != Operation::Create {
             return Ok(None);
         }
-        let queue = label_at(&self.before, "/metadata", QUEUE_NAME_LABEL)
+        let queue = label_at(self.before, "/metadata", QUEUE_NAME_LABEL)
             .map_or_else(|| context.tier.local_queue(), str::to_owned);
         let edited = self.edit("/metadata", |metadata| {
             podspec::set_string(metadata, "labels", QUEUE_NAME_LABEL, &queue)?;
@@ -909,7 +918,7 @@ impl Work {
     fn apply_priority(
         &mut self,
         context: &TierContext<'_>,
-        request: &AdmissionRequest<DynamicObject>,
+        request: &Request,
         score: Option<&ScoreOutcome>,
     ) -> Result<(), MutateError> {
         if !self.adapter.is_queued() || self.left_to_owner().is_some() {
@@ -936,7 +945,7 @@ impl Work {
         };
         let labels_at = self.adapter.queue_labels_at;
         let priority_in = |object| label_at(object, labels_at, PRIORITY_CLASS_LABEL);
-        if let Some(user) = priority_in(&self.before).filter(|user| *user != class)
+        if let Some(user) = priority_in(self.before).filter(|user| *user != class)
             && priority_in(&self.after) == Some(user)
         {
             self.warnings.push(format!("priority class {user} replaced by {class} from the workload's score"));
@@ -954,10 +963,10 @@ impl Work {
     }
 
     fn restore_priority(&mut self) {
-        let old = self.old.clone();
+        let old = self.old;
         let labels_at = self.adapter.queue_labels_at;
         let old_priority = old.as_ref().and_then(|old| label(old, labels_at, PRIORITY_CLASS_LABEL));
-        let new_priority = label(&self.before, labels_at, PRIORITY_CLASS_LABEL);
+        let new_priority = label(self.before, labels_at, PRIORITY_CLASS_LABEL);
         if old_priority == new_priority {
             return;
         }
@@ -975,7 +984,7 @@ impl Work {
         self.reasons.push(format!("UPDATE: priority class restored to {was}"));
     }
 
-    fn restore_immutable(&mut self, request: &AdmissionRequest<DynamicObject>) {
+    fn restore_immutable(&mut self, request: &Request) {
         if request.operation != Operation::Update || self.adapter.immutable_on_update.is_empty() {
             return;
         }
@@ -1033,7 +1042,7 @@ impl Work {
     /// started (`status.startTime` unset). Kubernetes allows it then, also in the update that unsuspends (that is
     /// how Kueue injects a flavor's node labels at admission).
     fn scheduling_mutable(&self) -> bool {
-        let old = self.old.clone();
+        let old = self.old;
         self.adapter.templates != TemplateLayout::Pod
             && old.as_ref().is_some_and(|old| {
                 self.adapter.is_suspended(old) && old.lookup("/status/startTime").is_none_or(Value::is_null)
@@ -1069,7 +1078,7 @@ impl Work {
         }
         if let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing
             && self.adapter.is_suspended(&self.after)
-            && !self.adapter.is_suspended(&self.before)
+            && !self.adapter.is_suspended(self.before)
         {
             let field = suspend.trim_start_matches('/').replace('/', ".");
             self.reasons.push(format!("suspended so Kueue admits it ({field}: true)"));
@@ -1108,7 +1117,7 @@ impl Work {
     /// Ends a request whose tier part was skipped: placement changes (if any) still go out.
     fn finish(
         mut self,
-        request: &AdmissionRequest<DynamicObject>,
+        request: &Request,
         placed: bool,
         reason: &'static str,
         why: String,
@@ -1122,7 +1131,7 @@ impl Work {
     }
 
     fn decision(self, verdict: Verdict) -> Result<Decision, MutateError> {
-        let patch = patch_at(&self.before, &self.after, &self.written)?;
+        let patch = patch_at(self.before, &self.after, &self.written)?;
         Ok(Decision {
             kind: self.adapter.kind,
             verdict,
@@ -1132,24 +1141,6 @@ impl Work {
             reasons: self.reasons,
         })
     }
-}
-
-/// The object as JSON without `metadata.managedFields` (never read nor patched; a lean view has none already).
-fn object_json(object: &DynamicObject) -> Result<Value, MutateError> {
-    let mut metadata = serde_json::to_value(&object.metadata).map_err(MutateError::SerializeObject)?;
-    if let Some(metadata) = metadata.as_object_mut() {
-        metadata.remove("managedFields");
-    }
-    let mut map = match &object.data {
-        Value::Object(map) => map.clone(),
-        _ => serde_json::Map::new(),
-    };
-    if let Some(types) = &object.types {
-        map.insert("apiVersion".to_owned(), Value::String(types.api_version.clone()));
-        map.insert("kind".to_owned(), Value::String(types.kind.clone()));
-    }
-    map.insert("metadata".to_owned(), metadata);
-    Ok(Value::Object(map))
 }
 
 /// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.

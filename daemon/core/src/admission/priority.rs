@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use kube_core::DynamicObject;
-use kube_core::admission::AdmissionRequest;
 use tiergate_workloads::PRIORITY_CLASS_LABEL;
 
 use crate::policy::{CeilingAction, Tier, TierPolicySpec};
+use crate::request::Request;
 use crate::scoring::buckets::{CeilingCheck, check_priority_ceiling, default_priority_class};
 
 /// What to do with the object's priority-class label.
@@ -94,7 +93,7 @@ pub(super) fn priority_fix(
 
 /// Whether the requester may keep any priority class: an admin namespace, user or group of the policy
 /// (`foreignGpuClass: Allow` opens GPU classes, not priorities).
-pub(super) fn is_admin(policy: &TierPolicySpec, request: &AdmissionRequest<DynamicObject>, namespace: &str) -> bool {
+pub(super) fn is_admin(policy: &TierPolicySpec, request: &Request, namespace: &str) -> bool {
     let admission = &policy.admission;
     let user = &request.user_info;
     admission.admin_namespaces.iter().any(|name| name == namespace)

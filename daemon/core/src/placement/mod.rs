@@ -18,13 +18,15 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Toleration;
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, Operation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_core::admission::Operation;
+use serde_json::Value;
 
 pub use ledger::LedgerTimings;
 pub use pinning::CUDA_VISIBLE_DEVICES;
 
 use crate::policy::ALWAYS_EXCLUDED_NAMESPACES;
+use crate::request::{Request, metadata_of};
 use crate::view::Snapshot;
 use ledger::{InFlight, observed_pods};
 use owner::pod_owner_key;
@@ -161,36 +163,42 @@ impl PlacementLedger {
 
     /// Decides placement for one request: validates strategies and maps on owners (Err denies the owner),
     /// assigns a rule to a pod CREATE (dry-run: decided, not recorded). Requests without placement get a default.
-    pub fn assign_for(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-        snapshot: &Snapshot,
-    ) -> Result<PlacementOutcome, PlacementError> {
+    pub fn assign_for(&self, request: &Request, snapshot: &Snapshot) -> Result<PlacementOutcome, PlacementError> {
         self.assign_for_at(request, snapshot, Instant::now())
     }
 
     /// [`PlacementLedger::assign_for`] at a given instant (tests and replays drive the clock).
     pub fn assign_for_at(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
+        request: &Request,
         snapshot: &Snapshot,
         now: Instant,
     ) -> Result<PlacementOutcome, PlacementError> {
         let Some(object) = &request.object else {
             return Ok(PlacementOutcome::default());
         };
-        let namespace = request.namespace.as_deref().or(object.metadata.namespace.as_deref()).unwrap_or_default();
+        let meta = match metadata_of(object) {
+            Ok(meta) => meta,
+            Err(error) => {
+                let warning = format!(
+                    "admitted without placement: request.object.metadata is not Kubernetes object metadata \
+                     ({error}); fix the object's metadata"
+                );
+                return Ok(PlacementOutcome { warnings: vec![warning], ..PlacementOutcome::default() });
+            }
+        };
+        let namespace = request.namespace.as_deref().or(meta.namespace.as_deref()).unwrap_or_default();
         if self.is_excluded(namespace, snapshot) {
             return Ok(PlacementOutcome::default());
         }
         let kind = request.kind.kind.as_str();
         match request.operation {
             Operation::Create if kind == "Pod" && request.kind.group.is_empty() => {
-                Ok(self.place_pod(request, object, namespace, snapshot, now))
+                Ok(self.place_pod(request, (&meta, object), namespace, snapshot, now))
             }
             Operation::Create | Operation::Update if kind != "Pod" => {
                 match tiergate_workloads::template_layout(&request.kind.group, kind) {
-                    Some(layout) => check_owner(request, object, layout, snapshot),
+                    Some(layout) => check_owner(request, (&meta, object), layout, snapshot),
                     None => Ok(PlacementOutcome::default()),
                 }
             }
@@ -209,17 +217,16 @@ impl PlacementLedger {
 
     fn place_pod(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
-        pod: &DynamicObject,
+        request: &Request,
+        (meta, pod): (&ObjectMeta, &Value),
         namespace: &str,
         snapshot: &Snapshot,
         now: Instant,
     ) -> PlacementOutcome {
-        let meta = &pod.metadata;
         let annotations = meta.annotations.clone().unwrap_or_default();
         let labels = meta.labels.clone().unwrap_or_default();
         let mut outcome = PlacementOutcome::default();
-        outcome.pinning = pod_pinning(&annotations, meta, &pod.data, &mut outcome.warnings);
+        outcome.pinning = pod_pinning(&annotations, meta, pod, &mut outcome.warnings);
         let declarations = declared_strategies(&annotations, &labels, snapshot.policy.as_deref().map(|p| &p.spec));
         outcome.warnings.extend(declarations.warnings);
         match declarations.strategies.into_iter().next() {
@@ -293,7 +300,7 @@ impl PlacementLedger {
 
 /// The pod being placed, as `assign_rule` needs it.
 struct PodContext<'a> {
-    request: &'a AdmissionRequest<DynamicObject>,
+    request: &'a Request,
     namespace: &'a str,
     labels: &'a BTreeMap<String, String>,
     annotations: &'a BTreeMap<String, String>,

@@ -2,8 +2,9 @@
 //! StatefulSet, Job, JobSet, CronJob): every strategy and GPU map on it or its pod templates must parse, and a
 //! smart-scheduler strategy on its metadata is copied onto its pod templates in canonical form; pure, no I/O.
 
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, Operation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube_core::admission::Operation;
+use serde_json::Value;
 use tiergate_compat::strategy::{SMART_SCHEDULER_ANNOTATION, parse_schedule_strategy};
 use tiergate_workloads::{TemplateLayout, controller_of};
 
@@ -11,24 +12,21 @@ use super::owner::{TemplateMeta, template_meta};
 use super::pinning::check_owner_map;
 use super::sources::declared_strategies;
 use super::{PLACEMENT_ANNOTATION, PlacementError, PlacementOutcome, STRATEGY_ANNOTATION};
+use crate::request::Request;
 use crate::view::Snapshot;
 
 /// An owner's admission: every strategy and map on it or its pod template must parse (else Err, so broken pods
 /// are never created); a smart-scheduler strategy on the owner's metadata is copied onto the pod template in
 /// canonical form, and removed from there when the owner drops it.
 pub(super) fn check_owner(
-    request: &AdmissionRequest<DynamicObject>,
-    object: &DynamicObject,
+    request: &Request,
+    (meta, object): (&ObjectMeta, &Value),
     layout: TemplateLayout,
     snapshot: &Snapshot,
 ) -> Result<PlacementOutcome, PlacementError> {
     let kind = request.kind.kind.as_str();
-    let meta = &object.metadata;
-    let templates: Vec<TemplateMeta> = layout
-        .pod_templates(&object.data)
-        .iter()
-        .map(|template| template_meta(&object.data, &template.metadata))
-        .collect();
+    let templates: Vec<TemplateMeta> =
+        layout.pod_templates(object).iter().map(|template| template_meta(object, &template.metadata)).collect();
     let owner_annotations = meta.annotations.clone().unwrap_or_default();
     let owner_labels = meta.labels.clone().unwrap_or_default();
     let mut outcome = PlacementOutcome::default();
@@ -83,7 +81,7 @@ pub(super) fn check_owner(
         None => {}
     }
     let policy = snapshot.policy.as_deref().map(|policy| &policy.spec);
-    let replicas = object.data["spec"]["replicas"].as_i64();
+    let replicas = object["spec"]["replicas"].as_i64();
     for (template, annotations) in templates.iter().zip(&effective) {
         let declarations = declared_strategies(annotations, &template.labels, policy);
         if let Some(error) = declarations.strategies.into_iter().find_map(Result::err) {

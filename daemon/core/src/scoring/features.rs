@@ -11,12 +11,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use kube_core::DynamicObject;
-use kube_core::admission::{AdmissionRequest, Operation};
+use kube_core::admission::Operation;
 use tiergate_compat::scoring_annotations::scoring_inputs;
 use tiergate_workloads::{TemplateLayout, WorkloadAdapter, adapter_for, controller_of};
 
 use crate::policy::{GpuClass, Tier, TierPolicySpec};
+use crate::request::{Request, metadata_of};
 use crate::scoring::wire::{ScoreFeatures, ScoreRequest};
 use crate::view::{NodeView, Snapshot};
 
@@ -44,31 +44,29 @@ pub struct ScoringJob<'a> {
 }
 
 /// The scoring job for an admission request, or `None` when the workload is not scored (see the module docs).
-pub fn scoring_job<'a>(
-    request: &AdmissionRequest<DynamicObject>,
-    snapshot: &Snapshot,
-    policy: &'a TierPolicySpec,
-) -> Option<ScoringJob<'a>> {
+pub fn scoring_job<'a>(request: &Request, snapshot: &Snapshot, policy: &'a TierPolicySpec) -> Option<ScoringJob<'a>> {
     if request.operation != Operation::Create {
         return None;
     }
     let object = request.object.as_ref()?;
     let adapter = adapter_for(&request.kind.group, &request.kind.version, &request.kind.kind)?;
-    if !is_scored_kind(adapter, controller_of(&object.metadata).is_some()) {
+    // Malformed metadata is not scored; the decision answers it (`mutate` names the field).
+    let metadata = metadata_of(object).ok()?;
+    if !is_scored_kind(adapter, controller_of(&metadata).is_some()) {
         return None;
     }
-    let namespace = request.namespace.as_deref().or(object.metadata.namespace.as_deref())?;
+    let namespace = request.namespace.as_deref().or(metadata.namespace.as_deref())?;
     if policy.is_excluded(namespace, snapshot.own_namespace.as_deref()) {
         return None;
     }
     let tier = policy.tier_of(&snapshot.namespaces.get(namespace)?.labels)?;
     let candidates: Vec<&GpuClass> = tier.gpu_class_names().filter_map(|name| policy.gpu_class(name)).collect();
     let gpu_resources: Vec<&str> = candidates.iter().map(|class| class.primary_resource()).collect();
-    if !adapter.templates.requests_any(&object.data, &gpu_resources) {
+    if !adapter.templates.requests_any(object, &gpu_resources) {
         return None;
     }
     let empty = BTreeMap::new();
-    let inputs = scoring_inputs(object.metadata.annotations.as_ref().unwrap_or(&empty));
+    let inputs = scoring_inputs(metadata.annotations.as_ref().unwrap_or(&empty));
     let job_type = inputs.job_type?;
     let request = ScoreRequest {
         job_type,
@@ -118,7 +116,7 @@ mod tests {
     };
     use crate::view::PodView;
 
-    fn job_for(request: &AdmissionRequest<DynamicObject>, snapshot: &Snapshot) -> Option<ScoreRequest> {
+    fn job_for(request: &Request, snapshot: &Snapshot) -> Option<ScoreRequest> {
         let policy = snapshot.policy.clone().unwrap();
         scoring_job(request, snapshot, &policy.spec).map(|job| job.request)
     }
