@@ -133,6 +133,24 @@ fn h100_pod_claiming_a_job_that_does_not_exist_is_denied() {
 }
 
 #[test]
+fn h100_pod_with_an_owner_reference_the_decision_cannot_read_is_refused_naming_the_field() {
+    // A uid that is not a string: the webhook reads the objects as JSON and the owner references typed only
+    // where the decision needs them, so an unreadable list must answer `invalid`, never pass as "no owner" (nor
+    // as a verified one). A reference missing fields reads them empty, as Go does, and is unverified.
+    let pod = with(
+        h100_pod(),
+        "/metadata/ownerReferences",
+        json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": 7, "controller": true}]),
+    );
+    let (decision, _) = create_by_controller(&pod, &live(&[]));
+    let Verdict::Invalid { message } = &decision.verdict else {
+        panic!("expected invalid, got {:?}", decision.verdict)
+    };
+    assert!(message.contains("request.object.metadata.ownerReferences"), "{message}");
+    assert!(decision.patch.0.is_empty());
+}
+
+#[test]
 fn h100_pod_claiming_a_statefulset_that_does_not_exist_is_denied() {
     let pod = owned_by(h100_pod(), STATEFULSET, "db", "forged-uid");
     assert_denied(&create_by_controller(&pod, &live(&[])).0, "foreign_gpu_class", &["h100"]);
