@@ -6,11 +6,13 @@
 //! class (selector and tolerations, ANDed with what the user wrote); only fields that name another tier's class
 //! or node outright are refused. docs/admission.md "Tenant boundary" lists every route.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde_json::Value;
 
 use super::classes::{Selection, selection};
+use super::patch::Lookup;
+use crate::placement::Entries;
 use crate::policy::{DraClaimAction, GpuClass, Tier, TierPolicySpec};
 use crate::view::{NodeView, Snapshot};
 
@@ -208,9 +210,9 @@ fn node_expressions(spec: &Value) -> Vec<(String, String, String, Vec<String>)> 
             expressions.push(("nodeSelector".to_owned(), key.clone(), "In".to_owned(), values));
         }
     }
-    let affinity = spec.pointer("/affinity/nodeAffinity");
+    let affinity = spec.lookup("/affinity/nodeAffinity");
     let required = affinity
-        .and_then(|node| node.pointer("/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"))
+        .and_then(|node| node.lookup("/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms"))
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -353,8 +355,8 @@ pub(super) fn violations(bounds: &TierBounds<'_>, spec: &Value) -> Vec<Violation
 pub(super) fn foreign_strategy_rules(
     policy: &TierPolicySpec,
     in_tier: &dyn Fn(&str) -> bool,
-    annotations: &BTreeMap<String, String>,
-    labels: &BTreeMap<String, String>,
+    annotations: &impl Entries,
+    labels: &impl Entries,
 ) -> Vec<Violation> {
     let declared = crate::placement::declared_strategies(annotations, labels, Some(policy));
     let mut found = Vec::new();

@@ -24,7 +24,7 @@ use super::patch::{Lookup, escape_token, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
-use crate::placement::{CUDA_VISIBLE_DEVICES, PlacementOutcome};
+use crate::placement::{CUDA_VISIBLE_DEVICES, JsonEntries, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
 use crate::request::{Request, owner_references};
 use crate::scoring::buckets::check_priority_ceiling;
@@ -257,7 +257,7 @@ impl Work<'_> {
         {
             return Err(shape("parent"));
         }
-        self.after.pointer_mut(pointer).ok_or_else(|| shape("path"))
+        self.after.lookup_mut(pointer).ok_or_else(|| shape("path"))
     }
 
     /// Sets (or with `None` removes) the value at `pointer` in the mutated object, as `set_pointer` does.
@@ -510,8 +510,7 @@ impl Work<'_> {
             let mut found: Vec<Violation> = Vec::new();
             for pointer in metadata {
                 let Some(meta) = object.lookup(&pointer) else { continue };
-                let (annotations, labels) =
-                    (podspec::string_map(meta, "annotations"), podspec::string_map(meta, "labels"));
+                let (annotations, labels) = (JsonEntries::of(meta, "annotations"), JsonEntries::of(meta, "labels"));
                 for violation in boundary::foreign_strategy_rules(context.policy, &in_tier, &annotations, &labels) {
                     if !found.contains(&violation) {
                         found.push(violation);

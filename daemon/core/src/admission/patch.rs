@@ -57,12 +57,17 @@ fn lookup<'v>(value: &'v Value, pointer: &str) -> Option<&'v Value> {
     pointer.strip_prefix('/')?.split('/').try_fold(value, child)
 }
 
-/// The member or item of `value` named by one pointer token (escaped).
-fn child<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
-    let token: Cow<'_, str> = match token.contains('~') {
+/// One pointer token unescaped (RFC 6901), borrowed when it holds no `~`.
+fn unescape(token: &str) -> Cow<'_, str> {
+    match token.contains('~') {
         true => Cow::Owned(token.replace("~1", "/").replace("~0", "~")),
         false => Cow::Borrowed(token),
-    };
+    }
+}
+
+/// The member or item of `value` named by one pointer token (escaped).
+fn child<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
+    let token = unescape(token);
     match value {
         Value::Object(map) => map.get(token.as_ref()),
         Value::Array(items) => items.get(parse_index(&token)?),
@@ -70,15 +75,35 @@ fn child<'v>(value: &'v Value, token: &str) -> Option<&'v Value> {
     }
 }
 
-/// `Value::pointer` without its two allocations per token.
+/// `child`, mutable.
+fn child_mut<'v>(value: &'v mut Value, token: &str) -> Option<&'v mut Value> {
+    let token = unescape(token);
+    match value {
+        Value::Object(map) => map.get_mut(token.as_ref()),
+        Value::Array(items) => items.get_mut(parse_index(&token)?),
+        _ => None,
+    }
+}
+
+/// `Value::pointer` and `Value::pointer_mut` without their two allocations per token.
 pub(super) trait Lookup {
     /// The value at `pointer` (RFC 6901).
     fn lookup(&self, pointer: &str) -> Option<&Value>;
+
+    /// The value at `pointer` (RFC 6901), mutable.
+    fn lookup_mut(&mut self, pointer: &str) -> Option<&mut Value>;
 }
 
 impl Lookup for Value {
     fn lookup(&self, pointer: &str) -> Option<&Value> {
         lookup(self, pointer)
+    }
+
+    fn lookup_mut(&mut self, pointer: &str) -> Option<&mut Value> {
+        if pointer.is_empty() {
+            return Some(self);
+        }
+        pointer.strip_prefix('/')?.split('/').try_fold(self, child_mut)
     }
 }
 
@@ -309,5 +334,30 @@ mod tests {
         let after = json!({"spec": {"nodeSelector": {"gpu": "l4"}, "tolerations": [1]}});
         let patch = patch_at(&before, &after, &["/spec/nodeSelector/gpu".into(), "/spec/tolerations".into()]).unwrap();
         assert_eq!(applied(&before, &patch), after);
+    }
+
+    #[test]
+    fn lookup_reads_and_writes_where_serde_json_pointers_do() {
+        let mut value = json!({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q", "a~b": 1}},
+            "items": [{"x": 1}, {"x": 2}], "": {"empty": true}});
+        let pointers = [
+            "",
+            "/metadata/labels/kueue.x-k8s.io~1queue-name",
+            "/metadata/labels/a~0b",
+            "/items/1/x",
+            "/items/01",
+            "/items/+1",
+            "/items/2",
+            "/",
+            "/missing",
+            "no-slash",
+        ];
+        for pointer in pointers {
+            assert_eq!(value.lookup(pointer), value.pointer(pointer), "{pointer}");
+            let expected = value.clone().pointer_mut(pointer).cloned();
+            assert_eq!(value.lookup_mut(pointer).cloned(), expected, "{pointer}");
+        }
+        *value.lookup_mut("/items/0/x").unwrap() = json!(9);
+        assert_eq!(value["items"][0]["x"], 9);
     }
 }

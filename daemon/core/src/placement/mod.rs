@@ -34,7 +34,7 @@ use owner_admission::check_owner;
 use pinning::pod_pinning;
 use sources::ResolvedStrategy;
 /// The strategies an object's annotations declare (the admission boundary checks their rules' classes).
-pub(crate) use sources::declared_strategies;
+pub(crate) use sources::{Entries, JsonEntries, declared_strategies};
 
 /// Pod label recording the rule a pod was given; the ledger counts pods by it (and rebuilds from it).
 pub const RULE_LABEL: &str = "tiergate.io/placement-rule";

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Toleration;
+use serde_json::Value;
 use tiergate_compat::strategy::{
     CUSTOM_POD_STRATEGY_ANNOTATION, SMART_SCHEDULER_ANNOTATION, Strategy, StrategyError,
     USE_CUSTOM_SCHEDULER_ANNOTATION, parse_custom_pod_strategy, parse_schedule_strategy,
@@ -76,22 +77,52 @@ pub(crate) struct Declarations {
     pub warnings: Vec<String>,
 }
 
+/// String entries by key: labels or annotations, as a map or as the JSON map of an object's metadata (read in
+/// place, nothing copied).
+pub(crate) trait Entries {
+    /// The string value of `key`, if any.
+    fn entry(&self, key: &str) -> Option<&str>;
+}
+
+impl Entries for BTreeMap<String, String> {
+    fn entry(&self, key: &str) -> Option<&str> {
+        self.get(key).map(String::as_str)
+    }
+}
+
+/// The string map `field` (`labels`, `annotations`) of a metadata JSON value; values that are not strings are
+/// not entries, as a typed map would not hold them.
+pub(crate) struct JsonEntries<'v>(pub Option<&'v serde_json::Map<String, Value>>);
+
+impl<'v> JsonEntries<'v> {
+    /// The map `field` of `metadata`.
+    pub(crate) fn of(metadata: &'v Value, field: &str) -> Self {
+        Self(metadata.get(field).and_then(Value::as_object))
+    }
+}
+
+impl Entries for JsonEntries<'_> {
+    fn entry(&self, key: &str) -> Option<&str> {
+        self.0?.get(key)?.as_str()
+    }
+}
+
 /// Reads the strategy annotations (and the `tiergate.io/placement` label) of a pod or pod template.
 pub(crate) fn declared_strategies(
-    annotations: &BTreeMap<String, String>,
-    labels: &BTreeMap<String, String>,
+    annotations: &impl Entries,
+    labels: &impl Entries,
     policy: Option<&TierPolicySpec>,
 ) -> Declarations {
     let mut declarations = Declarations::default();
-    if let Some(name) = annotations.get(PLACEMENT_ANNOTATION).or_else(|| labels.get(PLACEMENT_ANNOTATION)) {
+    if let Some(name) = annotations.entry(PLACEMENT_ANNOTATION).or_else(|| labels.entry(PLACEMENT_ANNOTATION)) {
         declarations.strategies.push(policy_strategy(name.trim(), policy));
     }
-    if let Some(value) = annotations.get(STRATEGY_ANNOTATION) {
+    if let Some(value) = annotations.entry(STRATEGY_ANNOTATION) {
         declarations.strategies.push(annotation_strategy(Source::Canonical, value, parse_schedule_strategy));
     }
-    if let Some(value) = annotations.get(CUSTOM_POD_STRATEGY_ANNOTATION) {
+    if let Some(value) = annotations.entry(CUSTOM_POD_STRATEGY_ANNOTATION) {
         let enabled = annotations
-            .get(USE_CUSTOM_SCHEDULER_ANNOTATION)
+            .entry(USE_CUSTOM_SCHEDULER_ANNOTATION)
             .is_some_and(|flag| flag.trim().eq_ignore_ascii_case("true"));
         if enabled {
             declarations.strategies.push(annotation_strategy(Source::CustomPod, value, parse_custom_pod_strategy));
@@ -102,7 +133,7 @@ pub(crate) fn declared_strategies(
             ));
         }
     }
-    if let Some(value) = annotations.get(SMART_SCHEDULER_ANNOTATION) {
+    if let Some(value) = annotations.entry(SMART_SCHEDULER_ANNOTATION) {
         declarations.strategies.push(annotation_strategy(Source::SmartScheduler, value, parse_schedule_strategy));
     }
     if let [Ok(first), rest @ ..] = declarations.strategies.as_slice()
