@@ -42,6 +42,8 @@ pub struct Request {
 impl Request {
     /// An allowing response to this request, without a patch (the start of every answer).
     pub fn allowed(&self) -> AdmissionResponse {
+        // kube-core builds a response only from its own request type or as `invalid`, whose fields are all set
+        // here.
         let mut response = AdmissionResponse::invalid("");
         response.types = self.types.clone();
         response.uid = self.uid.clone();

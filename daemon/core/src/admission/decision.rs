@@ -118,18 +118,20 @@ impl Decision {
             Verdict::Allow if self.patch.0.is_empty() => {}
             // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
             // decision's own patch is serialized in place, not cloned first.
-            Verdict::Allow => {
-                match (request.allowed().with_patch(json_patch::Patch(Vec::new())), serde_json::to_vec(&self.patch)) {
-                    (Ok(patched), Ok(bytes)) => {
+            Verdict::Allow => match serde_json::to_vec(&self.patch) {
+                Ok(bytes) => match response.with_patch(json_patch::Patch(Vec::new())) {
+                    Ok(patched) => {
                         response = patched;
                         response.patch = Some(bytes);
                     }
-                    (Err(error), _) => warnings.push(format!("tiergate admitted the object unchanged: {error}")),
-                    (_, Err(error)) => warnings.push(format!(
-                        "tiergate admitted the object unchanged: failed to serialize the patch: {error}"
-                    )),
-                }
-            }
+                    Err(error) => {
+                        response = request.allowed();
+                        warnings.push(format!("tiergate admitted the object unchanged: {error}"));
+                    }
+                },
+                Err(error) => warnings
+                    .push(format!("tiergate admitted the object unchanged: failed to serialize the patch: {error}")),
+            },
             Verdict::Deny { message, .. } => response = denied(response, message, 403, "Forbidden"),
             Verdict::Invalid { message } => {
                 response = AdmissionResponse::invalid(message);

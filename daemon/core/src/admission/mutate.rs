@@ -1006,17 +1006,25 @@ impl Work<'_> {
         } else {
             Vec::new()
         };
-        let changed = pointers.iter().any(|pointer| self.before.lookup(pointer) != self.after.lookup(pointer));
-        // Only what differs is written back: an equal value is no edit, and needs no copy of its subtree.
-        for pointer in &pointers {
+        // Only what tiergate edited can differ from the object as sent (compared there, not elsewhere), and only
+        // what differs is written back: an equal value is no edit, and needs no copy of its subtree.
+        let differing: Vec<&str> = pointers
+            .iter()
+            .copied()
+            .filter(|pointer| self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer))
+            .collect();
+        let changed = !differing.is_empty();
+        for pointer in &differing {
             if self.before.lookup(pointer) != self.after.lookup(pointer) {
                 let value = self.before.lookup(pointer).cloned();
                 self.set(pointer, value);
             }
         }
+        let mut directive_written = false;
         for (pointer, value) in directives {
             if self.after.lookup(&pointer) != value.as_ref() {
                 self.set(&pointer, value);
+                directive_written = true;
             }
         }
         // Restoring a label may leave a map tiergate created empty; do not add an empty map to the object.
@@ -1027,14 +1035,21 @@ impl Work<'_> {
                 self.set(map, None);
             }
         }
+        // A template under a pointer just restored equals the one sent, unless a directive was put back since.
+        let restored = |spec: &str| !directive_written && differing.iter().any(|pointer| contains(pointer, spec));
         self.templates_restored = changed
-            && self
-                .templates
-                .iter()
-                .all(|template| self.before.lookup(&template.spec) == self.after.lookup(&template.spec));
+            && self.templates.iter().all(|template| {
+                restored(&template.spec) || self.before.lookup(&template.spec) == self.after.lookup(&template.spec)
+            });
         if changed {
             self.reasons.push(format!("UPDATE: left {} as they were (immutable after creation)", pointers.join(", ")));
         }
+    }
+
+    /// Whether the decision wrote at, inside or above `pointer` (anything else in the copy is still the object as
+    /// sent).
+    fn edited(&self, pointer: &str) -> bool {
+        self.written.iter().any(|written| contains(written, pointer) || contains(pointer, written))
     }
 
     /// Whether this UPDATE may change the templates' scheduling directives: the old object was suspended and never
@@ -1142,6 +1157,11 @@ impl Work<'_> {
     }
 }
 
+/// Whether the value at JSON pointer `outer` holds the one at `inner` (the same pointer, or a prefix cut at a `/`).
+fn contains(outer: &str, inner: &str) -> bool {
+    inner.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// The value of label `key` in the metadata at pointer `metadata` of `object`, if any.
 fn label(object: &Value, metadata: &str, key: &str) -> Option<String> {
     label_at(object, metadata, key).map(str::to_owned)
@@ -1171,5 +1191,19 @@ fn object_name(object: &Value) -> String {
         (Some(name), _) if !name.is_empty() => name.to_owned(),
         (_, Some(prefix)) => format!("{prefix}*"),
         _ => "(unnamed)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::contains;
+
+    #[test]
+    fn a_pointer_contains_itself_and_what_is_below_it_cut_at_a_slash() {
+        assert!(contains("/spec/template", "/spec/template"));
+        assert!(contains("/spec/template", "/spec/template/spec/nodeSelector"));
+        assert!(!contains("/spec/template", "/spec/templates"));
+        assert!(!contains("/spec/template/spec", "/spec/template"));
+        assert!(contains("", "/spec"));
     }
 }

@@ -174,14 +174,13 @@ impl Builder {
                 guard(path, value)?;
                 self.remove(path)
             }
+            (Some(before), Some(after)) if before == after => Ok(()),
             (Some(before), Some(after)) => self.diff(path, before, after),
         }
     }
 
+    /// The operations from `before` to `after`, which differ (each pair is compared once, by its caller).
     fn diff(&mut self, path: &str, before: &Value, after: &Value) -> Result<(), PatchError> {
-        if before == after {
-            return Ok(());
-        }
         match (before, after) {
             (Value::Object(old), Value::Object(new)) => {
                 for key in old.keys().filter(|key| !new.contains_key(*key)) {
@@ -189,9 +188,10 @@ impl Builder {
                     self.compare(&child, old.get(key), None)?;
                 }
                 for (key, value) in new {
-                    let was = old.get(key);
-                    if was != Some(value) {
-                        self.compare(&format!("{path}/{}", escape_token(key)), was, Some(value))?;
+                    match old.get(key) {
+                        Some(was) if was == value => {}
+                        Some(was) => self.diff(&format!("{path}/{}", escape_token(key)), was, value)?,
+                        None => self.add(&format!("{path}/{}", escape_token(key)), value.clone())?,
                     }
                 }
                 Ok(())
