@@ -191,7 +191,7 @@ impl Builder {
                     match old.get(key) {
                         Some(was) if was == value => {}
                         Some(was) => self.diff(&format!("{path}/{}", escape_token(key)), was, value)?,
-                        None => self.add(&format!("{path}/{}", escape_token(key)), value.clone())?,
+                        None => self.add(format!("{path}/{}", escape_token(key)), value.clone())?,
                     }
                 }
                 Ok(())
@@ -202,7 +202,7 @@ impl Builder {
                     return Err(PatchError::Pruned { pointer: path.to_owned() });
                 }
                 for value in &new[old.len()..] {
-                    self.add(&format!("{path}/-"), value.clone())?;
+                    self.add(format!("{path}/-"), value.clone())?;
                 }
                 Ok(())
             }
@@ -214,7 +214,7 @@ impl Builder {
             }
             (Value::Array(old), Value::Array(new)) if new.starts_with(old) => {
                 for (index, value) in new.iter().enumerate().skip(old.len()) {
-                    self.add(&format!("{path}/{index}"), value.clone())?;
+                    self.add(format!("{path}/{index}"), value.clone())?;
                 }
                 Ok(())
             }
@@ -231,16 +231,22 @@ impl Builder {
         }
     }
 
-    fn add(&mut self, path: &str, value: Value) -> Result<(), PatchError> {
+    fn add(&mut self, path: impl Into<String>, value: Value) -> Result<(), PatchError> {
         self.push(path, |path| PatchOperation::Add(AddOperation { path, value }))
     }
 
-    fn remove(&mut self, path: &str) -> Result<(), PatchError> {
+    fn remove(&mut self, path: impl Into<String>) -> Result<(), PatchError> {
         self.push(path, |path| PatchOperation::Remove(RemoveOperation { path }))
     }
 
-    fn push(&mut self, path: &str, operation: impl FnOnce(PointerBuf) -> PatchOperation) -> Result<(), PatchError> {
-        let pointer = PointerBuf::parse(path).map_err(|_| PatchError::Pointer { pointer: path.to_owned() })?;
+    /// Appends the operation at `path`, moved into the pointer (not copied).
+    fn push(
+        &mut self,
+        path: impl Into<String>,
+        operation: impl FnOnce(PointerBuf) -> PatchOperation,
+    ) -> Result<(), PatchError> {
+        let pointer =
+            PointerBuf::parse(path).map_err(|error| PatchError::Pointer { pointer: error.subject().to_owned() })?;
         self.operations.push(operation(pointer));
         Ok(())
     }
