@@ -20,7 +20,7 @@ use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::error::MutateError;
 use super::multikueue::{CopyCheck, check_copy};
 use super::owners::{OwnerCheck, check_owner};
-use super::patch::{Lookup, escape_token, patch_at};
+use super::patch::{Lookup, child_pointer, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
@@ -330,7 +330,7 @@ impl Work<'_> {
         let mut removed = false;
         for template in templates.iter().filter(|_| owner) {
             for key in &placement.removed_template_annotations {
-                let pointer = format!("{}/annotations/{}", template.metadata, escape_token(key));
+                let pointer = child_pointer(&format!("{}/annotations", template.metadata), key);
                 if self.after.lookup(&pointer).is_some() {
                     removed |= self.set(&pointer, None);
                 }
@@ -613,7 +613,7 @@ impl Work<'_> {
                 self.reasons.push(reason);
             }
             PriorityFix::Remove { warning } => {
-                self.set(&format!("/metadata/labels/{}", escape_token(PRIORITY_CLASS_LABEL)), None);
+                self.set(&child_pointer("/metadata/labels", PRIORITY_CLASS_LABEL), None);
                 self.warnings.push(warning);
             }
             PriorityFix::Deny { message } => {
@@ -724,7 +724,7 @@ impl Work<'_> {
         };
         let mut labelled = false;
         for template in gpu_templates {
-            let pointer = format!("{}/labels/{}", template.metadata, escape_token(JOB_TYPE_LABEL));
+            let pointer = child_pointer(&format!("{}/labels", template.metadata), JOB_TYPE_LABEL);
             if self.after.lookup(&pointer).is_none() {
                 self.edit(&template.metadata, |metadata| {
                     podspec::set_string(metadata, "labels", JOB_TYPE_LABEL, &job_type)
@@ -969,7 +969,7 @@ impl Work<'_> {
         if old_priority == new_priority {
             return;
         }
-        let pointer = format!("{labels_at}/labels/{}", escape_token(PRIORITY_CLASS_LABEL));
+        let pointer = child_pointer(&format!("{labels_at}/labels"), PRIORITY_CLASS_LABEL);
         let restored = old_priority.clone().map(Value::String);
         let labels = format!("{labels_at}/labels");
         if old_priority.is_some() && self.after.lookup(&labels).is_none_or(Value::is_null) {
@@ -988,7 +988,7 @@ impl Work<'_> {
             return;
         }
         // The queue label is decided by `apply_queue` on UPDATE too (restored when dropped, Kueue's rule).
-        let queue_pointer = format!("/metadata/labels/{}", escape_token(QUEUE_NAME_LABEL));
+        let queue_pointer = child_pointer("/metadata/labels", QUEUE_NAME_LABEL);
         let pointers: Vec<&str> =
             self.adapter.immutable_on_update.iter().copied().filter(|pointer| *pointer != queue_pointer).collect();
         // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'

@@ -41,12 +41,19 @@ impl PatchError {
     }
 }
 
-/// `key` as one JSON-pointer token (RFC 6901: `~` -> `~0`, `/` -> `~1`), borrowed when nothing needs escaping.
-pub fn escape_token(key: &str) -> Cow<'_, str> {
-    match key.contains(['~', '/']) {
-        true => Cow::Owned(key.replace('~', "~0").replace('/', "~1")),
-        false => Cow::Borrowed(key),
+/// The pointer to member `key` of the value at `parent`: `key` escaped as one token (RFC 6901), in one allocation.
+pub fn child_pointer(parent: &str, key: &str) -> String {
+    let mut pointer = String::with_capacity(parent.len() + 1 + key.len() + 4);
+    pointer.push_str(parent);
+    pointer.push('/');
+    for character in key.chars() {
+        match character {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            _ => pointer.push(character),
+        }
     }
+    pointer
 }
 
 /// The value at `pointer` (RFC 6901), like `Value::pointer` but allocating only for a token with `~`.
@@ -184,14 +191,14 @@ impl Builder {
         match (before, after) {
             (Value::Object(old), Value::Object(new)) => {
                 for key in old.keys().filter(|key| !new.contains_key(*key)) {
-                    let child = format!("{path}/{}", escape_token(key));
+                    let child = child_pointer(path, key);
                     self.compare(&child, old.get(key), None)?;
                 }
                 for (key, value) in new {
                     match old.get(key) {
                         Some(was) if was == value => {}
-                        Some(was) => self.diff(&format!("{path}/{}", escape_token(key)), was, value)?,
-                        None => self.add(format!("{path}/{}", escape_token(key)), value.clone())?,
+                        Some(was) => self.diff(&child_pointer(path, key), was, value)?,
+                        None => self.add(child_pointer(path, key), value.clone())?,
                     }
                 }
                 Ok(())
@@ -365,5 +372,20 @@ mod tests {
         }
         *value.lookup_mut("/items/0/x").unwrap() = json!(9);
         assert_eq!(value["items"][0]["x"], 9);
+    }
+
+    #[test]
+    fn a_child_pointer_escapes_its_key_as_one_token() {
+        let cases = [
+            ("plain", "/l/plain"),
+            ("kueue.x-k8s.io/queue-name", "/l/kueue.x-k8s.io~1queue-name"),
+            ("a~b", "/l/a~0b"),
+            ("~1/~0", "/l/~01~1~00"),
+            ("", "/l/"),
+        ];
+        for (key, pointer) in cases {
+            assert_eq!(child_pointer("/l", key), pointer);
+            assert_eq!(json!({"l": {key: 1}}).pointer(pointer), Some(&json!(1)), "{pointer}");
+        }
     }
 }
