@@ -53,8 +53,8 @@ impl Request {
     }
 }
 
-/// A request built by kube-core (tests, `tiergate explain`'s synthetic reviews): its objects as JSON without
-/// `metadata.managedFields`. The webhook reads its requests lean instead (`lean_request`).
+/// A request built by kube-core (how the test suites build theirs): its objects as JSON without
+/// `metadata.managedFields`. The webhook and `tiergate explain` read theirs lean instead (`lean_request`).
 impl From<AdmissionRequest<DynamicObject>> for Request {
     fn from(request: AdmissionRequest<DynamicObject>) -> Self {
         Self {
@@ -73,7 +73,8 @@ impl From<AdmissionRequest<DynamicObject>> for Request {
     }
 }
 
-/// `object` as JSON without `metadata.managedFields`.
+/// `object` as JSON without `metadata.managedFields`. A `DynamicObject` is JSON already (strings, maps and JSON
+/// values), so serializing it cannot fail; `null` stands for the impossible failure rather than a panic.
 fn object_json(object: &DynamicObject) -> Value {
     let mut json = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
