@@ -1008,18 +1008,15 @@ impl Work<'_> {
         };
         // Only what tiergate edited can differ from the object as sent (compared there, not elsewhere), and only
         // what differs is written back: an equal value is no edit, and needs no copy of its subtree.
-        let differing: Vec<&str> = pointers
-            .iter()
-            .copied()
-            .filter(|pointer| self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer))
-            .collect();
-        let changed = !differing.is_empty();
-        for pointer in &differing {
-            if self.before.lookup(pointer) != self.after.lookup(pointer) {
+        let mut differing: Vec<&str> = Vec::new();
+        for pointer in pointers.iter().copied() {
+            if self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer) {
                 let value = self.before.lookup(pointer).cloned();
                 self.set(pointer, value);
+                differing.push(pointer);
             }
         }
+        let changed = !differing.is_empty();
         let mut directive_written = false;
         for (pointer, value) in directives {
             if self.after.lookup(&pointer) != value.as_ref() {
