@@ -7,9 +7,6 @@ use super::podspec::ShapeError;
 /// tiergate failed while building the mutation (the object does not have the shape its kind promises).
 #[derive(Debug, thiserror::Error)]
 pub enum MutateError {
-    /// The request object could not be turned into JSON.
-    #[error("failed to serialize the request object: {0}")]
-    SerializeObject(#[source] serde_json::Error),
     /// A field to edit had the wrong JSON type.
     #[error("failed to edit {pointer}: {source}")]
     EditField {
@@ -38,7 +35,6 @@ impl MutateError {
     /// Fixed reason for metrics.
     pub fn reason(&self) -> &'static str {
         match self {
-            Self::SerializeObject(_) => "serialize_object",
             Self::EditField { .. } => "edit_field",
             Self::FindGpuClass { .. } => "find_gpu_class",
             Self::SerializeToleration(_) => "serialize_toleration",
