@@ -177,6 +177,26 @@ impl PlacementLedger {
         let Some(object) = &request.object else {
             return Ok(PlacementOutcome::default());
         };
+        let namespace = request
+            .namespace
+            .as_deref()
+            .or_else(|| object.get("metadata")?.get("namespace")?.as_str())
+            .unwrap_or_default();
+        if self.is_excluded(namespace, snapshot) {
+            return Ok(PlacementOutcome::default());
+        }
+        let kind = request.kind.kind.as_str();
+        let pod_create = request.operation == Operation::Create && kind == "Pod" && request.kind.group.is_empty();
+        let owner_layout = match request.operation {
+            Operation::Create | Operation::Update if kind != "Pod" => {
+                tiergate_workloads::template_layout(&request.kind.group, kind)
+            }
+            _ => None,
+        };
+        if !pod_create && owner_layout.is_none() {
+            return Ok(PlacementOutcome::default());
+        }
+        // Typed metadata only for a request placement acts on.
         let meta = match metadata_of(object) {
             Ok(meta) => meta,
             Err(error) => {
@@ -187,22 +207,9 @@ impl PlacementLedger {
                 return Ok(PlacementOutcome { warnings: vec![warning], ..PlacementOutcome::default() });
             }
         };
-        let namespace = request.namespace.as_deref().or(meta.namespace.as_deref()).unwrap_or_default();
-        if self.is_excluded(namespace, snapshot) {
-            return Ok(PlacementOutcome::default());
-        }
-        let kind = request.kind.kind.as_str();
-        match request.operation {
-            Operation::Create if kind == "Pod" && request.kind.group.is_empty() => {
-                Ok(self.place_pod(request, (&meta, object), namespace, snapshot, now))
-            }
-            Operation::Create | Operation::Update if kind != "Pod" => {
-                match tiergate_workloads::template_layout(&request.kind.group, kind) {
-                    Some(layout) => check_owner(request, (&meta, object), layout, snapshot),
-                    None => Ok(PlacementOutcome::default()),
-                }
-            }
-            _ => Ok(PlacementOutcome::default()),
+        match owner_layout {
+            Some(layout) => check_owner(request, (&meta, object), layout, snapshot),
+            None => Ok(self.place_pod(request, (&meta, object), namespace, snapshot, now)),
         }
     }
 
