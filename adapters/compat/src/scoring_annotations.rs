@@ -98,8 +98,12 @@ impl ScoringAnnotationError {
 
 /// The declared job type as the value of the `app.kubernetes.io/job-type` pod label (what co-location and
 /// anti-affinity read), when it is a valid label value; `None` otherwise (no job type, or e.g. `train bert`).
-pub fn job_type_label_value(annotations: &BTreeMap<String, String>) -> Option<String> {
-    scoring_inputs(annotations).job_type.filter(|job_type| crate::labels::label_value_problem(job_type).is_none())
+/// `annotation` reads one annotation by key, so the caller need not build the map; the keys are chosen as
+/// [`scoring_inputs`] chooses them.
+pub fn job_type_label_value<'a>(annotation: impl Fn(&str) -> Option<&'a str>) -> Option<String> {
+    let job_type = annotation(JOB_TYPE).or_else(|| annotation(SEED_JOB_TYPE))?.trim();
+    let valid = !job_type.is_empty() && crate::labels::label_value_problem(job_type).is_none();
+    valid.then(|| job_type.to_owned())
 }
 
 /// The scoring inputs declared by `annotations`, with every problem found.
@@ -174,10 +178,21 @@ mod tests {
 
     #[test]
     fn job_type_becomes_a_label_value_only_when_it_is_a_valid_one() {
-        assert_eq!(job_type_label_value(&annotations(&[(SEED_JOB_TYPE, "train-bert")])).as_deref(), Some("train-bert"));
-        assert_eq!(job_type_label_value(&annotations(&[(JOB_TYPE, "train bert")])), None);
-        assert_eq!(job_type_label_value(&annotations(&[(SEED_JOB_TYPE, &"x".repeat(64))])), None);
-        assert_eq!(job_type_label_value(&annotations(&[])), None);
+        let label = |pairs: &[(&str, &str)]| {
+            let map = annotations(pairs);
+            let value = job_type_label_value(|key| map.get(key).map(String::as_str));
+            // The same job type `scoring_inputs` reads, kept only when it is a valid label value.
+            let read = scoring_inputs(&map).job_type;
+            assert!(value.is_none() || value == read, "{pairs:?}: {value:?} is not {read:?}");
+            value
+        };
+        assert_eq!(label(&[(SEED_JOB_TYPE, "train-bert")]).as_deref(), Some("train-bert"));
+        assert_eq!(label(&[(SEED_JOB_TYPE, " train-bert ")]).as_deref(), Some("train-bert"));
+        assert_eq!(label(&[(SEED_JOB_TYPE, "a"), (JOB_TYPE, "b")]).as_deref(), Some("b"));
+        assert_eq!(label(&[(SEED_JOB_TYPE, "a"), (JOB_TYPE, " ")]), None);
+        assert_eq!(label(&[(JOB_TYPE, "train bert")]), None);
+        assert_eq!(label(&[(SEED_JOB_TYPE, &"x".repeat(64))]), None);
+        assert_eq!(label(&[]), None);
     }
 
     #[test]

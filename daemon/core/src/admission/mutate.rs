@@ -711,15 +711,15 @@ impl Work<'_> {
                 }
             }
         }
-        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))?;
+        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", annotations))?;
         self.label_job_type(gpu_templates)
     }
 
     /// Labels the pod templates with the job type (when it is a valid label value and the template has no such
     /// label yet), so the anti-affinity of later jobs and the scorer's co-located job types see these pods.
     fn label_job_type(&mut self, gpu_templates: &[PodTemplatePointers]) -> Result<(), MutateError> {
-        let annotations = podspec::string_map(self.before.get("metadata").unwrap_or(&Value::Null), "annotations");
-        let Some(job_type) = job_type_label_value(&annotations) else {
+        let metadata = self.before.get("metadata").unwrap_or(&Value::Null);
+        let Some(job_type) = job_type_label_value(|key| podspec::string_entry(metadata, "annotations", key)) else {
             return Ok(());
         };
         let mut labelled = false;
@@ -1011,8 +1011,17 @@ impl Work<'_> {
         let mut differing: Vec<&str> = Vec::new();
         for pointer in pointers.iter().copied() {
             if self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer) {
-                let value = self.before.lookup(pointer).cloned();
-                self.set(pointer, value);
+                match self.before.lookup(pointer) {
+                    // Put back as sent, the copy equals the object there: nothing at or inside the pointer is an
+                    // edit any more, so the patch does not compare that subtree again.
+                    Some(sent) if set_pointer(&mut self.after, pointer, Some(sent.clone())) => {
+                        self.written.retain(|written| !contains(pointer, written));
+                    }
+                    sent => {
+                        let value = sent.cloned();
+                        self.set(pointer, value);
+                    }
+                }
                 differing.push(pointer);
             }
         }
@@ -1122,7 +1131,7 @@ impl Work<'_> {
             (TIER_ANNOTATION.to_owned(), context.tier.name.clone()),
             (DECISION_ANNOTATION.to_owned(), summary),
         ]);
-        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", &annotations))
+        self.edit("/metadata", |metadata| podspec::merge_string_map(metadata, "annotations", annotations))
     }
 
     /// Ends a request whose tier part was skipped: placement changes (if any) still go out.

@@ -59,18 +59,20 @@ pub fn string_entry<'v>(parent: &'v Value, field: &str, key: &str) -> Option<&'v
     parent.get(field)?.get(key)?.as_str()
 }
 
-/// Sets every pair of `entries` in the string map `field` of `parent` (labels, annotations, nodeSelector).
-pub fn merge_string_map(
+/// Sets every pair of `entries` in the string map `field` of `parent` (labels, annotations, nodeSelector); no
+/// entries leave `parent` as it is. Owned entries are moved in, borrowed ones copied.
+pub fn merge_string_map<K: Into<String>, V: Into<String>>(
     parent: &mut Value,
     field: &'static str,
-    entries: &BTreeMap<String, String>,
+    entries: impl IntoIterator<Item = (K, V)>,
 ) -> Result<(), ShapeError> {
-    if entries.is_empty() {
+    let mut entries = entries.into_iter().peekable();
+    if entries.peek().is_none() {
         return Ok(());
     }
     let map = object_field(parent, field)?;
     for (key, value) in entries {
-        map.insert(key.clone(), Value::String(value.clone()));
+        map.insert(key.into(), Value::String(value.into()));
     }
     Ok(())
 }
