@@ -8,11 +8,14 @@ use kube_core::{DynamicObject, GroupVersionKind, Status, TypeMeta};
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The metadata field never read nor patched, left out of every object the decision sees.
-pub(crate) const MANAGED_FIELDS: &str = "managedFields";
+/// The metadata fields no rule reads nor patches, left out of every object the decision sees: `managedFields`
+/// (often most of the object's bytes) and the server-set bookkeeping. Names, labels, annotations, owner
+/// references, finalizers and `deletionTimestamp` are read and stay.
+pub(crate) const UNREAD_METADATA: [&str; 6] =
+    ["managedFields", "uid", "resourceVersion", "generation", "creationTimestamp", "selfLink"];
 
 /// One admission request. `object` and `old_object` are the objects as JSON without what the lean view skips
-/// (`metadata.managedFields`, unread `env` entries), read once from the body; every rule borrows them.
+/// (unread metadata such as `managedFields`, unread `env` entries), read once from the body; every rule borrows them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     /// The review's apiVersion and kind, echoed in the response.
@@ -73,12 +76,13 @@ impl From<AdmissionRequest<DynamicObject>> for Request {
     }
 }
 
-/// `object` as JSON without `metadata.managedFields`. A `DynamicObject` is JSON already (strings, maps and JSON
-/// values), so serializing it cannot fail; `null` stands for the impossible failure rather than a panic.
+/// `object` as JSON without the unread metadata (`UNREAD_METADATA`). A `DynamicObject` is JSON already (strings,
+/// maps and JSON values), so serializing it cannot fail; `null` stands for the impossible failure rather than a
+/// panic.
 fn object_json(object: &DynamicObject) -> Value {
     let mut json = serde_json::to_value(object).unwrap_or(Value::Null);
     if let Some(metadata) = json.get_mut("metadata").and_then(Value::as_object_mut) {
-        metadata.remove(MANAGED_FIELDS);
+        metadata.retain(|key, _| !UNREAD_METADATA.contains(&key.as_str()));
     }
     json
 }
@@ -120,7 +124,7 @@ mod tests {
         let object = request.object.as_ref().unwrap();
         assert_eq!(object["spec"], json!({"parallelism": 2}));
         assert_eq!(object["kind"], "Job");
-        assert!(object["metadata"].get(MANAGED_FIELDS).is_none());
+        assert!(UNREAD_METADATA.iter().all(|key| object["metadata"].get(key).is_none()));
         assert_eq!(owner_references(object).unwrap()[0].name, "o");
         assert_eq!(metadata_of(object).unwrap().name.as_deref(), Some("j"));
         assert_eq!((request.allowed().uid.as_str(), request.allowed().allowed), ("u", true));

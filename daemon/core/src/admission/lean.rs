@@ -1,7 +1,7 @@
 //! The lean view of a review body: the envelope read in one typed pass, each object read where it stands, once,
-//! into the JSON the rules borrow (`crate::request`), without what no rule reads (`metadata.managedFields`,
-//! every `env` entry but the first `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped
-//! without being built; pure, no I/O.
+//! into the JSON the rules borrow (`crate::request`), without what no rule reads (`metadata.managedFields` and
+//! the other unread metadata of `request::UNREAD_METADATA`, every `env` entry but the first
+//! `CUDA_VISIBLE_DEVICES`, reduced to its name and value), those parts skipped without being built; pure, no I/O.
 //!
 //! Every other field is kept, so each rule (GPU routes, owners, UPDATE checks on `oldObject`, adapters' pointers)
 //! reads the same values as in the full object. The patch is built against this view (`admission::patch`): the
@@ -13,14 +13,14 @@ use std::collections::HashMap;
 use std::fmt;
 
 use kube_core::admission::Operation;
-use kube_core::{GroupVersionKind, GroupVersionResource, TypeMeta};
+use kube_core::{GroupVersionKind, TypeMeta};
 use serde::Deserialize;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 
 use crate::placement::CUDA_VISIBLE_DEVICES;
-use crate::request::{MANAGED_FIELDS, Request};
+use crate::request::{Request, UNREAD_METADATA};
 
 /// The field holding a container's environment: the one array the lean view prunes.
 pub(super) const PRUNED_ARRAY_KEY: &str = "env";
@@ -37,27 +37,28 @@ struct Review<'a> {
     api_version: Cow<'a, str>,
     #[serde(borrow)]
     kind: Cow<'a, str>,
-    request: Option<TypedRequest>,
+    #[serde(borrow)]
+    request: Option<TypedRequest<'a>>,
 }
 
 /// A request with its objects read lean in the same pass (`by_member` reads them apart and leaves them out here).
-/// `resource`, `requestKind`, `requestResource`, `requestSubResource` and `options` are read for their shape only
-/// (a review without `resource` is malformed): no rule depends on them.
+/// `resource`, `requestKind`, `requestResource`, `requestSubResource` and `options` are read for their shape only,
+/// borrowed from the body and not kept (a review without `resource` is malformed): no rule depends on them.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TypedRequest {
+struct TypedRequest<'a> {
     uid: String,
     kind: GroupVersionKind,
-    #[serde(rename = "resource")]
-    _resource: GroupVersionResource,
+    #[serde(rename = "resource", borrow)]
+    _resource: ResourceShape<'a>,
     #[serde(default)]
     sub_resource: Option<String>,
-    #[serde(default, rename = "requestKind")]
-    _request_kind: Option<GroupVersionKind>,
-    #[serde(default, rename = "requestResource")]
-    _request_resource: Option<GroupVersionResource>,
-    #[serde(default, rename = "requestSubResource")]
-    _request_sub_resource: Option<String>,
+    #[serde(default, rename = "requestKind", borrow)]
+    _request_kind: Option<KindShape<'a>>,
+    #[serde(default, rename = "requestResource", borrow)]
+    _request_resource: Option<ResourceShape<'a>>,
+    #[serde(default, rename = "requestSubResource", borrow)]
+    _request_sub_resource: Option<Cow<'a, str>>,
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -70,8 +71,34 @@ struct TypedRequest {
     old_object: Option<Value>,
     #[serde(default)]
     dry_run: bool,
+    /// Any JSON value, as kube-core's `RawExtension` takes it.
     #[serde(default, rename = "options")]
-    _options: Option<k8s_openapi::apimachinery::pkg::runtime::RawExtension>,
+    _options: Option<IgnoredAny>,
+}
+
+/// The shape of kube-core's `GroupVersionKind` (`requestKind`): three strings, checked without building them.
+#[derive(Deserialize)]
+struct KindShape<'a> {
+    #[serde(rename = "group", borrow)]
+    _group: Cow<'a, str>,
+    #[serde(rename = "version", borrow)]
+    _version: Cow<'a, str>,
+    #[serde(rename = "kind", borrow)]
+    _kind: Cow<'a, str>,
+}
+
+/// The shape of kube-core's `GroupVersionResource` (`resource`, `requestResource`): three strings and an optional
+/// `apiVersion`, checked without building them.
+#[derive(Deserialize)]
+struct ResourceShape<'a> {
+    #[serde(rename = "group", borrow)]
+    _group: Cow<'a, str>,
+    #[serde(rename = "version", borrow)]
+    _version: Cow<'a, str>,
+    #[serde(rename = "resource", borrow)]
+    _resource: Cow<'a, str>,
+    #[serde(default, rename = "apiVersion", borrow)]
+    _api_version: Cow<'a, str>,
 }
 
 /// What reading the lean envelope found wrong.
@@ -119,12 +146,13 @@ fn by_member(body: &[u8], api_version: &str) -> Result<Request, LeanError> {
         .map(|(name, raw)| Ok((name.to_string(), serde_json::from_str::<Value>(raw.get())?)))
         .collect::<Result<Map<String, Value>, serde_json::Error>>()
         .map_err(LeanError::Json)?;
-    let mut request: TypedRequest = serde_json::from_value(Value::Object(small)).map_err(LeanError::Json)?;
+    let small = Value::Object(small);
+    let mut request = TypedRequest::deserialize(&small).map_err(LeanError::Json)?;
     (request.object, request.old_object) = (object, old_object);
     Ok(request.into_request(TypeMeta { api_version: found_version.into_owned(), kind: found_kind.into_owned() }))
 }
 
-impl TypedRequest {
+impl TypedRequest<'_> {
     /// The request of a review of `types`.
     fn into_request(self, types: TypeMeta) -> Request {
         Request {
@@ -177,7 +205,7 @@ macro_rules! visit_json_scalars {
     };
 }
 
-/// An object read in one pass: `metadata` as JSON without `managedFields` (skipped unbuilt), every other member
+/// An object read in one pass: `metadata` as JSON without its unread fields (skipped unbuilt), every other member
 /// built lean. A repeated member keeps its last value, as Go does.
 struct ObjectVisitor;
 
@@ -210,7 +238,8 @@ impl<'de> Visitor<'de> for ObjectVisitor {
     }
 }
 
-/// An object's `metadata` as JSON, `managedFields` skipped without being built; every other member kept whole
+/// An object's `metadata` as JSON, the unread fields (`UNREAD_METADATA`) skipped without being built; every other
+/// member kept whole
 /// (no `env` pruning here: metadata holds none). A shape other than a map is kept as it is.
 struct MetadataSeed;
 
@@ -238,7 +267,7 @@ impl<'de> Visitor<'de> for MetadataSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut metadata = Map::new();
         while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if key == MANAGED_FIELDS {
+            if UNREAD_METADATA.contains(&key.as_ref()) {
                 map.next_value::<IgnoredAny>()?;
                 continue;
             }
@@ -394,13 +423,17 @@ mod tests {
     #[test]
     fn managed_fields_and_ordinary_env_entries_are_left_out_and_everything_else_kept() {
         let object = json!({"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"}},
+            "metadata": {"name": "j", "managedFields": [{"manager": "kubectl"}], "labels": {"a": "b"},
+                "uid": "1", "resourceVersion": "7", "generation": 2, "creationTimestamp": "2026-11-24T00:00:00Z",
+                "deletionTimestamp": "2026-11-24T00:00:01Z", "finalizers": ["f"]},
             "spec": {"template": {"spec": {"containers": [{"name": "c", "args": ["x"],
                 "env": [{"name": "A", "value": "1"}, {"name": "CUDA_VISIBLE_DEVICES", "value": "0"},
                         {"name": "B", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
                 "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}});
         let mut expected = object.clone();
-        expected["metadata"].as_object_mut().unwrap().remove("managedFields");
+        for unread in ["managedFields", "uid", "resourceVersion", "generation", "creationTimestamp"] {
+            expected["metadata"].as_object_mut().unwrap().remove(unread);
+        }
         expected["spec"]["template"]["spec"]["containers"][0]["env"] =
             json!([{"name": "CUDA_VISIBLE_DEVICES", "value": "0"}]);
         let twice = json!({"metadata": {"name": "t"}, "env": [{"name": "CUDA_VISIBLE_DEVICES", "valueFrom": {"x": 1}},
