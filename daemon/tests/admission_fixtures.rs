@@ -255,6 +255,16 @@ fn job_update_only_annotates_and_never_touches_template_suspend_or_queue() {
         );
     }
     assert_eq!(annotations(&job)["tiergate.io/tier"], "bronze");
+    // The template tiergate edited and put back is read as sent: the summary and the reasons describe the final
+    // object (no GPU class written, nothing queued), not the undone edits.
+    assert_eq!(annotations(&job)["tiergate.io/decision"], "gpu-class: unset (tier allows l4); priority: gpu-high");
+    assert!(decision.reasons.iter().any(|reason| reason.starts_with("UPDATE: left /spec/template")), "{decision:?}");
+    assert!(!decision.reasons.iter().any(|reason| reason.contains("GPU class")), "{:?}", decision.reasons);
+    assert!(decision.reasons.iter().any(|reason| reason.starts_with("not queued")), "{:?}", decision.reasons);
+    let sent = fixture.request.object.as_ref().unwrap();
+    let lean_final = decision.final_object(sent).unwrap();
+    assert_eq!(lean_final["spec"], sent["spec"], "the final lean object keeps the template as sent");
+    assert_eq!(lean_final["metadata"]["annotations"], job["metadata"]["annotations"]);
 }
 
 // ---- Pods ----

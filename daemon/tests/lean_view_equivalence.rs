@@ -85,8 +85,9 @@ fn assert_equivalent(name: &str, body: &[u8], snapshot: &Snapshot) -> usize {
         assert_eq!(decided.reasons, whole.reasons, "{context}: reasons");
         assert_eq!(decided.warnings, whole.warnings, "{context}: warnings");
         // The old path: the patch diffed from the whole object (without managedFields) to its mutated copy.
-        let expected = match (&whole.object, full.object.as_ref()) {
-            (Some(after), Some(object)) => applied(sent, &json_patch::diff(object, after)),
+        let expected = match (full.object.as_ref(), full.object.as_ref().and_then(|object| whole.final_object(object)))
+        {
+            (Some(object), Some(after)) => applied(sent, &json_patch::diff(object, &after)),
             _ => sent.clone(),
         };
         let got = if sent.is_null() { sent.clone() } else { applied(sent, &decided.patch) };

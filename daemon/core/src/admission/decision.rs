@@ -81,9 +81,13 @@ pub struct Decision {
     pub verdict: Verdict,
     /// RFC 6902 patch from the request object to the mutated object.
     pub patch: json_patch::Patch,
-    /// The lean view of the mutated object (without what the lean view skips), when the decision got that far;
-    /// apply `patch` to the request object for the whole result.
+    /// The lean view of the mutated object (without what the lean view skips), when the decision got that far,
+    /// except below `object_as_sent_at`; apply `patch` to the request object for the whole result, or see
+    /// `final_object`.
     pub object: Option<Value>,
+    /// Pointers an UPDATE left as sent (immutable after creation) without copying them into `object`, which still
+    /// holds the edits tiergate undid there.
+    pub object_as_sent_at: Vec<&'static str>,
     /// AdmissionResponse warnings.
     pub warnings: Vec<String>,
     /// Why each change was made (or not), in order.
@@ -93,7 +97,28 @@ pub struct Decision {
 impl Decision {
     /// A decision with no patch.
     pub fn unchanged(kind: &'static str, verdict: Verdict, reasons: Vec<String>) -> Self {
-        Self { kind, verdict, patch: json_patch::Patch(Vec::new()), object: None, warnings: Vec::new(), reasons }
+        Self {
+            kind,
+            verdict,
+            patch: json_patch::Patch(Vec::new()),
+            object: None,
+            object_as_sent_at: Vec::new(),
+            warnings: Vec::new(),
+            reasons,
+        }
+    }
+
+    /// The lean view of the mutated object as the patch leaves it: `object` with each pointer of
+    /// `object_as_sent_at` copied from `sent` (the request's object). For `tiergate explain` and the tests; the
+    /// webhook only needs the patch.
+    pub fn final_object(&self, sent: &Value) -> Option<Value> {
+        let mut object = self.object.clone()?;
+        for pointer in &self.object_as_sent_at {
+            if let Some(value) = sent.pointer(pointer) {
+                tiergate_workloads::set_pointer(&mut object, pointer, Some(value.clone()));
+            }
+        }
+        Some(object)
     }
 
     /// The metrics label of this decision.
@@ -118,7 +143,7 @@ impl Decision {
             Verdict::Allow if self.patch.0.is_empty() => {}
             // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
             // decision's own patch is serialized in place, not cloned first.
-            Verdict::Allow => match serde_json::to_vec(&self.patch) {
+            Verdict::Allow => match patch_bytes(&self.patch) {
                 Ok(bytes) => match response.with_patch(json_patch::Patch(Vec::new())) {
                     Ok(patched) => {
                         response = patched;
@@ -149,6 +174,14 @@ impl Decision {
         response.warnings = (!warnings.is_empty()).then_some(warnings);
         response
     }
+}
+
+/// `patch` as JSON, written into a buffer sized for it up front (an operation's path and value are rarely longer
+/// than 128 bytes) rather than one grown by doubling.
+fn patch_bytes(patch: &json_patch::Patch) -> Result<Vec<u8>, serde_json::Error> {
+    let mut bytes = Vec::with_capacity(patch.0.len() * 128);
+    serde_json::to_writer(&mut bytes, patch)?;
+    Ok(bytes)
 }
 
 fn denied(response: AdmissionResponse, message: &str, code: u16, reason: &str) -> AdmissionResponse {

@@ -146,6 +146,7 @@ fn decide(
         queue_note: None,
         templates_restored: false,
         written: Vec::new(),
+        as_sent: Vec::new(),
         old: request.old_object.as_ref(),
     };
     let placed = work.apply_placement(placement)?;
@@ -240,6 +241,9 @@ struct Work<'r> {
     templates_restored: bool,
     /// Every pointer edited in `after`: the patch is built there.
     written: Vec<String>,
+    /// Immutable pointers an UPDATE put back as sent without copying them into `after`: below each, the final
+    /// object is `before` (`final_at`), and `after` still holds tiergate's undone edits.
+    as_sent: Vec<&'static str>,
     /// The old object of an UPDATE (read by several UPDATE checks).
     old: Option<&'r Value>,
 }
@@ -989,7 +993,7 @@ impl Work<'_> {
         }
         // The queue label is decided by `apply_queue` on UPDATE too (restored when dropped, Kueue's rule).
         let queue_pointer = child_pointer("/metadata/labels", QUEUE_NAME_LABEL);
-        let pointers: Vec<&str> =
+        let pointers: Vec<&'static str> =
             self.adapter.immutable_on_update.iter().copied().filter(|pointer| *pointer != queue_pointer).collect();
         // A suspended, never-started workload may still change its templates' scheduling directives (Kubernetes'
         // mutable scheduling directives of a suspended Job, which JobSet follows), also while being unsuspended:
@@ -1011,6 +1015,12 @@ impl Work<'_> {
         let mut differing: Vec<&str> = Vec::new();
         for pointer in pointers.iter().copied() {
             if self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer) {
+                if directives.is_empty() && self.may_leave_as_sent(pointer) {
+                    self.written.retain(|written| !contains(pointer, written));
+                    self.as_sent.push(pointer);
+                    differing.push(pointer);
+                    continue;
+                }
                 match self.before.lookup(pointer) {
                     // Put back as sent, the copy equals the object there: nothing at or inside the pointer is an
                     // edit any more, so the patch does not compare that subtree again.
@@ -1052,6 +1062,35 @@ impl Work<'_> {
         }
     }
 
+    /// Whether an UPDATE may put `pointer` back as sent by reading `before` there from now on instead of copying it
+    /// into `after`: it holds a value as sent, nothing still to be patched is above it, and what is read after the
+    /// restore (each template's spec, the queue labels' metadata, the suspend field) is at, inside or beside it,
+    /// never a parent of it.
+    fn may_leave_as_sent(&self, pointer: &str) -> bool {
+        let above = |outer: &str| outer != pointer && contains(outer, pointer);
+        let suspend = match self.adapter.queueing {
+            Queueing::SuspendedWithQueueLabel { suspend } => Some(suspend),
+            _ => None,
+        };
+        let read_later = self
+            .templates
+            .iter()
+            .map(|template| template.spec.as_str())
+            .chain([self.adapter.queue_labels_at])
+            .chain(suspend);
+        self.before.lookup(pointer).is_some()
+            && !self.written.iter().any(|written| above(written))
+            && !read_later.into_iter().any(above)
+    }
+
+    /// The value at `pointer` in the final object: `before` below a pointer left as sent, else `after`.
+    fn final_at(&self, pointer: &str) -> Option<&Value> {
+        match self.as_sent.iter().any(|sent| contains(sent, pointer)) {
+            true => self.before.lookup(pointer),
+            false => self.after.lookup(pointer),
+        }
+    }
+
     /// Whether the decision wrote at, inside or above `pointer` (anything else in the copy is still the object as
     /// sent).
     fn edited(&self, pointer: &str) -> bool {
@@ -1089,7 +1128,11 @@ impl Work<'_> {
             self.reasons.push(why);
             return;
         }
-        match label(&self.after, self.adapter.queue_labels_at, QUEUE_NAME_LABEL) {
+        let final_queue = self
+            .final_at(self.adapter.queue_labels_at)
+            .and_then(|metadata| podspec::string_entry(metadata, "labels", QUEUE_NAME_LABEL))
+            .map(str::to_owned);
+        match final_queue {
             Some(queue) => {
                 let note = self.queue_note.take().map(|note| format!(": {note}")).unwrap_or_default();
                 self.reasons.push(format!("queued in LocalQueue {queue} of tier {}{note}", context.tier.name));
@@ -1097,7 +1140,7 @@ impl Work<'_> {
             None => self.reasons.push(format!("not queued: the final object has no {QUEUE_NAME_LABEL}")),
         }
         if let Queueing::SuspendedWithQueueLabel { suspend } = self.adapter.queueing
-            && self.adapter.is_suspended(&self.after)
+            && self.final_at(suspend).and_then(Value::as_bool).unwrap_or(false)
             && !self.adapter.is_suspended(self.before)
         {
             let field = suspend.trim_start_matches('/').replace('/', ".");
@@ -1109,14 +1152,17 @@ impl Work<'_> {
     fn annotate_decision(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
         let mut classes: Vec<String> = Vec::new();
         for template in &self.templates {
-            let selector = self.after.lookup(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
+            let selector = self.final_at(&template.spec).map(|spec| podspec::string_map(spec, "nodeSelector"));
             if let Selection::Class(class) = selection(context.policy, &selector.unwrap_or_default())
                 && !classes.contains(&class.name)
             {
                 classes.push(class.name.clone());
             }
         }
-        let final_label = |key| label_at(&self.after, self.adapter.queue_labels_at, key);
+        let final_label = |key| {
+            self.final_at(self.adapter.queue_labels_at)
+                .and_then(|metadata| podspec::string_entry(metadata, "labels", key))
+        };
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
@@ -1157,6 +1203,7 @@ impl Work<'_> {
             verdict,
             patch,
             object: Some(self.after),
+            object_as_sent_at: self.as_sent,
             warnings: self.warnings,
             reasons: self.reasons,
         })
