@@ -118,7 +118,12 @@ pub fn encode_review(response: &AdmissionResponse) -> Result<Vec<u8>, serde_json
             warnings: response.warnings.as_deref(),
         },
     };
-    serde_json::to_vec(&wire)
+    // Sized for the envelope, the encoded patch and the warnings, so the body is not regrown while written.
+    let warnings: usize = response.warnings.iter().flatten().map(|warning| warning.len() + 4).sum();
+    let patch_len = wire.response.patch.as_ref().map_or(0, String::len);
+    let mut body = Vec::with_capacity(256 + response.uid.len() + patch_len + warnings);
+    serde_json::to_writer(&mut body, &wire)?;
+    Ok(body)
 }
 
 #[derive(serde::Serialize)]
