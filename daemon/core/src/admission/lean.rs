@@ -50,13 +50,13 @@ struct TypedRequest<'a> {
     uid: String,
     kind: GroupVersionKind,
     #[serde(rename = "resource", borrow)]
-    _resource: ResourceShape<'a>,
+    _resource: GroupVersionShape<'a>,
     #[serde(default)]
     sub_resource: Option<String>,
     #[serde(default, rename = "requestKind", borrow)]
-    _request_kind: Option<KindShape<'a>>,
+    _request_kind: Option<GroupVersionShape<'a>>,
     #[serde(default, rename = "requestResource", borrow)]
-    _request_resource: Option<ResourceShape<'a>>,
+    _request_resource: Option<GroupVersionShape<'a>>,
     #[serde(default, rename = "requestSubResource", borrow)]
     _request_sub_resource: Option<Cow<'a, str>>,
     #[serde(default)]
@@ -76,27 +76,17 @@ struct TypedRequest<'a> {
     _options: Option<IgnoredAny>,
 }
 
-/// The shape of kube-core's `GroupVersionKind` (`requestKind`): three strings, checked without building them.
+/// The shape of kube-core's `GroupVersionKind` (`requestKind`) and `GroupVersionResource` (`resource`,
+/// `requestResource`): `group`, `version` and a `kind` or `resource` string (and an optional `apiVersion`),
+/// checked borrowed without building them. No rule reads these members; the API server always sends them whole.
 #[derive(Deserialize)]
-struct KindShape<'a> {
+struct GroupVersionShape<'a> {
     #[serde(rename = "group", borrow)]
     _group: Cow<'a, str>,
     #[serde(rename = "version", borrow)]
     _version: Cow<'a, str>,
-    #[serde(rename = "kind", borrow)]
-    _kind: Cow<'a, str>,
-}
-
-/// The shape of kube-core's `GroupVersionResource` (`resource`, `requestResource`): three strings and an optional
-/// `apiVersion`, checked without building them.
-#[derive(Deserialize)]
-struct ResourceShape<'a> {
-    #[serde(rename = "group", borrow)]
-    _group: Cow<'a, str>,
-    #[serde(rename = "version", borrow)]
-    _version: Cow<'a, str>,
-    #[serde(rename = "resource", borrow)]
-    _resource: Cow<'a, str>,
+    #[serde(rename = "kind", alias = "resource", borrow)]
+    _name: Cow<'a, str>,
     #[serde(default, rename = "apiVersion", borrow)]
     _api_version: Cow<'a, str>,
 }
@@ -474,6 +464,26 @@ mod tests {
         let object = r#"{"metadata":{"name":"first","managedFields":[],"name":"last"},"spec":{}}"#;
         let request = lean_request(&review(object), "admission.k8s.io/v1").unwrap();
         assert_eq!(request.object.unwrap()["metadata"], json!({"name": "last"}));
+    }
+
+    #[test]
+    fn the_shape_only_members_are_still_checked_though_not_kept() {
+        let body = String::from_utf8(review(r#"{"metadata":{"name":"j"}}"#)).unwrap();
+        let with =
+            |member: &str| body.replacen(r#""operation":"CREATE","#, &format!(r#""operation":"CREATE",{member},"#), 1);
+        let read = |body: &str| lean_request(body.as_bytes(), "admission.k8s.io/v1");
+        assert!(read(&with(r#""options":{"kind":"CreateOptions","fieldManager":"kubectl"}"#)).is_ok());
+        assert!(read(&with(r#""requestKind":{"group":"batch","version":"v1","kind":"Job"}"#)).is_ok());
+        for malformed in [
+            r#""requestKind":{"group":"batch","version":"v1","kind":7}"#,
+            r#""requestResource":{"group":"batch","resource":"jobs"}"#,
+            r#""requestSubResource":["status"]"#,
+        ] {
+            assert!(matches!(read(&with(malformed)), Err(LeanError::Json(_))), "{malformed}");
+        }
+        let without_resource =
+            body.replacen(r#""resource":{"group":"batch","version":"v1","resource":"jobs"},"#, "", 1);
+        assert!(matches!(read(&without_resource), Err(LeanError::Json(_))));
     }
 
     #[test]
