@@ -466,6 +466,23 @@ fn removing_the_selector_of_a_started_job_is_not_patched_back_into_an_immutable_
 }
 
 #[test]
+fn switching_a_started_jobs_template_to_h100_by_update_is_denied_though_the_template_is_left_as_sent() {
+    // The template tiergate would edit is immutable here and left as sent (not copied back): the check must still
+    // judge the template the tenant sent, and the summary must not report the class tiergate did not write.
+    let old = with(admitted_suspended_job(), "/status/startTime", json!("2026-01-01T00:00:00Z"));
+    let new = with(old.clone(), "/spec/template/spec/nodeSelector", json!({CLASS: "h100"}));
+    let (decision, _) = update(&old, &new, &offline());
+    assert_denied(&decision, "foreign_gpu_class", &["h100"]);
+    let unchanged = with(old.clone(), "/metadata/annotations/note", json!("x"));
+    let (decision, object) = update(&old, &unchanged, &offline());
+    assert_allowed(&decision);
+    assert!(decision.patch.0.iter().all(|operation| !operation.path().as_str().starts_with("/spec/template")));
+    assert_eq!(object["spec"]["template"], old["spec"]["template"]);
+    let summary = object["metadata"]["annotations"]["tiergate.io/decision"].as_str().unwrap_or_default();
+    assert!(summary.starts_with("gpu-class: l4"), "{summary}");
+}
+
+#[test]
 fn removing_the_selector_of_a_deployment_by_update_restores_it() {
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": BRONZE},
         "spec": {"template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [gpu()]}}}});
