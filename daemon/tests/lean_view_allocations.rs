@@ -56,7 +56,7 @@ fn a_10_kb_job_update_allocates_under_750_blocks_and_7_bytes_per_body_byte() {
         // 103,549; after the fewer-copies pass: 1,062 and 93,594 (9.1); with each object held once as JSON (the
         // `Request` type): 708 and 68,777 (6.7); with unread metadata skipped and the immutable template left as
         // sent: 587 and 58,019 (5.6). An UPDATE of a small object gains least:
-        // its two objects are mostly kept (only managedFields are skipped), so this bound guards against a
+        // its two objects are mostly kept (only unread metadata is skipped), so this bound guards against a
         // regression rather than proving the gain.
         dhat::assert!(blocks < 750, "{blocks} allocations");
         dhat::assert!(bytes < 7 * size as u64, "{bytes} bytes for {size} body bytes");

@@ -85,10 +85,9 @@ fn assert_equivalent(name: &str, body: &[u8], snapshot: &Snapshot) -> usize {
         assert_eq!(decided.reasons, whole.reasons, "{context}: reasons");
         assert_eq!(decided.warnings, whole.warnings, "{context}: warnings");
         // The old path: the patch diffed from the whole object (without managedFields) to its mutated copy.
-        let expected = match (full.object.as_ref(), full.object.as_ref().and_then(|object| whole.final_object(object)))
-        {
-            (Some(object), Some(after)) => applied(sent, &json_patch::diff(object, &after)),
-            _ => sent.clone(),
+        let expected = match full.object.as_ref().and_then(|object| Some((object, whole.final_object(object)?))) {
+            Some((object, after)) => applied(sent, &json_patch::diff(object, &after)),
+            None => sent.clone(),
         };
         let got = if sent.is_null() { sent.clone() } else { applied(sent, &decided.patch) };
         assert_eq!(got, expected, "{context}: final object; patch {:?}", decided.patch);

@@ -512,14 +512,17 @@ impl WorkloadAdapter {
         !matches!(self.queueing, Queueing::NotQueued)
     }
 
+    /// The pointer to the kind's boolean `suspend` field, if Kueue gates the kind with one.
+    pub fn suspend_pointer(&self) -> Option<&'static str> {
+        match self.queueing {
+            Queueing::SuspendedWithQueueLabel { suspend } => Some(suspend),
+            Queueing::PodGroupWithQueueLabel { .. } | Queueing::NotQueued => None,
+        }
+    }
+
     /// Whether `object` is suspended (false for kinds without `suspend`).
     pub fn is_suspended(&self, object: &Value) -> bool {
-        match self.queueing {
-            Queueing::SuspendedWithQueueLabel { suspend } => {
-                object.pointer(suspend).and_then(Value::as_bool).unwrap_or(false)
-            }
-            Queueing::PodGroupWithQueueLabel { .. } | Queueing::NotQueued => false,
-        }
+        self.suspend_pointer().and_then(|suspend| object.pointer(suspend)).and_then(Value::as_bool).unwrap_or(false)
     }
 
     /// Whether a `ResourceRequirements` outside the pod templates ([`Self::resources_outside_templates`]) requests

@@ -15,7 +15,8 @@ pub(crate) const UNREAD_METADATA: [&str; 6] =
     ["managedFields", "uid", "resourceVersion", "generation", "creationTimestamp", "selfLink"];
 
 /// One admission request. `object` and `old_object` are the objects as JSON without what the lean view skips
-/// (unread metadata such as `managedFields`, unread `env` entries), read once from the body; every rule borrows them.
+/// (unread metadata such as `managedFields`, unread `env` entries), read once from the body; every rule borrows
+/// them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Request {
     /// The review's apiVersion and kind, echoed in the response.

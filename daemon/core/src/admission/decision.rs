@@ -4,6 +4,7 @@
 use kube_core::admission::AdmissionResponse;
 use serde_json::Value;
 
+use super::patch::Lookup;
 use crate::placement::{PlacementError, PlacementOutcome};
 use crate::request::Request;
 use crate::scoring::ScoreOutcome;
@@ -114,7 +115,7 @@ impl Decision {
     pub fn final_object(&self, sent: &Value) -> Option<Value> {
         let mut object = self.object.clone()?;
         for pointer in &self.object_as_sent_at {
-            if let Some(value) = sent.pointer(pointer) {
+            if let Some(value) = sent.lookup(pointer) {
                 tiergate_workloads::set_pointer(&mut object, pointer, Some(value.clone()));
             }
         }

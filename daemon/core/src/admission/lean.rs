@@ -229,8 +229,7 @@ impl<'de> Visitor<'de> for ObjectVisitor {
 }
 
 /// An object's `metadata` as JSON, the unread fields (`UNREAD_METADATA`) skipped without being built; every other
-/// member kept whole
-/// (no `env` pruning here: metadata holds none). A shape other than a map is kept as it is.
+/// member kept whole (no `env` pruning here: metadata holds none). A shape other than a map is kept as it is.
 struct MetadataSeed;
 
 impl<'de> DeserializeSeed<'de> for MetadataSeed {

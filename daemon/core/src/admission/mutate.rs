@@ -1013,27 +1013,25 @@ impl Work<'_> {
         // Only what tiergate edited can differ from the object as sent (compared there, not elsewhere), and only
         // what differs is written back: an equal value is no edit, and needs no copy of its subtree.
         let mut differing: Vec<&str> = Vec::new();
+        let before = self.before;
         for pointer in pointers.iter().copied() {
-            if self.edited(pointer) && self.before.lookup(pointer) != self.after.lookup(pointer) {
-                if directives.is_empty() && self.may_leave_as_sent(pointer) {
-                    self.written.retain(|written| !contains(pointer, written));
-                    self.as_sent.push(pointer);
-                    differing.push(pointer);
+            let sent = before.lookup(pointer);
+            if !self.edited(pointer) || sent == self.after.lookup(pointer) {
+                continue;
+            }
+            differing.push(pointer);
+            match sent {
+                // Read as sent from now on, not copied back (`final_at`).
+                Some(_) if directives.is_empty() && self.may_leave_as_sent(pointer) => self.as_sent.push(pointer),
+                // Copied back: the copy equals the object as sent there.
+                Some(sent) if set_pointer(&mut self.after, pointer, Some(sent.clone())) => {}
+                sent => {
+                    self.set(pointer, sent.cloned());
                     continue;
                 }
-                match self.before.lookup(pointer) {
-                    // Put back as sent, the copy equals the object there: nothing at or inside the pointer is an
-                    // edit any more, so the patch does not compare that subtree again.
-                    Some(sent) if set_pointer(&mut self.after, pointer, Some(sent.clone())) => {
-                        self.written.retain(|written| !contains(pointer, written));
-                    }
-                    sent => {
-                        let value = sent.cloned();
-                        self.set(pointer, value);
-                    }
-                }
-                differing.push(pointer);
             }
+            // Nothing at or inside the pointer is an edit any more: the patch does not compare that subtree again.
+            self.written.retain(|written| !contains(pointer, written));
         }
         let changed = !differing.is_empty();
         let mut directive_written = false;
@@ -1062,25 +1060,19 @@ impl Work<'_> {
         }
     }
 
-    /// Whether an UPDATE may put `pointer` back as sent by reading `before` there from now on instead of copying it
-    /// into `after`: it holds a value as sent, nothing still to be patched is above it, and what is read after the
+    /// Whether an UPDATE may put `pointer` (which holds a value as sent) back by reading `before` there from now on
+    /// instead of copying it into `after`: nothing still to be patched is above it, and what is read after the
     /// restore (each template's spec, the queue labels' metadata, the suspend field) is at, inside or beside it,
     /// never a parent of it.
     fn may_leave_as_sent(&self, pointer: &str) -> bool {
         let above = |outer: &str| outer != pointer && contains(outer, pointer);
-        let suspend = match self.adapter.queueing {
-            Queueing::SuspendedWithQueueLabel { suspend } => Some(suspend),
-            _ => None,
-        };
-        let read_later = self
+        let mut read_later = self
             .templates
             .iter()
             .map(|template| template.spec.as_str())
             .chain([self.adapter.queue_labels_at])
-            .chain(suspend);
-        self.before.lookup(pointer).is_some()
-            && !self.written.iter().any(|written| above(written))
-            && !read_later.into_iter().any(above)
+            .chain(self.adapter.suspend_pointer());
+        !self.written.iter().any(|written| above(written)) && !read_later.any(above)
     }
 
     /// The value at `pointer` in the final object: `before` below a pointer left as sent, else `after`.
@@ -1089,6 +1081,11 @@ impl Work<'_> {
             true => self.before.lookup(pointer),
             false => self.after.lookup(pointer),
         }
+    }
+
+    /// Label `key` of the final object, on the metadata that carries the kind's queue labels.
+    fn final_label(&self, key: &str) -> Option<&str> {
+        self.final_at(self.adapter.queue_labels_at).and_then(|metadata| podspec::string_entry(metadata, "labels", key))
     }
 
     /// Whether the decision wrote at, inside or above `pointer` (anything else in the copy is still the object as
@@ -1128,11 +1125,7 @@ impl Work<'_> {
             self.reasons.push(why);
             return;
         }
-        let final_queue = self
-            .final_at(self.adapter.queue_labels_at)
-            .and_then(|metadata| podspec::string_entry(metadata, "labels", QUEUE_NAME_LABEL))
-            .map(str::to_owned);
-        match final_queue {
+        match self.final_label(QUEUE_NAME_LABEL).map(str::to_owned) {
             Some(queue) => {
                 let note = self.queue_note.take().map(|note| format!(": {note}")).unwrap_or_default();
                 self.reasons.push(format!("queued in LocalQueue {queue} of tier {}{note}", context.tier.name));
@@ -1159,18 +1152,14 @@ impl Work<'_> {
                 classes.push(class.name.clone());
             }
         }
-        let final_label = |key| {
-            self.final_at(self.adapter.queue_labels_at)
-                .and_then(|metadata| podspec::string_entry(metadata, "labels", key))
-        };
         let mut summary = match classes.is_empty() {
             true => format!("gpu-class: unset (tier allows {})", context.class_names()),
             false => format!("gpu-class: {}", classes.join(",")),
         };
-        if let Some(queue) = final_label(QUEUE_NAME_LABEL) {
+        if let Some(queue) = self.final_label(QUEUE_NAME_LABEL) {
             summary.push_str(&format!("; queue: {queue}"));
         }
-        if let Some(priority) = final_label(PRIORITY_CLASS_LABEL) {
+        if let Some(priority) = self.final_label(PRIORITY_CLASS_LABEL) {
             summary.push_str(&format!("; priority: {priority}"));
         }
         let annotations = BTreeMap::from([
