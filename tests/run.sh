@@ -16,7 +16,40 @@ fi
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked --exclude tiergate-e2e
-# The end-to-end suite runs against the cluster in KUBECONFIG (with Kueue installed); without one each test
-# prints why it skipped, which --nocapture keeps visible.
-cargo test --locked -p tiergate-e2e -- --nocapture
+# The end-to-end suite runs against the cluster in KUBECONFIG (with Kueue installed). Without KUBECONFIG it starts a
+# throwaway control plane on loopback (etcd, kube-apiserver, kube-controller-manager and kueue, found in
+# TIERGATE_TEST_ASSETS, KUBEBUILDER_ASSETS or PATH; tests/e2e/src/control_plane/) and stops it on every exit path;
+# without the binaries each suite prints a skip line naming the missing one, which --nocapture keeps visible. The
+# Python suites below (the chart's RBAC end-to-end test) run against the same control plane.
+e2e_log=$(mktemp)
+control_plane_env=$(mktemp -u)
+control_plane_pid=
+stop_control_plane() {
+  if [ -n "$control_plane_pid" ]; then
+    kill "$control_plane_pid" 2>/dev/null || true
+    wait "$control_plane_pid" 2>/dev/null || true
+    control_plane_pid=
+  fi
+  rm -f "$control_plane_env" "$e2e_log"
+}
+trap stop_control_plane EXIT
+if [ -z "${KUBECONFIG:-}" ]; then
+  cargo build --locked -q -p tiergate-e2e --bin control-plane
+  target/debug/control-plane up --env-file "$control_plane_env" &
+  control_plane_pid=$!
+  until [ -s "$control_plane_env" ]; do
+    if ! kill -0 "$control_plane_pid" 2>/dev/null; then
+      wait "$control_plane_pid" || { echo "the throwaway control plane failed to start (see above)" >&2; exit 1; }
+      break
+    fi
+    sleep 1
+  done
+  set -a
+  # shellcheck disable=SC1090
+  . "$control_plane_env"
+  set +a
+fi
+cargo test --locked -p tiergate-e2e -- --nocapture 2>&1 | tee "$e2e_log"
+e2e_skipped=$(grep -c '^skipped: ' "$e2e_log" || true)
+echo "e2e: ${KUBECONFIG:+against $KUBECONFIG, }$e2e_skipped test(s) skipped (each says why above)"
 "$venv/bin/python" -m pytest -q tests

@@ -21,6 +21,7 @@ use tiergate::scoring::Scorer;
 use tiergate::view::SharedSnapshot;
 use tokio_util::sync::CancellationToken;
 
+pub mod control_plane;
 pub mod webhook;
 
 /// Boxed error for harness results.
@@ -54,6 +55,10 @@ pub const HARNESS_MANAGER: &str = "tiergate-e2e";
 /// Namespace label naming a namespace's tier in the e2e policy (never the label a real installation uses).
 pub const E2E_TIER_LABEL: &str = "e2e.tiergate.io/tier";
 
+/// Set by `tests/run.sh` when it could not start the throwaway control plane: why (e.g. which binary is missing
+/// and where it looked), printed as each suite's skip line.
+pub const SKIP_ENV: &str = "TIERGATE_E2E_SKIP";
+
 /// Prints the skip line every e2e test uses, so CI logs show why nothing ran.
 pub fn skip(test: &str, reason: &str) {
     println!("skipped: {test}: {reason}");
@@ -63,7 +68,14 @@ pub fn skip(test: &str, reason: &str) {
 /// unreachable.
 pub async fn connect_or_skip(test: &str) -> Option<Client> {
     if std::env::var_os("KUBECONFIG").is_none() {
-        skip(test, "KUBECONFIG is not set; point it at a cluster with Kueue v0.15+ installed to run this test");
+        match std::env::var(SKIP_ENV) {
+            Ok(reason) if !reason.is_empty() => skip(test, &reason),
+            _ => skip(
+                test,
+                "KUBECONFIG is not set; run `bash tests/run.sh` (it starts a throwaway control plane when the \
+                 binaries are found) or point KUBECONFIG at a cluster with Kueue v0.19+ installed",
+            ),
+        }
         return None;
     }
     let client = match Client::try_default().await {

@@ -1,0 +1,220 @@
+//! Kueue as the control plane runs it: its manager configuration (the file `kueue --config` reads, also stored
+//! as `kueue-system/kueue-manager-config` as a release install does) and its admission webhooks registered by
+//! URL, since a control plane without nodes has no Service to send them to. Pure: builds objects and text.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use kube::core::ObjectMeta;
+
+/// Kueue's namespace, as a release install names it (tests read `kueue-manager-config` there).
+pub const KUEUE_NAMESPACE: &str = "kueue-system";
+/// The ConfigMap holding the manager configuration, and its key.
+pub const MANAGER_CONFIG: (&str, &str) = ("kueue-manager-config", "controller_manager_config.yaml");
+/// Names of the two webhook configurations (a release install's, after its name prefix).
+pub const WEBHOOK_CONFIGURATIONS: (&str, &str) =
+    ("kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration");
+
+/// A kind Kueue's webhook server handles: controller-runtime serves it at
+/// `/{mutate,validate}-<group with dots as dashes>-<version>-<lowercase kind>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebhookKind {
+    /// API group (`""` for core).
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name.
+    pub resource: String,
+    /// Operations of the mutating webhook (Kueue mutates most kinds only at CREATE).
+    pub mutating: &'static [&'static str],
+    /// Whether Kueue validates the kind (at CREATE and UPDATE).
+    pub validating: bool,
+}
+
+impl WebhookKind {
+    /// The path of the mutating or validating handler.
+    pub fn path(&self, verb: &str) -> String {
+        format!("/{verb}-{}-{}-{}", self.group.replace('.', "-"), self.version, self.kind.to_lowercase())
+    }
+}
+
+/// Kueue's own kinds with webhooks (v0.19.2 `config/components/webhook/manifests.yaml`).
+pub fn kueue_own_webhook_kinds() -> Vec<WebhookKind> {
+    let kueue = |kind: &str, resource: &str, mutating: &'static [&'static str]| WebhookKind {
+        group: "kueue.x-k8s.io".to_owned(),
+        version: "v1beta2".to_owned(),
+        kind: kind.to_owned(),
+        resource: resource.to_owned(),
+        mutating,
+        validating: true,
+    };
+    vec![
+        kueue("ClusterQueue", "clusterqueues", &["CREATE"]),
+        kueue("ResourceFlavor", "resourceflavors", &["CREATE"]),
+        kueue("Workload", "workloads", &["CREATE"]),
+        kueue("Cohort", "cohorts", &[]),
+    ]
+}
+
+/// The framework names Kueue's `integrations.frameworks` uses for a kind: the lowercase kind for the core and
+/// `apps` groups (`pod`, `deployment`), `<group>/<lowercase kind>` otherwise (`batch/job`, `ray.io/rayjob`).
+pub fn framework_name(group: &str, kind: &str) -> String {
+    match group {
+        "" | "apps" => kind.to_lowercase(),
+        _ => format!("{group}/{}", kind.to_lowercase()),
+    }
+}
+
+/// Kinds whose workloads Kueue also mutates on UPDATE (its pod-group integrations).
+const MUTATED_ON_UPDATE: &[&str] = &["Deployment", "StatefulSet", "LeaderWorkerSet"];
+
+/// The webhook kind of an integrated framework, served as `resource`.
+pub fn framework_webhook_kind(group: &str, version: &str, kind: &str, resource: &str) -> WebhookKind {
+    WebhookKind {
+        group: group.to_owned(),
+        version: version.to_owned(),
+        kind: kind.to_owned(),
+        resource: resource.to_owned(),
+        mutating: if MUTATED_ON_UPDATE.contains(&kind) { &["CREATE", "UPDATE"] } else { &["CREATE"] },
+        validating: true,
+    }
+}
+
+/// The manager configuration: webhooks served on loopback from `cert_dir`, health on `health_port`, no leader
+/// election, no metrics listener, no internal certificate management, the given frameworks.
+pub fn build_manager_config(webhook_port: u16, cert_dir: &str, health_port: u16, frameworks: &[String]) -> String {
+    let config = serde_json::json!({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": format!("127.0.0.1:{health_port}")},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": cert_dir},
+        "leaderElection": {"leaderElect": false},
+        "internalCertManagement": {"enable": false},
+        "manageJobsWithoutQueueName": false,
+        "integrations": {"frameworks": frameworks},
+    });
+    config.to_string()
+}
+
+/// Kueue's namespaces selector for workload webhooks: everything but `kube-system` and Kueue's own namespace.
+fn outside_system_namespaces() -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".to_owned(),
+            operator: "NotIn".to_owned(),
+            values: Some(vec!["kube-system".to_owned(), KUEUE_NAMESPACE.to_owned()]),
+        }]),
+        ..LabelSelector::default()
+    }
+}
+
+fn client_config(base_url: &str, path: &str, ca_pem: &str) -> WebhookClientConfig {
+    WebhookClientConfig {
+        url: Some(format!("{base_url}{path}")),
+        ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+        service: None,
+    }
+}
+
+fn rules(kind: &WebhookKind, operations: &[&str]) -> Vec<RuleWithOperations> {
+    vec![RuleWithOperations {
+        api_groups: Some(vec![kind.group.clone()]),
+        api_versions: Some(vec![kind.version.clone()]),
+        operations: Some(operations.iter().map(|operation| (*operation).to_owned()).collect()),
+        resources: Some(vec![kind.resource.clone()]),
+        scope: None,
+    }]
+}
+
+fn webhook_name(prefix: char, kind: &WebhookKind) -> String {
+    format!("{prefix}{}.kb.io", kind.kind.to_lowercase())
+}
+
+/// Kueue's two webhook configurations for `kinds`, calling `base_url` (`https://127.0.0.1:<port>`) and trusting
+/// `ca_pem`; `failurePolicy: Fail` as a release install registers them.
+pub fn build_webhook_configurations(
+    kinds: &[WebhookKind],
+    base_url: &str,
+    ca_pem: &str,
+) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
+    let workload_namespaces = |kind: &WebhookKind| (kind.group != "kueue.x-k8s.io").then(outside_system_namespaces);
+    let mutating = kinds
+        .iter()
+        .filter(|kind| !kind.mutating.is_empty())
+        .map(|kind| MutatingWebhook {
+            name: webhook_name('m', kind),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: client_config(base_url, &kind.path("mutate"), ca_pem),
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            namespace_selector: workload_namespaces(kind),
+            rules: Some(rules(kind, kind.mutating)),
+            ..MutatingWebhook::default()
+        })
+        .collect();
+    let validating = kinds
+        .iter()
+        .filter(|kind| kind.validating)
+        .map(|kind| ValidatingWebhook {
+            name: webhook_name('v', kind),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: client_config(base_url, &kind.path("validate"), ca_pem),
+            failure_policy: Some("Fail".to_owned()),
+            side_effects: "None".to_owned(),
+            namespace_selector: workload_namespaces(kind),
+            rules: Some(rules(kind, &["CREATE", "UPDATE"])),
+            ..ValidatingWebhook::default()
+        })
+        .collect();
+    let meta = |name: &str| ObjectMeta { name: Some(name.to_owned()), ..ObjectMeta::default() };
+    (
+        MutatingWebhookConfiguration { metadata: meta(WEBHOOK_CONFIGURATIONS.0), webhooks: Some(mutating) },
+        ValidatingWebhookConfiguration { metadata: meta(WEBHOOK_CONFIGURATIONS.1), webhooks: Some(validating) },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_controller_runtimes_convention_including_the_core_group() {
+        let job = framework_webhook_kind("batch", "v1", "Job", "jobs");
+        assert_eq!(job.path("mutate"), "/mutate-batch-v1-job");
+        let pod = framework_webhook_kind("", "v1", "Pod", "pods");
+        assert_eq!(pod.path("validate"), "/validate--v1-pod");
+        let jobset = framework_webhook_kind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets");
+        assert_eq!(jobset.path("mutate"), "/mutate-jobset-x-k8s-io-v1alpha2-jobset");
+    }
+
+    #[test]
+    fn framework_names_are_kueues() {
+        assert_eq!(framework_name("batch", "Job"), "batch/job");
+        assert_eq!(framework_name("", "Pod"), "pod");
+        assert_eq!(framework_name("apps", "StatefulSet"), "statefulset");
+        assert_eq!(framework_name("kubeflow.org", "MPIJob"), "kubeflow.org/mpijob");
+    }
+
+    #[test]
+    fn workload_webhooks_skip_system_namespaces_and_kueues_own_kinds_do_not() {
+        let mut kinds = kueue_own_webhook_kinds();
+        kinds.push(framework_webhook_kind("apps", "v1", "Deployment", "deployments"));
+        let (mutating, validating) = build_webhook_configurations(&kinds, "https://127.0.0.1:1", "ca");
+        let mutating = mutating.webhooks.unwrap();
+        let deployment = mutating.iter().find(|webhook| webhook.name == "mdeployment.kb.io").unwrap();
+        assert!(deployment.namespace_selector.is_some());
+        assert_eq!(deployment.rules.as_ref().unwrap()[0].operations.as_ref().unwrap(), &["CREATE", "UPDATE"]);
+        assert_eq!(deployment.client_config.url.as_deref(), Some("https://127.0.0.1:1/mutate-apps-v1-deployment"));
+        let validating = validating.webhooks.unwrap();
+        let cohort = validating.iter().find(|webhook| webhook.name == "vcohort.kb.io").unwrap();
+        assert!(cohort.namespace_selector.is_none());
+        assert!(!mutating.iter().any(|webhook| webhook.name == "mcohort.kb.io"), "Kueue does not mutate cohorts");
+    }
+}

@@ -1,0 +1,465 @@
+//! A throwaway Kubernetes control plane on loopback for the end-to-end suites, started from plain binaries as
+//! controller-runtime's envtest does: etcd, kube-apiserver, kube-controller-manager (Jobs make pods, namespaces
+//! finalize, garbage is collected) and the Kueue manager with its CRDs and its webhooks registered by URL, plus a
+//! second API server as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only
+//! processes it started, each stopped by PID. Does I/O (processes, files, the API).
+
+pub mod assets;
+pub mod kueue;
+pub mod pki;
+mod process;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::ObjectMeta;
+use kube::{Client, Config};
+
+use self::assets::Assets;
+use self::kueue::{
+    KUEUE_NAMESPACE, MANAGER_CONFIG, WebhookKind, build_manager_config, build_webhook_configurations, framework_name,
+    framework_webhook_kind, kueue_own_webhook_kinds,
+};
+use self::pki::{Credentials, build_credentials, build_kubeconfig};
+use self::process::Process;
+use crate::{HARNESS_MANAGER, HarnessError, wait_for};
+
+/// How long each process may take to become ready (a cold start on a small, busy machine).
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The Kueue integrations the control plane enables, when the API server serves their kind: a release install's
+/// defaults plus the Kubeflow training-operator kinds whose CRDs the suites install.
+const FRAMEWORKS: &[&str] = &[
+    "batch/job",
+    "jobset.x-k8s.io/jobset",
+    "kubeflow.org/mpijob",
+    "kubeflow.org/pytorchjob",
+    "kubeflow.org/tfjob",
+    "kubeflow.org/xgboostjob",
+    "kubeflow.org/paddlejob",
+    "kubeflow.org/jaxjob",
+    "ray.io/rayjob",
+    "ray.io/raycluster",
+    "ray.io/rayservice",
+    "workload.codeflare.dev/appwrapper",
+    "leaderworkerset.x-k8s.io/leaderworkerset",
+    "pod",
+    "deployment",
+    "statefulset",
+];
+
+/// A running control plane. Dropping it stops every process (in reverse start order) and removes its directory.
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// The management cluster's admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The worker cluster's admin kubeconfig (a second API server, Kueue's CRDs installed, no Kueue manager).
+    pub worker_kubeconfig: PathBuf,
+    /// `binary: version` of each binary, as it reports itself.
+    pub versions: Vec<String>,
+    /// How long start-up took.
+    pub started_in: Duration,
+    processes: Vec<Process>,
+    dir: tempfile::TempDir,
+}
+
+/// Where the CRDs are: `shared/` beside the repository (also from a worktree one level deeper).
+pub fn shared_dir() -> Result<PathBuf, HarnessError> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = manifest.ancestors().map(|dir| dir.join("shared")).find(|dir| dir.join("kueue/crds").is_dir());
+    Ok(found.ok_or_else(|| format!("no shared/kueue/crds above {}", manifest.display()))?)
+}
+
+/// A free TCP port on loopback (bound, read and released).
+fn free_port() -> Result<u16, HarnessError> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> Result<PathBuf, HarnessError> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).map_err(|error| format!("failed to write {}: {error}", path.display()))?;
+    Ok(path)
+}
+
+fn arg(flag: &str, value: impl std::fmt::Display) -> String {
+    format!("--{flag}={value}")
+}
+
+/// `binary --version`'s first line, or why there is none (a binary that does not answer within 10 s is killed).
+fn version_of(binary: &Path, flag: &str) -> String {
+    let spawned = std::process::Command::new(binary)
+        .arg(flag)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => return format!("unknown ({error})"),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return format!("unknown ({flag} did not answer within 10 s)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    match child.wait_with_output() {
+        Ok(output) => {
+            let text =
+                format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            text.lines().next().unwrap_or("unknown").trim().to_owned()
+        }
+        Err(error) => format!("unknown ({error})"),
+    }
+}
+
+/// The files every process reads.
+struct Files {
+    ca: PathBuf,
+    ca_key: PathBuf,
+    serving_cert: PathBuf,
+    serving_key: PathBuf,
+    service_account_public: PathBuf,
+    service_account_key: PathBuf,
+}
+
+impl Files {
+    fn write(dir: &Path, credentials: &Credentials) -> Result<Self, HarnessError> {
+        Ok(Self {
+            ca: write(dir, "ca.crt", &credentials.ca.cert)?,
+            ca_key: write(dir, "ca.key", &credentials.ca.key)?,
+            serving_cert: write(dir, "serving.crt", &credentials.serving.cert)?,
+            serving_key: write(dir, "serving.key", &credentials.serving.key)?,
+            service_account_public: write(dir, "service-account.pub", &credentials.service_account.cert)?,
+            service_account_key: write(dir, "service-account.key", &credentials.service_account.key)?,
+        })
+    }
+}
+
+impl ControlPlane {
+    /// Starts everything and waits until it is ready: the API servers answer `/readyz`, the CRDs are established,
+    /// Kueue answers its readiness probe and its webhooks are registered, and the controller-manager has made the
+    /// `default` ServiceAccount.
+    pub async fn start(assets: &Assets) -> Result<Self, HarnessError> {
+        let began = Instant::now();
+        let dir = tempfile::Builder::new().prefix("tiergate-e2e-control-plane-").tempdir()?;
+        let binaries = [
+            ("etcd", assets.etcd.clone()),
+            ("kube-apiserver", assets.kube_apiserver.clone()),
+            ("kube-controller-manager", assets.kube_controller_manager.clone()),
+        ];
+        let mut versions = Vec::new();
+        for (name, binary) in binaries {
+            let version = tokio::task::spawn_blocking(move || version_of(&binary, "--version")).await?;
+            versions.push(format!("{name}: {version}"));
+        }
+        versions.push(format!("kueue: {}", assets.kueue.display()));
+        let credentials = build_credentials()?;
+        let files = Files::write(dir.path(), &credentials)?;
+        let mut plane = Self {
+            kubeconfig: PathBuf::new(),
+            worker_kubeconfig: PathBuf::new(),
+            versions,
+            started_in: Duration::ZERO,
+            processes: Vec::new(),
+            dir,
+        };
+        let etcd = plane.start_etcd(assets).await?;
+        let (kubeconfig, client) =
+            plane.start_apiserver(assets, &files, &credentials, &etcd, "kube-apiserver", "/registry").await?;
+        plane.kubeconfig = kubeconfig;
+        let (worker_kubeconfig, worker) =
+            plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
+        plane.worker_kubeconfig = worker_kubeconfig;
+        plane.start_controller_manager(assets, &files)?;
+        let shared = shared_dir()?;
+        install_crds(&client, &[shared.join("kueue/crds"), shared.join("workload-crds")]).await?;
+        install_crds(&worker, &[shared.join("kueue/crds")]).await?;
+        plane.start_kueue(assets, &client, &credentials).await?;
+        plane.wait_for_default_service_account(&client).await?;
+        plane.started_in = began.elapsed();
+        Ok(plane)
+    }
+
+    /// Stops every process, last started first, and removes the directory.
+    pub fn stop(mut self) {
+        self.stop_processes();
+    }
+
+    fn stop_processes(&mut self) {
+        while let Some(mut process) = self.processes.pop() {
+            process.stop();
+        }
+    }
+
+    /// The PIDs of the processes it started.
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(Process::id).collect()
+    }
+
+    /// Its temporary directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spawn(
+        &mut self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+    ) -> Result<(), HarnessError> {
+        let log = self.dir.path().join(format!("{name}.log"));
+        self.processes.push(Process::spawn(name, program, args, env, log)?);
+        Ok(())
+    }
+
+    fn last_process(&mut self) -> Result<&mut Process, HarnessError> {
+        Ok(self.processes.last_mut().ok_or("no process was started")?)
+    }
+
+    /// etcd on two free loopback ports; returns its client URL once it accepts connections.
+    async fn start_etcd(&mut self, assets: &Assets) -> Result<String, HarnessError> {
+        let (client_port, peer_port) = (free_port()?, free_port()?);
+        let client_url = format!("http://127.0.0.1:{client_port}");
+        let peer_url = format!("http://127.0.0.1:{peer_port}");
+        let data = self.dir.path().join("etcd");
+        let args = vec![
+            arg("name", "e2e"),
+            arg("data-dir", data.display()),
+            arg("listen-client-urls", &client_url),
+            arg("advertise-client-urls", &client_url),
+            arg("listen-peer-urls", &peer_url),
+            arg("initial-advertise-peer-urls", &peer_url),
+            arg("initial-cluster", format!("e2e={peer_url}")),
+        ];
+        self.spawn("etcd", &assets.etcd, &args, &[])?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while tokio::net::TcpStream::connect(("127.0.0.1", client_port)).await.is_err() {
+            let etcd = self.last_process()?;
+            if etcd.exited().is_some() || Instant::now() > deadline {
+                return Err(etcd.failure("accept connections"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(client_url)
+    }
+
+    /// A kube-apiserver storing under `prefix` in etcd; returns its admin kubeconfig and a client once `/readyz`
+    /// answers.
+    async fn start_apiserver(
+        &mut self,
+        assets: &Assets,
+        files: &Files,
+        credentials: &Credentials,
+        etcd: &str,
+        name: &str,
+        prefix: &str,
+    ) -> Result<(PathBuf, Client), HarnessError> {
+        let port = free_port()?;
+        let args = vec![
+            arg("etcd-servers", etcd),
+            arg("etcd-prefix", prefix),
+            arg("bind-address", "127.0.0.1"),
+            arg("advertise-address", "127.0.0.1"),
+            arg("secure-port", port),
+            arg("cert-dir", self.dir.path().join(name).display()),
+            arg("tls-cert-file", files.serving_cert.display()),
+            arg("tls-private-key-file", files.serving_key.display()),
+            arg("client-ca-file", files.ca.display()),
+            arg("service-account-issuer", "https://kubernetes.default.svc.cluster.local"),
+            arg("service-account-key-file", files.service_account_public.display()),
+            arg("service-account-signing-key-file", files.service_account_key.display()),
+            arg("service-cluster-ip-range", "10.0.0.0/24"),
+            arg("authorization-mode", "RBAC"),
+            arg("allow-privileged", true),
+            arg("endpoint-reconciler-type", "none"),
+        ];
+        self.spawn(name, &assets.kube_apiserver, &args, &[])?;
+        let text = build_kubeconfig(&format!("https://127.0.0.1:{port}"), &credentials.ca.cert, &credentials.admin);
+        let kubeconfig = write(self.dir.path(), &format!("{name}.kubeconfig"), &text)?;
+        let config =
+            Config::from_custom_kubeconfig(Kubeconfig::from_yaml(&text)?, &KubeConfigOptions::default()).await?;
+        let client = Client::try_from(config)?;
+        let ready = wait_for(&format!("{name} to answer /readyz"), START_TIMEOUT, || {
+            let client = client.clone();
+            async move {
+                let request = http::Request::get("/readyz").body(Vec::new()).ok()?;
+                client.request_text(request).await.ok().filter(|body| body.trim() == "ok")
+            }
+        })
+        .await;
+        if ready.is_err() {
+            return Err(self.last_process()?.failure("become ready"));
+        }
+        Ok((kubeconfig, client))
+    }
+
+    /// kube-controller-manager against the management API server, with the controllers the suites rely on
+    /// (node lifecycle is off: the suites' Node objects have no kubelet to keep them Ready).
+    fn start_controller_manager(&mut self, assets: &Assets, files: &Files) -> Result<(), HarnessError> {
+        let args = vec![
+            arg("kubeconfig", self.kubeconfig.display()),
+            arg("leader-elect", false),
+            arg("secure-port", 0),
+            arg("controllers", "*,-node-lifecycle-controller"),
+            arg("service-account-private-key-file", files.service_account_key.display()),
+            arg("root-ca-file", files.ca.display()),
+            arg("cluster-signing-cert-file", files.ca.display()),
+            arg("cluster-signing-key-file", files.ca_key.display()),
+        ];
+        let program = assets.kube_controller_manager.clone();
+        self.spawn("kube-controller-manager", &program, &args, &[])
+    }
+
+    /// The Kueue manager with the frameworks the API server serves, its configuration stored as a release install
+    /// stores it, and its webhooks registered by URL once it is ready.
+    async fn start_kueue(
+        &mut self,
+        assets: &Assets,
+        client: &Client,
+        credentials: &Credentials,
+    ) -> Result<(), HarnessError> {
+        let webhook_kinds = served_framework_kinds(client).await?;
+        let frameworks: Vec<String> =
+            webhook_kinds.iter().map(|kind| framework_name(&kind.group, &kind.kind)).collect();
+        let certs = self.dir.path().join("kueue-certs");
+        std::fs::create_dir_all(&certs)?;
+        write(&certs, "tls.crt", &credentials.serving.cert)?;
+        write(&certs, "tls.key", &credentials.serving.key)?;
+        let (webhook_port, health_port) = (free_port()?, free_port()?);
+        let config = build_manager_config(webhook_port, &certs.display().to_string(), health_port, &frameworks);
+        let config_file = write(self.dir.path(), "kueue-config.yaml", &config)?;
+        store_manager_config(client, &config).await?;
+        let args = vec![arg("config", config_file.display()), arg("feature-gates", "VisibilityOnDemand=false")];
+        let kubeconfig = self.kubeconfig.clone();
+        self.spawn("kueue", &assets.kueue, &args, &[("KUBECONFIG", &kubeconfig)])?;
+        let probe = format!("http://127.0.0.1:{health_port}/readyz");
+        let http = reqwest::Client::new();
+        let ready = wait_for("the Kueue manager to answer /readyz", START_TIMEOUT, || {
+            let (http, probe) = (http.clone(), probe.clone());
+            async move { http.get(&probe).send().await.ok().filter(|response| response.status().is_success()) }
+        })
+        .await;
+        if ready.is_err() {
+            return Err(self.last_process()?.failure("become ready"));
+        }
+        let mut kinds = kueue_own_webhook_kinds();
+        kinds.extend(webhook_kinds);
+        let base_url = format!("https://127.0.0.1:{webhook_port}");
+        let (mutating, validating) = build_webhook_configurations(&kinds, &base_url, &credentials.ca.cert);
+        apply(&Api::<MutatingWebhookConfiguration>::all(client.clone()), &mutating).await?;
+        apply(&Api::<ValidatingWebhookConfiguration>::all(client.clone()), &validating).await?;
+        Ok(())
+    }
+
+    async fn wait_for_default_service_account(&mut self, client: &Client) -> Result<(), HarnessError> {
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        let made = wait_for("the controller-manager to make the default ServiceAccount", START_TIMEOUT, || {
+            let accounts = accounts.clone();
+            async move { accounts.get_opt("default").await.ok().flatten() }
+        })
+        .await;
+        match made {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                let manager = self.processes.iter_mut().find(|process| process.name == "kube-controller-manager");
+                Err(manager.map_or_else(|| "no controller-manager".into(), |process| process.failure("start")))
+            }
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop_processes();
+    }
+}
+
+/// Server-side applies `object` as the harness's field manager.
+async fn apply<K>(api: &Api<K>, object: &K) -> Result<(), HarnessError>
+where
+    K: kube::Resource + serde::Serialize + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().unwrap_or_default();
+    api.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(object)).await?;
+    Ok(())
+}
+
+/// Applies every CRD in the YAML files of `dirs` and waits until each is established.
+async fn install_crds(client: &Client, dirs: &[PathBuf]) -> Result<(), HarnessError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for dir in dirs {
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|error| format!("failed to read {}: {error}", dir.display()))?
+            .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+            .filter(|path| path.extension().is_some_and(|extension| extension == "yaml"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let text = std::fs::read_to_string(&path)?;
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
+                .map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
+            apply(&crds, &crd).await.map_err(|error| format!("failed to apply {}: {error}", path.display()))?;
+            names.push(crd.metadata.name.unwrap_or_default());
+        }
+    }
+    for name in names {
+        wait_for(&format!("CRD {name} to be established"), START_TIMEOUT, || {
+            let (crds, name) = (crds.clone(), name.clone());
+            async move {
+                let crd = crds.get_opt(&name).await.ok()??;
+                let established =
+                    crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The webhook kinds of [`FRAMEWORKS`] the API server serves: the workload kinds tiergate's adapter table knows
+/// (their group, version and kind), with the plural from discovery.
+async fn served_framework_kinds(client: &Client) -> Result<Vec<WebhookKind>, HarnessError> {
+    let mut kinds = Vec::new();
+    for adapter in tiergate_workloads::ADAPTERS {
+        if !FRAMEWORKS.contains(&framework_name(adapter.group, adapter.kind).as_str()) {
+            continue;
+        }
+        let gvk = kube::core::GroupVersionKind::gvk(adapter.group, adapter.version, adapter.kind);
+        if let Ok((resource, _)) = kube::discovery::pinned_kind(client, &gvk).await {
+            kinds.push(framework_webhook_kind(adapter.group, adapter.version, adapter.kind, &resource.plural));
+        }
+    }
+    Ok(kinds)
+}
+
+/// `kueue-system` and its `kueue-manager-config` ConfigMap, as a release install has them.
+async fn store_manager_config(client: &Client, config: &str) -> Result<(), HarnessError> {
+    let namespace = Namespace {
+        metadata: ObjectMeta { name: Some(KUEUE_NAMESPACE.to_owned()), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    apply(&Api::<Namespace>::all(client.clone()), &namespace).await?;
+    let (name, key) = MANAGER_CONFIG;
+    let map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(KUEUE_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some([(key.to_owned(), config.to_owned())].into()),
+        ..ConfigMap::default()
+    };
+    apply(&Api::<ConfigMap>::namespaced(client.clone(), KUEUE_NAMESPACE), &map).await
+}
