@@ -118,6 +118,33 @@ pub struct WorkloadAdapter {
     /// Pointers tiergate never changes on UPDATE: fields Kubernetes makes immutable after creation, and fields
     /// whose change would disturb a running workload (suspending a running Job, moving it between queues).
     pub immutable_on_update: &'static [&'static str],
+    /// Where the kind names the controller that runs it, when Kueue's MultiKueue can dispatch it to a worker.
+    pub managed_by: Option<ManagedBy>,
+}
+
+/// The kind's `managedBy` field: MultiKueue dispatches an object only when it names
+/// [`MULTIKUEUE_CONTROLLER`] there, so the kind's own controller leaves it to Kueue on the management cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManagedBy {
+    /// Pointer to the string field.
+    pub pointer: &'static str,
+    /// The kind's own controller name, which Kueue's webhook replaces as it replaces an unset field
+    /// (`CanDefaultManagedBy` of each v0.19.2 integration); any other value is the user's choice and is kept.
+    pub own_controller: &'static str,
+}
+
+/// The controller name MultiKueue's objects carry in `managedBy` (`kueue.MultiKueueControllerName`).
+pub const MULTIKUEUE_CONTROLLER: &str = "kueue.x-k8s.io/multikueue";
+
+const fn managed_by(pointer: &'static str, own_controller: &'static str) -> Option<ManagedBy> {
+    Some(ManagedBy { pointer, own_controller })
+}
+
+impl WorkloadAdapter {
+    /// This row with its `managedBy` field.
+    const fn dispatched_through(self, managed_by: Option<ManagedBy>) -> Self {
+        Self { managed_by, ..self }
+    }
 }
 
 const QUEUE_LABEL_POINTER: &str = "/metadata/labels/kueue.x-k8s.io~1queue-name";
@@ -146,6 +173,7 @@ const fn kubeflow(kind: &'static str, templates: &'static [TemplateAt]) -> Workl
         queue_labels_at: ON_OBJECT,
         resources_outside_templates: &[],
         immutable_on_update: &["/spec/runPolicy/suspend", QUEUE_LABEL_POINTER],
+        managed_by: managed_by("/spec/runPolicy/managedBy", "kubeflow.org/training-operator"),
     }
 }
 
@@ -166,6 +194,7 @@ const fn plain(
         queue_labels_at: ON_OBJECT,
         resources_outside_templates: &[],
         immutable_on_update,
+        managed_by: None,
     }
 }
 
@@ -181,7 +210,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         TemplateLayout::Single("/spec/template"),
         suspended_at("/spec/suspend"),
         &["/spec/template", "/spec/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "kubernetes.io/job-controller")),
     plain(
         "jobset.x-k8s.io",
         "v1alpha2",
@@ -189,7 +219,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         TemplateLayout::PerItem { list: "/spec/replicatedJobs", item: "/template/spec/template" },
         suspended_at("/spec/suspend"),
         &["/spec/replicatedJobs", "/spec/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "jobset.sigs.k8s.io/jobset-controller")),
     // A Pod's spec is immutable apart from image, activeDeadlineSeconds, added tolerations and removed
     // scheduling gates; tiergate changes none of it after creation.
     plain("", "v1", "Pod", TemplateLayout::Pod, Queueing::NotQueued, &["/spec"]),
@@ -207,6 +238,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         queue_labels_at: "/spec/jobTemplate/metadata",
         resources_outside_templates: &[],
         immutable_on_update: &[],
+        // The Jobs it spawns carry the queue label from the start, so Kueue's own webhook dispatches them.
+        managed_by: None,
     },
     // KubeRay: a RayJob runs once (its cluster spec is left alone on UPDATE, as a Job's template); a RayCluster
     // and a RayService live on and may change their worker groups, which then get the same decision.
@@ -220,7 +253,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         ]),
         suspended_at("/spec/suspend"),
         &["/spec/rayClusterSpec", "/spec/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
     plain(
         "ray.io",
         "v1",
@@ -231,7 +265,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         ]),
         suspended_at("/spec/suspend"),
         &["/spec/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
     plain(
         "ray.io",
         "v1",
@@ -242,7 +277,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         ]),
         suspended_at("/spec/rayClusterConfig/suspend"),
         &["/spec/rayClusterConfig/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
     kubeflow("PyTorchJob", &[TemplateAt::PodTemplate("/spec/pytorchReplicaSpecs/*/template")]),
     kubeflow("TFJob", &[TemplateAt::PodTemplate("/spec/tfReplicaSpecs/*/template")]),
     kubeflow("XGBoostJob", &[TemplateAt::PodTemplate("/spec/xgbReplicaSpecs/*/template")]),
@@ -251,6 +287,7 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
     WorkloadAdapter {
         version: "v2beta1",
         kind: "MPIJob",
+        managed_by: managed_by("/spec/runPolicy/managedBy", "kubeflow.org/mpi-operator"),
         ..kubeflow("MPIJob", &[TemplateAt::PodTemplate("/spec/mpiReplicaSpecs/*/template")])
     },
     // Kubeflow Trainer v2: the pod template lives in the referenced (Cluster)TrainingRuntime, which tiergate does
@@ -269,6 +306,7 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         queue_labels_at: ON_OBJECT,
         resources_outside_templates: &["/spec/trainer/resourcesPerNode"],
         immutable_on_update: &["/spec/suspend", QUEUE_LABEL_POINTER],
+        managed_by: managed_by("/spec/managedBy", "trainer.kubeflow.org/trainjob-controller"),
     },
     // Multi-host inference: Kueue gates the pods of each group (no suspend field); leader and worker templates.
     plain(
@@ -290,7 +328,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         TemplateLayout::Embedded { list: "/spec/components", item: "/template" },
         suspended_at("/spec/suspend"),
         &["/spec/components", "/spec/suspend", QUEUE_LABEL_POINTER],
-    ),
+    )
+    .dispatched_through(managed_by("/spec/managedBy", "workload.codeflare.dev/appwrapper-controller")),
     // Alpha in Kueue (feature gate SparkApplicationIntegration): driver and executor are SparkPodSpecs (pod fields
     // flat, GPUs as `gpu: {name, quantity}`), each with an optional full pod `template`.
     plain(

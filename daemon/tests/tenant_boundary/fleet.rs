@@ -114,3 +114,70 @@ fn without_the_mark_the_same_job_from_the_multikueue_user_is_confined_like_any_o
         decision.verdict
     );
 }
+
+/// The management cluster's snapshot: the sample policy with bronze dispatching to worker `us-east`.
+fn management_dispatching_bronze() -> Snapshot {
+    let mut policy = load_policy(None).unwrap();
+    policy.spec.clusters = vec![
+        serde_json::from_value(json!({"name": "us-east",
+            "clusterSource": {"kubeConfig": {"locationType": "Secret", "location": "us-east-kubeconfig"}}}))
+        .unwrap(),
+    ];
+    let bronze = policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap();
+    bronze.dispatch = Some(serde_json::from_value(json!({"clusters": ["us-east"]})).unwrap());
+    build_static_snapshot(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None)
+}
+
+/// A bronze Job on its own class, with `spec` merged in.
+fn bronze_job(spec: Value) -> Value {
+    let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train", "namespace": BRONZE},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "img", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}});
+    for (key, value) in spec.as_object().unwrap() {
+        job["spec"][key] = value.clone();
+    }
+    job
+}
+
+fn managed_by_after(snapshot: &Snapshot, operation: &str, job: &Value, old: Option<&Value>) -> Option<String> {
+    let decision = mutate(&tenant_review(operation, job, old, false, &[]), snapshot, &AdmissionInputs::default());
+    assert_eq!(decision.verdict, Verdict::Allow);
+    let object = decision.final_object(job).unwrap_or_else(|| job.clone());
+    object.pointer("/spec/managedBy").and_then(Value::as_str).map(str::to_owned)
+}
+
+#[test]
+fn a_job_of_a_dispatching_tier_is_handed_to_multikueue_as_kueues_webhook_would_if_it_saw_the_queue() {
+    let snapshot = management_dispatching_bronze();
+    assert_eq!(
+        managed_by_after(&snapshot, "CREATE", &bronze_job(json!({})), None).as_deref(),
+        Some("kueue.x-k8s.io/multikueue")
+    );
+    let own_controller = bronze_job(json!({"managedBy": "kubernetes.io/job-controller"}));
+    assert_eq!(
+        managed_by_after(&snapshot, "CREATE", &own_controller, None).as_deref(),
+        Some("kueue.x-k8s.io/multikueue"),
+        "the kind's own controller is replaced, as Kueue's CanDefaultManagedBy allows"
+    );
+}
+
+#[test]
+fn a_tier_that_does_not_dispatch_never_gets_multikueue_as_its_controller() {
+    let worker = worker();
+    assert_eq!(managed_by_after(&worker, "CREATE", &bronze_job(json!({})), None), None);
+}
+
+#[test]
+fn a_tenants_own_controller_is_kept_and_an_update_never_changes_managed_by() {
+    let snapshot = management_dispatching_bronze();
+    let custom = bronze_job(json!({"managedBy": "example.com/my-controller"}));
+    assert_eq!(
+        managed_by_after(&snapshot, "CREATE", &custom, None).as_deref(),
+        Some("example.com/my-controller"),
+        "a controller other than the kind's own is the user's choice (Kueue then refuses to dispatch it; it stays \
+         suspended in the tier's queue, never outside it)"
+    );
+    let stored = bronze_job(json!({"suspend": true}));
+    assert_eq!(managed_by_after(&snapshot, "UPDATE", &stored, Some(&stored)), None, "spec.managedBy is immutable");
+}

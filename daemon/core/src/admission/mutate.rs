@@ -10,8 +10,9 @@ use kube_core::admission::Operation;
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
-    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, PRIORITY_CLASS_LABEL, PodTemplatePointers, QUEUE_NAME_LABEL, Queueing,
-    TemplateLayout, WorkloadAdapter, adapter_for, set_pointer, unknown_embedded_kinds, unknown_owner_kind,
+    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, MULTIKUEUE_CONTROLLER, PRIORITY_CLASS_LABEL, PodTemplatePointers,
+    QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter, adapter_for, set_pointer, unknown_embedded_kinds,
+    unknown_owner_kind,
 };
 
 use super::boundary::{self, Reach, TierBounds, Violation};
@@ -838,7 +839,43 @@ impl Work<'_> {
                 source: ShapeError { field: "suspend", expected: "object" },
             });
         }
+        if !update {
+            self.hand_to_multikueue(context, labels_at, &tier_queue)?;
+        }
         Ok(None)
+    }
+
+    /// What Kueue's own webhook does for a queue whose ClusterQueue dispatches through MultiKueue
+    /// (`ApplyDefaultForManagedBy`): an object of a dispatching tier, queued in the tier's LocalQueue, names
+    /// MultiKueue as its controller, unless it names a controller other than its kind's own. Kueue's webhook cannot
+    /// do it here: the API server calls it before tiergate's (configurations in name order), when the object has no
+    /// queue label yet, and without it MultiKueue rejects the workload ("Expecting spec.managedBy").
+    fn hand_to_multikueue(
+        &mut self,
+        context: &TierContext<'_>,
+        labels_at: &str,
+        tier_queue: &str,
+    ) -> Result<(), MutateError> {
+        let Some(managed_by) = self.adapter.managed_by else { return Ok(()) };
+        let dispatches = context.tier.dispatch.as_ref().is_some_and(|dispatch| !dispatch.clusters.is_empty());
+        let queued_here = label(&self.after, labels_at, QUEUE_NAME_LABEL).as_deref() == Some(tier_queue);
+        let current = self.before.lookup(managed_by.pointer).and_then(Value::as_str);
+        let replaceable = current.is_none_or(|controller| controller == managed_by.own_controller);
+        if !dispatches || !queued_here || !replaceable {
+            return Ok(());
+        }
+        if !self.set(managed_by.pointer, Some(Value::String(MULTIKUEUE_CONTROLLER.to_owned()))) {
+            return Err(MutateError::EditField {
+                pointer: managed_by.pointer.to_owned(),
+                source: ShapeError { field: "managedBy", expected: "object" },
+            });
+        }
+        let field = managed_by.pointer.trim_start_matches('/').replace('/', ".");
+        self.reasons.push(format!(
+            "{field}: {MULTIKUEUE_CONTROLLER}, so Kueue dispatches it to tier {}'s worker clusters",
+            context.tier.name
+        ));
+        Ok(())
     }
 
     /// What Kueue's webhook does for a pod-group kind (LeaderWorkerSet): `label` and `annotations` on every pod
