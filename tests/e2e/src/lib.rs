@@ -59,6 +59,11 @@ pub const E2E_TIER_LABEL: &str = "e2e.tiergate.io/tier";
 /// and where it looked), printed as each suite's skip line.
 pub const SKIP_ENV: &str = "TIERGATE_E2E_SKIP";
 
+/// The worker cluster's kubeconfig for the fleet suite.
+pub const WORKER_KUBECONFIG_ENV: &str = "TIERGATE_E2E_WORKER_KUBECONFIG";
+/// Set by the throwaway control plane when it has no worker cluster to offer: why.
+pub const WORKER_SKIP_ENV: &str = "TIERGATE_E2E_WORKER_SKIP";
+
 /// Prints the skip line every e2e test uses, so CI logs show why nothing ran.
 pub fn skip(test: &str, reason: &str) {
     println!("skipped: {test}: {reason}");
@@ -217,12 +222,22 @@ pub async fn create_namespace(
     Ok(())
 }
 
-/// Installs (server-side applies) the TierPolicy CRD and waits until it is established; when it was absent
-/// before, `cleanup` removes it at the end.
+/// Installs (server-side applies) the TierPolicy CRD and waits until TierPolicies are served; when it was absent
+/// before, `cleanup` removes it at the end. A CRD still being deleted (an earlier suite's cleanup) is waited out
+/// first: applying to it would only delay its removal, and the API server stops serving it once it goes.
 pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = TierPolicy::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
+    wait_for("an earlier TierPolicy CRD to finish terminating", Duration::from_secs(60), || {
+        let crds = crds.clone();
+        let name = name.clone();
+        async move {
+            let found = crds.get_opt(&name).await.ok()?;
+            found.is_none_or(|crd| crd.metadata.deletion_timestamp.is_none()).then_some(())
+        }
+    })
+    .await?;
     let existed = crds.get_opt(&name).await?.is_some();
     crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
     wait_for("the TierPolicy CRD to be established", Duration::from_secs(30), || {
@@ -233,6 +248,12 @@ pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Resul
             let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
             established.then_some(())
         }
+    })
+    .await?;
+    let policies: Api<TierPolicy> = Api::all(client.clone());
+    wait_for("the API server to serve TierPolicies", Duration::from_secs(30), || {
+        let policies = policies.clone();
+        async move { policies.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ()) }
     })
     .await?;
     if !existed {

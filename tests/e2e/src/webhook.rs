@@ -67,13 +67,15 @@ impl WebhookEndpoint {
         }
     }
 
-    /// Every interface of the host's address family, on the endpoint's port.
+    /// A loopback host itself (the throwaway control plane's API server is on this machine), otherwise every
+    /// interface of the host's address family, on the endpoint's port.
     pub fn listen(&self) -> SocketAddr {
-        let any = match self.host.parse::<IpAddr>() {
+        let address = match self.host.parse::<IpAddr>() {
+            Ok(address) if address.is_loopback() => address,
             Ok(IpAddr::V6(_)) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             _ => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         };
-        SocketAddr::new(any, self.port)
+        SocketAddr::new(address, self.port)
     }
 }
 
@@ -293,6 +295,8 @@ mod tests {
         let found = endpoint("[fd00::1]", Some("8443")).unwrap().unwrap();
         assert_eq!(found.url(), "https://[fd00::1]:8443/mutate");
         assert_eq!(found.listen(), "[::]:8443".parse().unwrap());
+        let loopback = endpoint("127.0.0.1", Some("8443")).unwrap().unwrap();
+        assert_eq!(loopback.listen(), "127.0.0.1:8443".parse().unwrap(), "loopback is never exposed further");
         assert_eq!(
             endpoint("host.docker.internal", None).unwrap().unwrap().url(),
             "https://host.docker.internal:9443/mutate"

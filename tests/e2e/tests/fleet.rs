@@ -25,13 +25,14 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, kueue_served_or_skip, random_name, skip, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV, apply_policy,
+    build_prefixed_policy, create_namespace, ensure, install_tierpolicy_crd, kueue_served_or_skip, random_name, skip,
+    wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
 /// The worker cluster's kubeconfig file.
-const WORKER_ENV: &str = "TIERGATE_E2E_WORKER_KUBECONFIG";
+const WORKER_ENV: &str = WORKER_KUBECONFIG_ENV;
 /// Where MultiKueue (and `InProcessDaemon`'s fleet) reads kubeconfig Secrets.
 const KUEUE_NAMESPACE: &str = "kueue-system";
 /// Objects appear on either cluster within this.
@@ -59,7 +60,13 @@ async fn a_dispatching_tier_reaches_the_worker_and_a_job_is_labelled_here_and_mi
 /// The worker's client and kubeconfig text, or `None` (after printing why) when it is not configured or usable.
 async fn worker_or_skip(test: &str) -> Result<Option<(Client, String)>, HarnessError> {
     let Some(path) = std::env::var_os(WORKER_ENV) else {
-        skip(test, &format!("{WORKER_ENV} is not set; point it at a second cluster with Kueue to run this test"));
+        match std::env::var(WORKER_SKIP_ENV) {
+            Ok(reason) if !reason.is_empty() => skip(test, &reason),
+            _ => skip(
+                test,
+                &format!("{WORKER_ENV} is not set; point it at a second cluster with Kueue to run this test"),
+            ),
+        }
         return Ok(None);
     };
     let text = std::fs::read_to_string(&path)
@@ -134,7 +141,7 @@ async fn run_scenario(
         let outcome = check_fleet(client, cleanup, endpoint, webhook, worker, &policy, &prefix, &cluster).await;
         // The worker leaves the policy: tiergate prunes what it applied there (the garbage collector only sees the
         // management cluster's owner references).
-        let pruned = prune_worker(client, worker, &policy, &cluster).await;
+        let pruned = prune_worker(client, worker, &policy, &prefix, &cluster).await;
         outcome.and(pruned)
     })
     .await
@@ -180,14 +187,16 @@ async fn check_fleet(
     })
     .await?;
 
-    // 3. A Job created here is labelled by tiergate's webhook, then MultiKueue copies it to the worker.
+    // 3. A GPU Job created here is labelled by tiergate's webhook (a CPU-only one is not tiergate's), then MultiKueue
+    // copies it to the worker once the worker's Kueue has admitted its copy of the Workload.
     register_webhook(client, cleanup, endpoint, &webhook.ca_pem, prefix).await?;
     let job: Job = serde_json::from_value(json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": format!("{prefix}-job"), "namespace": tenant},
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "main", "image": "busybox:1.36", "command": ["true"],
-                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}},
+                            "resources": {"requests": {"cpu": "10m", "memory": "16Mi", "nvidia.com/gpu": "1"},
+                                          "limits": {"nvidia.com/gpu": "1"}}}]}}},
     }))?;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &tenant);
     let stored = wait_for("the webhook to label a Job in the gold namespace", CONVERGE, || async {
@@ -210,13 +219,28 @@ async fn check_fleet(
     .await
 }
 
-/// Removes the worker from the policy and waits until tiergate pruned its queues there.
+/// Finishes the tenant's work (the Job is deleted here, and MultiKueue deletes its copy on the worker: a queue in
+/// use stays, terminating, until its workloads are gone, as Kueue's `resource-in-use` finalizer keeps it), then
+/// removes the worker from the policy and waits until tiergate pruned its queues there.
 async fn prune_worker(
     client: &Client,
     worker: &Client,
     policy: &TierPolicy,
+    prefix: &str,
     cluster: &str,
 ) -> Result<(), HarnessError> {
+    let (tenant, job) = (format!("{prefix}-gold"), format!("{prefix}-job"));
+    let background = kube::api::DeleteParams::background();
+    if let Err(error) = Api::<Job>::namespaced(client.clone(), &tenant).delete(&job, &background).await
+        && !matches!(&error, kube::Error::Api(status) if status.code == 404)
+    {
+        return Err(error.into());
+    }
+    let copies: Api<Job> = Api::namespaced(worker.clone(), &tenant);
+    wait_for("MultiKueue to delete the Job's copy on the worker", MULTIKUEUE, || async {
+        copies.get_opt(&job).await.ok()?.is_none().then_some(())
+    })
+    .await?;
     let mut local = policy.clone();
     local.spec.clusters.clear();
     for tier in &mut local.spec.tiers {

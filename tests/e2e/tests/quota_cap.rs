@@ -290,6 +290,14 @@ async fn decisions(client: &Client, run: &Run) -> Result<Vec<Decision>, HarnessE
     Ok(found)
 }
 
+/// The tier's ClusterQueue's `status.admittedWorkloads` and `status.pendingWorkloads`, as Kueue counts them.
+async fn cluster_queue_counts(client: &Client, run: &Run) -> Result<(u64, u64), HarnessError> {
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
+    let queue = queues.get(&format!("tiergate-{}", run.tier())).await?;
+    let count = |field: &str| queue.data["status"][field].as_u64().unwrap_or(0);
+    Ok((count("admittedWorkloads"), count("pendingWorkloads")))
+}
+
 fn workload_resource() -> ApiResource {
     ApiResource {
         group: "kueue.x-k8s.io".to_owned(),
@@ -349,14 +357,23 @@ async fn fill_and_check(
         }
     }
     let expected_pending = created - usize::try_from(TIER_GPUS).unwrap_or(usize::MAX);
+    // Kueue's own count says when it has decided: the ClusterQueue reports the quota's Jobs admitted and the rest
+    // pending. Kueue writes its "insufficient quota" message only on the pending Workloads its scheduler has tried
+    // (the head of the queue at least; the others may carry none until the queue moves), so those messages are
+    // checked where present, and one is required.
     let settled = wait_for("Kueue to admit the quota and leave the rest pending", SCHEDULED, || async {
+        let (admitted_count, pending_count) = cluster_queue_counts(client, run).await.ok()?;
         let found = decisions(client, run).await.ok()?;
         let admitted = found.iter().filter(|decision| decision.admitted_flavor.is_some()).count();
-        let pending = found
+        let explained = found
             .iter()
             .filter(|decision| decision.pending_message.as_deref().is_some_and(is_insufficient_quota))
             .count();
-        (found.len() == created && u32::try_from(admitted).ok() == Some(TIER_GPUS) && pending == expected_pending)
+        (found.len() == created
+            && u32::try_from(admitted).ok() == Some(TIER_GPUS)
+            && admitted_count == u64::from(TIER_GPUS)
+            && usize::try_from(pending_count).ok() == Some(expected_pending)
+            && explained >= 1)
             .then_some(found)
     })
     .await;
@@ -364,10 +381,16 @@ async fn fill_and_check(
         Ok(found) => found,
         Err(error) => {
             let last = decisions(client, run).await.unwrap_or_default();
-            return Err(format!("{error}; last seen: {last:#?}").into());
+            let counts = cluster_queue_counts(client, run).await.ok();
+            return Err(format!("{error}; ClusterQueue (admitted, pending): {counts:?}; last seen: {last:#?}").into());
         }
     };
 
+    let unexplained: Vec<&Decision> = found
+        .iter()
+        .filter(|decision| decision.pending_message.as_deref().is_some_and(|message| !is_insufficient_quota(message)))
+        .collect();
+    ensure(unexplained.is_empty(), || format!("pending for another reason than quota: {unexplained:#?}"))?;
     let mut charged: BTreeMap<String, u64> = BTreeMap::new();
     for decision in &found {
         let kind = Kind::ALL.into_iter().find(|kind| kind.name() == decision.kind);

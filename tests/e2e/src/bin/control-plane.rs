@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tiergate_e2e::control_plane::ControlPlane;
 use tiergate_e2e::control_plane::assets::Assets;
-use tiergate_e2e::{HarnessError, SKIP_ENV};
+use tiergate_e2e::{HarnessError, SKIP_ENV, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV};
 
 fn usage() -> HarnessError {
     "usage: control-plane up --env-file FILE".into()
@@ -88,12 +88,20 @@ async fn up(env_file: PathBuf) -> Result<(), HarnessError> {
         plane.pids(),
         plane.dir().display()
     );
+    let worker = match &plane.worker {
+        Ok(kubeconfig) => shell_assignment(WORKER_KUBECONFIG_ENV, &kubeconfig.display().to_string()),
+        Err(reason) => {
+            println!("control plane: {reason}");
+            shell_assignment(WORKER_SKIP_ENV, reason)
+        }
+    };
     write_env(
         &env_file,
         &[
             shell_assignment("KUBECONFIG", &plane.kubeconfig.display().to_string()),
-            shell_assignment("TIERGATE_E2E_WORKER_KUBECONFIG", &plane.worker_kubeconfig.display().to_string()),
+            worker,
             shell_assignment("TIERGATE_E2E_WEBHOOK_HOST", "127.0.0.1"),
+            shell_assignment("TIERGATE_E2E_WEBHOOK_PORT", &plane.webhook_port.to_string()),
         ],
     )?;
     stop.await;

@@ -1,7 +1,7 @@
 //! A throwaway Kubernetes control plane on loopback for the end-to-end suites, started from plain binaries as
 //! controller-runtime's envtest does: etcd, kube-apiserver, kube-controller-manager (Jobs make pods, namespaces
 //! finalize, garbage is collected) and the Kueue manager with its CRDs and its webhooks registered by URL, plus a
-//! second API server as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only
+//! second API server with its own Kueue as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only
 //! processes it started, each stopped by PID. Does I/O (processes, files, the API).
 
 pub mod assets;
@@ -58,8 +58,11 @@ const FRAMEWORKS: &[&str] = &[
 pub struct ControlPlane {
     /// The management cluster's admin kubeconfig.
     pub kubeconfig: PathBuf,
-    /// The worker cluster's admin kubeconfig (a second API server, Kueue's CRDs installed, no Kueue manager).
-    pub worker_kubeconfig: PathBuf,
+    /// The worker cluster's admin kubeconfig (a second API server with Kueue's and the workload kinds' CRDs and its
+    /// own Kueue manager; no controller-manager), or why there is none.
+    pub worker: Result<PathBuf, String>,
+    /// A free loopback port for the suites' in-process tiergate webhook (`TIERGATE_E2E_WEBHOOK_PORT`).
+    pub webhook_port: u16,
     /// `binary: version` of each binary, as it reports itself.
     pub versions: Vec<String>,
     /// How long start-up took.
@@ -161,12 +164,14 @@ impl ControlPlane {
             let version = tokio::task::spawn_blocking(move || version_of(&binary, "--version")).await?;
             versions.push(format!("{name}: {version}"));
         }
-        versions.push(format!("kueue: {}", assets.kueue.display()));
+        versions.push(format!("kueue: {} (version unknown until it starts)", assets.kueue.display()));
+        let etcd_reports_watch_progress = reports_watch_progress(plane_etcd_line(&versions));
         let credentials = build_credentials()?;
         let files = Files::write(dir.path(), &credentials)?;
         let mut plane = Self {
             kubeconfig: PathBuf::new(),
-            worker_kubeconfig: PathBuf::new(),
+            worker: Err(no_worker_reason(plane_etcd_line(&versions))),
+            webhook_port: free_port()?,
             versions,
             started_in: Duration::ZERO,
             processes: Vec::new(),
@@ -175,15 +180,21 @@ impl ControlPlane {
         let etcd = plane.start_etcd(assets).await?;
         let (kubeconfig, client) =
             plane.start_apiserver(assets, &files, &credentials, &etcd, "kube-apiserver", "/registry").await?;
-        plane.kubeconfig = kubeconfig;
-        let (worker_kubeconfig, worker) =
-            plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
-        plane.worker_kubeconfig = worker_kubeconfig;
+        plane.kubeconfig = kubeconfig.clone();
         plane.start_controller_manager(assets, &files)?;
         let shared = shared_dir()?;
-        install_crds(&client, &[shared.join("kueue/crds"), shared.join("workload-crds")]).await?;
-        install_crds(&worker, &[shared.join("kueue/crds")]).await?;
-        plane.start_kueue(assets, &client, &credentials).await?;
+        let all_crds = [shared.join("kueue/crds"), shared.join("workload-crds")];
+        install_crds(&client, &all_crds).await?;
+        plane.start_kueue("kueue", assets, &client, &kubeconfig, &credentials).await?;
+        if etcd_reports_watch_progress {
+            let (worker_kubeconfig, worker) =
+                plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
+            // MultiKueue connects to a worker only when it serves every kind of the manager's enabled integrations,
+            // and the worker's own Kueue admits MultiKueue's copies; only then does the manager create the Job there.
+            install_crds(&worker, &all_crds).await?;
+            plane.start_kueue("worker-kueue", assets, &worker, &worker_kubeconfig, &credentials).await?;
+            plane.worker = Ok(worker_kubeconfig);
+        }
         plane.wait_for_default_service_account(&client).await?;
         plane.started_in = began.elapsed();
         Ok(plane)
@@ -320,37 +331,56 @@ impl ControlPlane {
         self.spawn("kube-controller-manager", &program, &args, &[])
     }
 
-    /// The Kueue manager with the frameworks the API server serves, its configuration stored as a release install
-    /// stores it, and its webhooks registered by URL once it is ready.
+    /// A Kueue manager called `name` for the API server of `client` (admin `kubeconfig`), with the frameworks that
+    /// server serves, its configuration stored as a release install stores it, and its webhooks registered by URL
+    /// once it is ready.
     async fn start_kueue(
         &mut self,
+        name: &str,
         assets: &Assets,
         client: &Client,
+        kubeconfig: &Path,
         credentials: &Credentials,
     ) -> Result<(), HarnessError> {
         let webhook_kinds = served_framework_kinds(client).await?;
         let frameworks: Vec<String> =
             webhook_kinds.iter().map(|kind| framework_name(&kind.group, &kind.kind)).collect();
-        let certs = self.dir.path().join("kueue-certs");
+        let dir = self.dir.path().join(name);
+        let certs = dir.join("webhook-certs");
         std::fs::create_dir_all(&certs)?;
         write(&certs, "tls.crt", &credentials.serving.cert)?;
         write(&certs, "tls.key", &credentials.serving.key)?;
         let (webhook_port, health_port) = (free_port()?, free_port()?);
         let config = build_manager_config(webhook_port, &certs.display().to_string(), health_port, &frameworks);
-        let config_file = write(self.dir.path(), "kueue-config.yaml", &config)?;
+        let config_file = write(&dir, "config.yaml", &config)?;
         store_manager_config(client, &config).await?;
-        let args = vec![arg("config", config_file.display()), arg("feature-gates", "VisibilityOnDemand=false")];
-        let kubeconfig = self.kubeconfig.clone();
-        self.spawn("kueue", &assets.kueue, &args, &[("KUBECONFIG", &kubeconfig)])?;
+        let metrics_certs = dir.join("etc-overlay/kueue/metrics/certs");
+        std::fs::create_dir_all(&metrics_certs)?;
+        write(&metrics_certs, "tls.crt", &credentials.serving.cert)?;
+        write(&metrics_certs, "tls.key", &credentials.serving.key)?;
+        let overlay_work = dir.join("etc-overlay-work");
+        std::fs::create_dir_all(&overlay_work)?;
+        let mut kueue_args =
+            vec![arg("config", config_file.display()), arg("feature-gates", "VisibilityOnDemand=false")];
+        if let Ok(level) = std::env::var(KUEUE_LOG_LEVEL_ENV) {
+            kueue_args.push(arg("zap-log-level", level));
+        }
+        let args = with_private_etc_overlay(&dir.join("etc-overlay"), &overlay_work, &assets.kueue, &kueue_args);
+        self.spawn(name, Path::new("unshare"), &args, &[("KUBECONFIG", kubeconfig)])?;
         let probe = format!("http://127.0.0.1:{health_port}/readyz");
         let http = reqwest::Client::new();
-        let ready = wait_for("the Kueue manager to answer /readyz", START_TIMEOUT, || {
+        let ready = wait_for(&format!("{name} to answer /readyz"), START_TIMEOUT, || {
             let (http, probe) = (http.clone(), probe.clone());
             async move { http.get(&probe).send().await.ok().filter(|response| response.status().is_success()) }
         })
         .await;
         if ready.is_err() {
             return Err(self.last_process()?.failure("become ready"));
+        }
+        let log = std::fs::read_to_string(self.dir.path().join(format!("{name}.log"))).unwrap_or_default();
+        if let Some(version) = logged_git_version(&log) {
+            self.versions.retain(|line| !line.starts_with("kueue:"));
+            self.versions.push(format!("kueue: {version}"));
         }
         let mut kinds = kueue_own_webhook_kinds();
         kinds.extend(webhook_kinds);
@@ -382,6 +412,65 @@ impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.stop_processes();
     }
+}
+
+/// Kueue's log verbosity (`--zap-log-level`, e.g. `5`) when set; Kueue's default otherwise.
+pub const KUEUE_LOG_LEVEL_ENV: &str = "TIERGATE_E2E_KUEUE_LOG_LEVEL";
+
+/// The etcd line of the versions (`etcd: etcd Version: 3.5.16`).
+fn plane_etcd_line(versions: &[String]) -> &str {
+    versions.iter().find(|line| line.starts_with("etcd:")).map_or("", String::as_str)
+}
+
+/// Why the control plane has no worker cluster over the etcd of `etcd_version_line`.
+fn no_worker_reason(etcd_version_line: &str) -> String {
+    format!(
+        "the throwaway control plane starts no worker cluster: its etcd ({etcd_version_line}) does not answer watch \
+         progress requests, and MultiKueue's watches of a worker need them (etcd 3.4.31+, 3.5.13+ or 3.6+; Debian \
+         13's etcd-server is 3.5.16)"
+    )
+}
+
+/// Whether the etcd whose `--version` line this is answers watch progress requests (etcd 3.4.31+, 3.5.13+, 3.6+).
+///
+/// kube-apiserver serves streaming watches (`sendInitialEvents`) only over such an etcd and otherwise refuses them
+/// ("the required storage feature RequestWatchProgress is disabled"). Kueue's MultiKueue watches a worker that
+/// way and never connects to it otherwise; Debian 12's `etcd-server` (3.4.23) is older.
+fn reports_watch_progress(etcd_version_line: &str) -> bool {
+    let version = etcd_version_line.rsplit(' ').next().unwrap_or_default();
+    let numbers: Vec<u32> = version.trim_start_matches('v').split('.').map_while(|part| part.parse().ok()).collect();
+    match numbers.as_slice() {
+        [3, 4, patch, ..] => *patch >= 31,
+        [3, 5, patch, ..] => *patch >= 13,
+        [3, minor, ..] => *minor >= 6,
+        [major, ..] => *major > 3,
+        [] => false,
+    }
+}
+
+/// The `gitVersion` Kueue's manager logs as it starts (it has no `--version` flag).
+fn logged_git_version(log: &str) -> Option<&str> {
+    let (_, rest) = log.split_once("\"gitVersion\":\"")?;
+    rest.split('"').next()
+}
+
+/// `unshare` arguments running `program` with `args` in a private mount namespace where `upper` lies over `/etc`.
+///
+/// Kueue's manager without its internal certificate management reads its metrics serving certificate from the
+/// fixed path `/etc/kueue/metrics/certs` (v0.19 `cmd/kueue/main.go`), even with metrics off. The overlay hands it
+/// the control plane's certificate there without writing the machine's `/etc`; `unshare` execs the shell, which
+/// execs Kueue, so the PID stopped is Kueue's. Needs root (or unprivileged user and mount namespaces).
+fn with_private_etc_overlay(upper: &Path, work: &Path, program: &Path, args: &[String]) -> Vec<String> {
+    let mount = format!(
+        "mount -t overlay overlay -o lowerdir=/etc,upperdir={},workdir={} /etc && exec \"$0\" \"$@\"",
+        upper.display(),
+        work.display()
+    );
+    let mut all = vec!["--mount".to_owned(), "--propagation=private".to_owned(), "sh".to_owned(), "-c".to_owned()];
+    all.push(mount);
+    all.push(program.display().to_string());
+    all.extend(args.iter().cloned());
+    all
 }
 
 /// Server-side applies `object` as the harness's field manager.
@@ -462,4 +551,40 @@ async fn store_manager_config(client: &Client, config: &str) -> Result<(), Harne
         ..ConfigMap::default()
     };
     apply(&Api::<ConfigMap>::namespaced(client.clone(), KUEUE_NAMESPACE), &map).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_etcd_releases_with_progress_requests_report_watch_progress() {
+        assert!(!reports_watch_progress("etcd: etcd Version: 3.4.23"));
+        assert!(reports_watch_progress("etcd: etcd Version: 3.4.31"));
+        assert!(!reports_watch_progress("etcd: etcd Version: 3.5.1"));
+        assert!(reports_watch_progress("etcd: etcd Version: 3.5.21"));
+        assert!(reports_watch_progress("etcd: etcd Version: 3.6.4"));
+        assert!(!reports_watch_progress("etcd: unknown (boom)"));
+    }
+
+    #[test]
+    fn kueues_version_is_read_from_its_start_up_line() {
+        let log = r#"{"level":"info","msg":"Initializing","gitVersion":"v0.19.2","gitCommit":"8eab687"}"#;
+        assert_eq!(logged_git_version(log), Some("v0.19.2"));
+        assert_eq!(logged_git_version("nothing logged yet"), None);
+    }
+
+    #[test]
+    fn kueue_runs_under_a_private_etc_overlay_and_keeps_its_own_arguments() {
+        let args = with_private_etc_overlay(
+            Path::new("/tmp/x/etc-overlay"),
+            Path::new("/tmp/x/work"),
+            Path::new("/bin/kueue"),
+            &["--config=/tmp/x/config.yaml".to_owned()],
+        );
+        assert_eq!(&args[..4], ["--mount", "--propagation=private", "sh", "-c"]);
+        assert!(args[4].starts_with("mount -t overlay overlay -o lowerdir=/etc,upperdir=/tmp/x/etc-overlay,"));
+        assert!(args[4].ends_with(r#"/etc && exec "$0" "$@""#));
+        assert_eq!(&args[5..], ["/bin/kueue", "--config=/tmp/x/config.yaml"]);
+    }
 }
