@@ -14,6 +14,7 @@ use super::{CmdError, shutdown_signal};
 use crate::admin::{AdminState, serve_admin};
 use crate::admission::build_static_snapshot;
 use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
+use crate::blockers::Blockers;
 use crate::cache::{CacheScope, CacheSettings, ClusterCache};
 use crate::cli::WebhookArgs;
 use crate::inputs::{load_cluster_view, load_policy};
@@ -77,7 +78,7 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         metrics: metrics.clone(),
     };
     let config = WebhookConfig { listen: args.listen, tls_cert, tls_key, limits };
-    let admin = AdminState { metrics, snapshot, draining };
+    let admin = AdminState { blockers: Blockers::new(&metrics), metrics, snapshot, draining };
     let webhook = serve_webhook(config, state, shutdown.clone());
     let admin = serve_admin(args.admin_listen, admin, shutdown.clone());
     let (webhook, admin) = tokio::join!(webhook, admin);
