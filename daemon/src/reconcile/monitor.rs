@@ -156,7 +156,133 @@ pub fn build_certificate_blockers(pem: Result<Vec<u8>, String>, now: i64) -> (Op
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{CacheScope, CacheSettings};
+    use crate::metrics::Metrics;
     use crate::reconcile::worker::health::WorkerState;
+
+    /// A mocked API server: `answer(path)` gives a failing status for a list, else the list holds `items(path)`;
+    /// every watch is held open (a quiet cluster).
+    fn mock_cluster(
+        answer: fn(&str) -> Option<(u16, &'static str)>,
+        items: fn(&str) -> Vec<serde_json::Value>,
+    ) -> kube::Client {
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        tokio::spawn(async move {
+            let mut open_watches = Vec::new();
+            while let Some((request, send)) = handle.next_request().await {
+                let path = request.uri().path().to_owned();
+                let (code, body) = if let Some((code, reason)) = answer(&path) {
+                    let status = serde_json::json!({"apiVersion": "v1", "kind": "Status", "status": "Failure",
+                        "reason": reason, "code": code, "message": format!("{reason}: {path}")});
+                    (code, status)
+                } else if request.uri().query().unwrap_or_default().contains("watch=true") {
+                    open_watches.push(send);
+                    continue;
+                } else {
+                    let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
+                        "metadata": {"resourceVersion": "10"}, "items": items(&path)});
+                    (200, list)
+                };
+                let response = http::Response::builder()
+                    .status(code)
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    /// Discovery finds no owner kind (so no owner watch); `rest` answers everything else.
+    fn no_discovery(path: &str, rest: Option<(u16, &'static str)>) -> Option<(u16, &'static str)> {
+        if path.starts_with("/apis/") && path.split('/').count() == 4 { Some((404, "NotFound")) } else { rest }
+    }
+
+    fn build_inputs(client: &kube::Client, policy_name: &str, shutdown: &CancellationToken) -> MonitorInputs {
+        let metrics = Arc::new(Metrics::new());
+        let settings = CacheSettings {
+            policy_name: policy_name.to_owned(),
+            own_namespace: "tiergate-system".to_owned(),
+            debounce: Duration::from_millis(10),
+            ledger: None,
+            scope: CacheScope::Management,
+        };
+        MonitorInputs {
+            blockers: Blockers::new(&metrics),
+            cache: Arc::new(ClusterCache::start(client, settings, metrics, shutdown)),
+            fleet: Arc::new(FleetHealth::default()),
+            policy_name: policy_name.to_owned(),
+            policy_choice: None,
+            certificate: None,
+        }
+    }
+
+    /// Runs the monitor's look until `done` holds for the blockers (the watches fail or sync in their own tasks).
+    async fn look_until(inputs: &MonitorInputs, done: impl Fn(&Blockers) -> bool) {
+        while !done(&inputs.blockers) {
+            check_once(inputs).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watch_rbac_forbids_and_a_missing_kueue_crd_are_both_reported_by_name_from_a_mocked_api_server() {
+        let client = mock_cluster(
+            |path| {
+                let rest = match path {
+                    "/api/v1/nodes" => Some((403, "Forbidden")),
+                    _ if path.starts_with("/apis/kueue.x-k8s.io/") => Some((404, "NotFound")),
+                    _ => None,
+                };
+                no_discovery(path, rest)
+            },
+            |_| vec![],
+        );
+        let shutdown = CancellationToken::new();
+        let inputs = build_inputs(&client, "default", &shutdown);
+        look_until(&inputs, |blockers| {
+            blockers.is_active(BlockedReason::WatchForbidden) && blockers.is_active(BlockedReason::CrdMissing)
+        })
+        .await;
+        let active = inputs.blockers.active();
+        let detail =
+            |reason| active.iter().find(|blocker| blocker.reason == reason).map(|blocker| blocker.detail.clone());
+        assert_eq!(detail(BlockedReason::WatchForbidden).as_deref(), Some("list/watch answered 403 for: Node"));
+        let missing = detail(BlockedReason::CrdMissing).unwrap_or_default();
+        assert!(missing.contains("ClusterQueue") && missing.contains("LocalQueue"), "{missing}");
+        assert!(!inputs.blockers.is_active(BlockedReason::PolicyNotFound), "nothing is judged from unsynced caches");
+        shutdown.cancel();
+    }
+
+    fn only_fleet(path: &str) -> Vec<serde_json::Value> {
+        if path == "/apis/tiergate.io/v1alpha1/tierpolicies" {
+            let mut policy = serde_json::to_value(crate::inputs::load_policy(None).unwrap()).unwrap();
+            policy["metadata"]["name"] = serde_json::json!("fleet");
+            vec![policy]
+        } else {
+            vec![]
+        }
+    }
+
+    #[tokio::test]
+    async fn a_served_policy_that_does_not_exist_while_another_does_is_reported_naming_both() {
+        let client = mock_cluster(|path| no_discovery(path, None), only_fleet);
+        let shutdown = CancellationToken::new();
+        let inputs = build_inputs(&client, "default", &shutdown);
+        assert!(inputs.cache.wait_until_synced().await);
+        look_until(&inputs, |blockers| blockers.is_active(BlockedReason::PolicyNotFound)).await;
+        let detail = inputs.blockers.active()[0].detail.clone();
+        assert!(detail.contains("no tiergate instance serves TierPolicy \"fleet\""), "{detail}");
+        assert!(detail.contains("--policy-name fleet"), "{detail}");
+
+        // Serving the policy that exists: nothing blocks.
+        let served = build_inputs(&client, "fleet", &shutdown);
+        assert!(served.cache.wait_until_synced().await);
+        check_once(&served).await;
+        assert!(served.blockers.active().is_empty(), "{:?}", served.blockers.active());
+        shutdown.cancel();
+    }
 
     #[test]
     fn failing_watches_are_sorted_into_missing_crds_forbidden_watches_and_an_unreachable_api() {
