@@ -257,7 +257,7 @@ impl LeaseError {
             kube::Error::Api(status) if status.is_forbidden() => {
                 (BlockedReason::LeaseForbidden, format!("{lease}: {}", status.message))
             }
-            kube::Error::Api(status) if status.is_not_found() && matches!(self, Self::WriteLease { .. }) => (
+            kube::Error::Api(status) if status.is_not_found() && names_a_namespace(status) => (
                 BlockedReason::LeaseNamespaceMissing,
                 format!(
                     "namespace {:?} (--namespace) does not exist, so {lease} cannot be created; run `kubectl create \
@@ -268,6 +268,14 @@ impl LeaseError {
             _ => (BlockedReason::LeaseUnavailable, format!("{lease}: {self}")),
         }
     }
+}
+
+/// Whether a 404 is about the namespace (creating in a namespace that does not exist), not the Lease itself.
+fn names_a_namespace(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .map_or_else(|| status.message.starts_with("namespaces "), |details| details.kind == "namespaces")
 }
 
 /// Tries once to acquire or renew; `Ok(true)` when this replica holds the Lease afterwards.

@@ -64,8 +64,10 @@ pub async fn check_once(inputs: &MonitorInputs) {
         blockers.update(BlockedReason::PolicyNotFound, detail);
     }
     if !served {
-        // Only an existing policy can be invalid.
-        blockers.clear(BlockedReason::PolicyInvalid);
+        // Only an existing policy can be invalid or fail to reconcile; a deleted one leaves no stale blocker.
+        for reason in [BlockedReason::PolicyInvalid, BlockedReason::WriteForbidden, BlockedReason::ReconcileFailing] {
+            blockers.clear(reason);
+        }
     }
     blockers.update(BlockedReason::WorkerUnreachable, build_worker_blocker(&inputs.fleet.workers()));
     if let Some(path) = &inputs.certificate {
