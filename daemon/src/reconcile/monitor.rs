@@ -1,9 +1,10 @@
 //! The blockers nobody reports by failing an action: watches that fail (403, 404, unreachable), the served
 //! TierPolicy missing while others exist, unreachable fleet workers, and a missing or expired webhook
 //! certificate. The decisions are pure (`build_*`); [`run_blocker_monitor`] polls the cache, the fleet's health
-//! and the certificate file every 2 s and sets or clears each blocker.
+//! and the certificate file every 2 s and sets or clears each blocker ([`run_certificate_monitor`]: the file
+//! alone, for `tiergate webhook`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,11 +72,29 @@ pub async fn check_once(inputs: &MonitorInputs) {
     }
     blockers.update(BlockedReason::WorkerUnreachable, build_worker_blocker(&inputs.fleet.workers()));
     if let Some(path) = &inputs.certificate {
-        let pem = tokio::fs::read(path).await.map_err(|error| format!("failed to read {}: {error}", path.display()));
-        let now = k8s_openapi::jiff::Timestamp::now().as_second();
-        let (missing, expired) = build_certificate_blockers(pem, now);
-        blockers.update(BlockedReason::CertificateMissing, missing);
-        blockers.update(BlockedReason::CertificateExpired, expired);
+        check_certificate(blockers, path).await;
+    }
+}
+
+/// Reads the serving certificate file and sets or clears `certificate_missing` and `certificate_expired`.
+pub async fn check_certificate(blockers: &Blockers, path: &Path) {
+    let pem = tokio::fs::read(path).await.map_err(|error| format!("failed to read {}: {error}", path.display()));
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let (missing, expired) = build_certificate_blockers(pem, now);
+    blockers.update(BlockedReason::CertificateMissing, missing);
+    blockers.update(BlockedReason::CertificateExpired, expired);
+}
+
+/// Checks only the certificate file every 2 s until `shutdown` (`tiergate webhook`, which has no reconciler).
+pub async fn run_certificate_monitor(blockers: Arc<Blockers>, path: PathBuf, shutdown: CancellationToken) {
+    let mut ticks = tokio::time::interval(PERIOD);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        check_certificate(&blockers, &path).await;
     }
 }
 
@@ -226,6 +245,27 @@ mod tests {
             check_once(inputs).await;
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn an_expired_certificate_file_blocks_until_a_valid_one_replaces_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tls.crt");
+        let blockers = Blockers::detached();
+        check_certificate(&blockers, &path).await;
+        assert!(blockers.is_active(BlockedReason::CertificateMissing));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["tiergate-webhook".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
+        check_certificate(&blockers, &path).await;
+        assert!(blockers.is_active(BlockedReason::CertificateExpired));
+        assert!(!blockers.is_active(BlockedReason::CertificateMissing));
+        params.not_after = rcgen::date_time_ymd(2999, 1, 1);
+        std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
+        check_certificate(&blockers, &path).await;
+        assert!(blockers.active().is_empty(), "{:?}", blockers.active());
     }
 
     #[tokio::test]
