@@ -184,6 +184,13 @@ impl BlockedReason {
         }
     }
 
+    /// Whether it belongs in the served policy's `Blocked` condition: everything about reconciling it, not the
+    /// webhook's certificate (a replica's own file, missing for a moment at every start with self-managed
+    /// certificates: the condition would flap and a restart would write the status twice).
+    pub fn is_about_the_policy(self) -> bool {
+        !matches!(self, Self::CertificateMissing | Self::CertificateExpired)
+    }
+
     /// Whether `/readyz` turns 503 for it: only when the webhook itself cannot serve. Every other blocker keeps the
     /// replica ready (the webhook still decides from synced caches) and is listed in the body.
     pub fn blocks_readiness(self) -> bool {

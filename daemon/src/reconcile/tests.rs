@@ -644,6 +644,21 @@ async fn an_invalid_policy_blocks_loudly_and_its_status_carries_the_blocked_cond
 }
 
 #[tokio::test]
+async fn a_missing_webhook_certificate_stays_out_of_the_policy_status_so_a_restart_writes_nothing() {
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&policy, &snapshot));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+    ctx.blockers().set(crate::blockers::BlockedReason::CertificateMissing, "failed to read /tls/tls.crt");
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+    assert!(calls.is_empty(), "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
+
+#[tokio::test]
 async fn a_write_rbac_forbids_blocks_as_write_forbidden_and_a_later_success_clears_it() {
     let policy = sample_policy();
     let snapshot = snapshot_with(&[("team-a", "gold")]);

@@ -134,7 +134,9 @@ pub(super) async fn write_status(
     let previous = policy.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
     let workers = ctx.fleet.workers();
     merge_worker_conditions(&mut status, &workers, previous, policy.metadata.generation, &now);
-    merge_blocked_condition(&mut status, &ctx.blockers.active(), previous, policy.metadata.generation, &now);
+    let mut blockers = ctx.blockers.active();
+    blockers.retain(|blocker| blocker.reason.is_about_the_policy());
+    merge_blocked_condition(&mut status, &blockers, previous, policy.metadata.generation, &now);
     if policy.status.as_ref() == Some(&status) {
         return Ok(false);
     }
