@@ -170,6 +170,8 @@ class FakeApi:
         self.policy = policy
         self.objects: dict[str, dict[str, Any]] = {}
         self.lease: dict[str, Any] | None = None
+        # False: the Lease namespace does not exist (creating the Lease answers 404) until it is POSTed.
+        self.lease_namespace_exists = True
         self.writes: list[tuple[str, str, str, dict[str, Any]]] = []
         self.write_times: list[float] = []
         self.stopping = threading.Event()
@@ -345,7 +347,15 @@ class FakeApi:
             def do_POST(self) -> None:
                 body = self._body()
                 path = self._record(body)
+                if path == "/api/v1/namespaces":
+                    api.lease_namespace_exists = True
                 if path.endswith("/leases"):
+                    if not api.lease_namespace_exists:
+                        namespace = path.split("/")[-2]
+                        return self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                "reason": "NotFound", "code": 404,
+                                                "message": f'namespaces "{namespace}" not found',
+                                                "details": {"name": namespace, "kind": "namespaces"}})
                     body["metadata"]["resourceVersion"] = "1"
                     api.lease = body
                 self._send(201, body)

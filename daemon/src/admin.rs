@@ -1,4 +1,5 @@
-//! The plain-HTTP admin server: `/healthz`, `/readyz` (caches synced, not draining) and `/metrics`; does I/O.
+//! The plain-HTTP admin server: `/healthz`, `/readyz` (caches synced, not draining, the webhook's certificate
+//! usable; the body lists every active blocker with its fix) and `/metrics`; does I/O.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use crate::blockers::{Blocker, Blockers};
 use crate::metrics::Metrics;
 use crate::view::SharedSnapshot;
 
@@ -26,6 +28,8 @@ pub struct AdminState {
     pub snapshot: SharedSnapshot,
     /// Set on SIGTERM: `/readyz` turns false so the Service stops sending new requests.
     pub draining: Arc<AtomicBool>,
+    /// What keeps the daemon from its job: listed in `/readyz`'s body; those that stop the webhook make it 503.
+    pub blockers: Arc<Blockers>,
 }
 
 /// Serves the admin endpoints until `shutdown` is cancelled.
@@ -58,16 +62,34 @@ pub fn unready_reason(state: &AdminState) -> Option<&'static str> {
         Some("draining: shutting down")
     } else if !state.snapshot.load().synced {
         Some("caches not synced yet")
+    } else if state.blockers.active().iter().any(|blocker| blocker.reason.blocks_readiness()) {
+        Some("the webhook cannot serve")
     } else {
         None
     }
 }
 
-async fn handle_readyz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
-    match unready_reason(&state) {
-        None => (StatusCode::OK, "ok"),
-        Some(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason),
+/// The `/readyz` answer: `ok` alone when ready and nothing blocks; else the first line says whether the replica
+/// is ready, and one line per active blocker says what is wrong and how to fix it.
+pub fn build_readyz_body(unready: Option<&str>, blockers: &[Blocker]) -> String {
+    let mut body = match (unready, blockers.is_empty()) {
+        (None, true) => return "ok".to_owned(),
+        (None, false) => "ready (the webhook serves), but blocked:".to_owned(),
+        (Some(reason), true) => reason.to_owned(),
+        (Some(reason), false) => format!("{reason}; blocked:"),
+    };
+    for blocker in blockers {
+        body.push_str(&format!("\n[-] {}: {}", blocker.reason.label(), blocker.describe()));
     }
+    body.push('\n');
+    body
+}
+
+async fn handle_readyz(State(state): State<AdminState>) -> (StatusCode, String) {
+    let unready = unready_reason(&state);
+    let body = build_readyz_body(unready, &state.blockers.active());
+    let code = if unready.is_some() { StatusCode::SERVICE_UNAVAILABLE } else { StatusCode::OK };
+    (code, body)
 }
 
 async fn handle_metrics(State(state): State<AdminState>) -> Response {
@@ -89,8 +111,10 @@ mod tests {
     use tower::ServiceExt;
 
     fn state(synced: bool, draining: bool) -> AdminState {
+        let metrics = Arc::new(Metrics::new());
         AdminState {
-            metrics: Arc::new(Metrics::new()),
+            blockers: Blockers::new(&metrics),
+            metrics,
             snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { synced, ..Snapshot::default() })),
             draining: Arc::new(AtomicBool::new(draining)),
         }
@@ -120,6 +144,35 @@ mod tests {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(body.contains("draining"));
         let (status, body, _) = get_path(state(true, true), "/healthz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    }
+
+    #[tokio::test]
+    async fn readyz_stays_ready_but_lists_each_blocker_with_its_fix() {
+        use crate::blockers::BlockedReason;
+        let state = state(true, false);
+        state.blockers.set(BlockedReason::LeaseNamespaceMissing, "namespace \"tiergate-system\" does not exist");
+        state.blockers.set(BlockedReason::PolicyNotFound, "this one serves \"default\"");
+        let (status, body, _) = get_path(state.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::OK, "the webhook still serves: {body}");
+        assert!(body.starts_with("ready (the webhook serves), but blocked:"), "{body}");
+        assert!(body.contains("[-] lease_namespace_missing:") && body.contains("--create-lease-namespace"), "{body}");
+        assert!(body.contains("[-] policy_not_found:") && body.contains("this one serves"), "{body}");
+        let (_, metrics, _) = get_path(state, "/metrics").await;
+        assert!(metrics.contains(r#"tiergate_blocked{reason="lease_namespace_missing"} 1"#), "{metrics}");
+        assert!(metrics.contains(r#"tiergate_blocked{reason="kueue_missing"} 0"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn readyz_is_unavailable_while_the_webhook_certificate_is_missing_or_expired() {
+        use crate::blockers::BlockedReason;
+        let state = state(true, false);
+        state.blockers.set(BlockedReason::CertificateExpired, "the serving certificate expired at 2026-01-01");
+        let (status, body, _) = get_path(state.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("the webhook cannot serve; blocked:") && body.contains("expired at 2026"), "{body}");
+        state.blockers.clear(BlockedReason::CertificateExpired);
+        let (status, body, _) = get_path(state, "/readyz").await;
         assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
     }
 

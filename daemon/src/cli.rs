@@ -121,9 +121,9 @@ pub struct StatusArgs {
     /// Only this tier.
     #[arg(long, env = "TIERGATE_TIER")]
     pub tier: Option<String>,
-    /// Name of the TierPolicy.
-    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
-    pub policy_name: String,
+    /// Name of the TierPolicy (default: the only one when exactly one exists, else `default`).
+    #[arg(long, env = "TIERGATE_POLICY_NAME")]
+    pub policy_name: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
     pub output: AnswerFormat,
@@ -268,9 +268,15 @@ pub struct RunArgs {
     /// The daemon's own namespace (always excluded from mutation).
     #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
     pub namespace: String,
-    /// Name of the TierPolicy to reconcile.
-    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
-    pub policy_name: String,
+    /// Name of the TierPolicy to reconcile. When not given: the only TierPolicy if exactly one exists at start,
+    /// else `default` (with several and none called `default`, nothing is reconciled and the log, `/readyz` and
+    /// `tiergate_blocked{reason="policy_not_found"}` list them).
+    #[arg(long, env = "TIERGATE_POLICY_NAME")]
+    pub policy_name: Option<String>,
+    /// Create `--namespace` when it does not exist (the Lease lives there; the chart creates it, a
+    /// `tiergate run --kubeconfig` from a laptop may not find it). Needs `create` on namespaces.
+    #[arg(long, env = "TIERGATE_CREATE_LEASE_NAMESPACE", default_value_t = false)]
+    pub create_lease_namespace: bool,
     /// Name of the leader-election Lease in `--namespace`.
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
     pub lease_name: String,

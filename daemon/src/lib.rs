@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod admission;
 pub mod answers;
+pub mod blockers;
 pub mod cache;
 pub mod certs;
 pub mod cli;

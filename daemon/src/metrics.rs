@@ -81,6 +81,8 @@ pub struct Metrics {
     pub certificate_expiry_timestamp_seconds: Gauge,
     /// Serving certificate reloads, by outcome.
     pub certificate_reloads: Family<ReasonLabels, Counter>,
+    /// 1 while a reason keeps the daemon from doing its job, by fixed reason (`crate::blockers::BlockedReason`).
+    pub blocked: Family<ReasonLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -114,6 +116,7 @@ impl Metrics {
             placement_assignments: Family::default(),
             certificate_expiry_timestamp_seconds: Gauge::default(),
             certificate_reloads: Family::default(),
+            blocked: Family::default(),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Reconciles run", metrics.reconciles.clone());
@@ -174,6 +177,11 @@ impl Metrics {
             "certificate_reloads",
             "Serving certificate reloads by outcome",
             metrics.certificate_reloads.clone(),
+        );
+        registry.register(
+            "blocked",
+            "1 while a reason keeps tiergate from reconciling or serving, by reason",
+            metrics.blocked.clone(),
         );
         Self { registry, ..metrics }
     }

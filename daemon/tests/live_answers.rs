@@ -381,7 +381,8 @@ fn degraded_policy() -> TierPolicy {
         serde_json::from_value(json!({
             "conditions": [
                 {"type": "Ready", "status": "False", "reason": "ApplyFailed", "message": "1 of 9 objects failed", "lastTransitionTime": "2026-11-24T05:00:00Z"},
-                {"type": "Degraded", "status": "True", "reason": "ApplyFailed", "message": "see lastError", "lastTransitionTime": "2026-11-24T05:00:00Z"}
+                {"type": "Degraded", "status": "True", "reason": "ApplyFailed", "message": "see lastError", "lastTransitionTime": "2026-11-24T05:00:00Z"},
+                {"type": "Served", "status": "True", "reason": "PolicyName", "message": "a tiergate instance serves this TierPolicy (its --policy-name)", "lastTransitionTime": "2026-11-24T05:00:00Z"}
             ],
             "lastError": "failed to apply ClusterQueue tiergate-gold: forbidden"
         }))
@@ -394,9 +395,14 @@ fn degraded_policy() -> TierPolicy {
 fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys_last_error() {
     let policy = degraded_policy();
     let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(fixture("clusterqueue-bronze.yaml")).unwrap()];
-    let answer =
-        build_status_answer(&StatusInputs { policy: &policy, cluster_queues: &queues, pools: &[], tier: None })
-            .unwrap();
+    let answer = build_status_answer(&StatusInputs {
+        policy: &policy,
+        other_policies: &[],
+        cluster_queues: &queues,
+        pools: &[],
+        tier: None,
+    })
+    .unwrap();
     assert_eq!(
         answer.to_table(),
         "\
@@ -413,6 +419,7 @@ bronze   l4       nvidia.com/gpu   14      14         16      0          -      
 TierPolicy default:
   Ready=False (ApplyFailed): 1 of 9 objects failed
   Degraded=True (ApplyFailed): see lastError
+  Served=True (PolicyName): a tiergate instance serves this TierPolicy (its --policy-name)
   last error: failed to apply ClusterQueue tiergate-gold: forbidden
 "
     );
@@ -430,7 +437,13 @@ fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
         taints: Vec::new(),
     };
     let pools = [pool("gpu-h100", "h100"), pool("gpu-l4", "l4")];
-    let inputs = StatusInputs { policy: &policy, cluster_queues: &queues, pools: &pools, tier: Some("bronze") };
+    let inputs = StatusInputs {
+        policy: &policy,
+        other_policies: &[],
+        cluster_queues: &queues,
+        pools: &pools,
+        tier: Some("bronze"),
+    };
     let answer = build_status_answer(&inputs).unwrap();
     assert_eq!(answer.tiers.len(), 1);
     assert!(answer.tiers[0].flavors.iter().all(|flavor| flavor.nodepools == ["gpu-l4"]), "{answer:?}");
@@ -551,6 +564,9 @@ async fn why_on_a_missing_object_names_it_and_the_namespace_flag() {
 #[tokio::test]
 async fn status_reads_the_policy_and_its_owned_cluster_queues_with_gets_and_lists_only() {
     let responder = |call: &Call| match call.path.as_str() {
+        "/apis/tiergate.io/v1alpha1/tierpolicies" => {
+            list("TierPolicy", vec![serde_json::to_value(degraded_policy()).unwrap()])
+        }
         "/apis/tiergate.io/v1alpha1/tierpolicies/default" => {
             (StatusCode::OK, serde_json::to_value(degraded_policy()).unwrap())
         }
@@ -558,14 +574,77 @@ async fn status_reads_the_policy_and_its_owned_cluster_queues_with_gets_and_list
         _ => not_found(),
     };
     let (fetched, calls) =
-        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, "default").await }).await;
+        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("default")).await }).await;
     let fetched = fetched.unwrap();
     assert!(calls.iter().all(|call| call.method == "GET"), "{calls:?}");
-    assert_eq!(calls.len(), 2);
+    assert_eq!(calls.len(), 3);
     assert_eq!(fetched.cluster_queues[0].status.pending_workloads, Some(3));
+    assert!(fetched.other_policies.is_empty());
     let (missing, _) =
-        with_mock_api(not_found_for_all, |client| async move { fetch_status_inputs(&client, "default").await }).await;
+        with_mock_api(not_found_for_all, |client| async move { fetch_status_inputs(&client, Some("default")).await })
+            .await;
     assert!(missing.unwrap_err().to_string().contains("--policy-name"));
+}
+
+/// A TierPolicy named `name`, served (its status has `Served=True`) or not (no status).
+fn named_policy(name: &str, served: bool) -> Value {
+    let mut policy = serde_json::to_value(if served { degraded_policy() } else { policy() }).unwrap();
+    policy["metadata"]["name"] = json!(name);
+    if !served {
+        policy.as_object_mut().unwrap().remove("status");
+    }
+    policy
+}
+
+#[tokio::test]
+async fn status_of_a_policy_no_instance_serves_says_so_and_names_the_one_served() {
+    let responder = |call: &Call| match call.path.as_str() {
+        "/apis/tiergate.io/v1alpha1/tierpolicies" => {
+            list("TierPolicy", vec![named_policy("default", true), named_policy("fleet", false)])
+        }
+        "/apis/tiergate.io/v1alpha1/tierpolicies/fleet" => (StatusCode::OK, named_policy("fleet", false)),
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" => list("ClusterQueue", vec![]),
+        _ => not_found(),
+    };
+    let (fetched, _) =
+        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("fleet")).await }).await;
+    let fetched = fetched.unwrap();
+    let answer = build_status_answer(&StatusInputs {
+        policy: &fetched.policy,
+        other_policies: &fetched.other_policies,
+        cluster_queues: &fetched.cluster_queues,
+        pools: &[],
+        tier: None,
+    })
+    .unwrap();
+    let note = answer.not_served.clone().unwrap();
+    assert!(note.starts_with("no tiergate instance serves policy fleet (this one serves default)"), "{note}");
+    assert!(
+        answer.to_table().contains("NOT SERVED: no tiergate instance serves policy fleet"),
+        "{}",
+        answer.to_table()
+    );
+}
+
+#[tokio::test]
+async fn status_without_a_policy_name_reads_the_only_policy_and_a_missing_one_names_those_that_exist() {
+    let only = |call: &Call| match call.path.as_str() {
+        "/apis/tiergate.io/v1alpha1/tierpolicies" => list("TierPolicy", vec![named_policy("spot-mix", false)]),
+        "/apis/tiergate.io/v1alpha1/tierpolicies/spot-mix" => (StatusCode::OK, named_policy("spot-mix", false)),
+        "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" => list("ClusterQueue", vec![]),
+        _ => not_found(),
+    };
+    let (fetched, _) = with_mock_api(only, |client| async move { fetch_status_inputs(&client, None).await }).await;
+    assert_eq!(fetched.unwrap().policy.metadata.name.as_deref(), Some("spot-mix"));
+    let several = |call: &Call| match call.path.as_str() {
+        "/apis/tiergate.io/v1alpha1/tierpolicies" => {
+            list("TierPolicy", vec![named_policy("fleet", false), named_policy("spot-mix", false)])
+        }
+        _ => not_found(),
+    };
+    let (missing, _) = with_mock_api(several, |client| async move { fetch_status_inputs(&client, None).await }).await;
+    let error = missing.unwrap_err().to_string();
+    assert!(error.contains("TierPolicy default") && error.contains("fleet, spot-mix"), "{error}");
 }
 
 fn not_found_for_all(_: &Call) -> (StatusCode, Value) {

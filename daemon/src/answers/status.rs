@@ -12,12 +12,15 @@ use crate::check::{NodePool, pool_rejection};
 use crate::plan::names::cluster_queue_name;
 use crate::plan::tier_flavors;
 use crate::policy::TierPolicy;
+use crate::reconcile::status::SERVED;
 
 /// What `status` is built from.
 #[derive(Debug)]
 pub struct StatusInputs<'a> {
     /// The TierPolicy (with its status).
     pub policy: &'a TierPolicy,
+    /// The cluster's other TierPolicies (empty when unknown): which of them a tiergate instance serves.
+    pub other_policies: &'a [TierPolicy],
     /// The cluster's ClusterQueues (those of other owners are ignored).
     pub cluster_queues: &'a [KueueClusterQueue],
     /// Live nodepools (Karpenter NodePools, node groups); empty when they could not be listed.
@@ -61,6 +64,9 @@ pub struct StatusAnswer {
     /// The last reconcile error, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// Set when no tiergate instance serves this policy: says so and which policies are served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_served: Option<String>,
     /// One entry per tier, in policy order.
     pub tiers: Vec<TierStatus>,
 }
@@ -189,7 +195,40 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
             })
             .collect(),
         last_error: status.last_error,
+        not_served: build_not_served_note(policy, inputs.other_policies),
         tiers,
+    })
+}
+
+/// Whether a tiergate instance writes `policy`'s status: only the instance serving a policy writes it, and it
+/// always sets `Served=True` ([`crate::reconcile::status::SERVED`]).
+fn is_served(policy: &TierPolicy) -> bool {
+    policy.status.as_ref().is_some_and(|status| {
+        status.conditions.iter().any(|condition| condition.type_ == SERVED && condition.status == "True")
+    })
+}
+
+/// "no tiergate instance serves policy X (this one serves Y)" when `policy` carries no `Served` condition.
+pub fn build_not_served_note(policy: &TierPolicy, others: &[TierPolicy]) -> Option<String> {
+    if is_served(policy) {
+        return None;
+    }
+    let name = policy.metadata.name.clone().unwrap_or_default();
+    let served: Vec<String> =
+        others.iter().filter(|other| is_served(other)).filter_map(|other| other.metadata.name.clone()).collect();
+    Some(match served.as_slice() {
+        [] => format!(
+            "no tiergate instance serves policy {name}: none has written its status; run `tiergate run --policy-name \
+             {name}` (or set the chart's policyName), and if one runs, its log and /readyz say what blocks it"
+        ),
+        [one] => format!(
+            "no tiergate instance serves policy {name} (this one serves {one}); restart it with --policy-name {name} \
+             (the chart's policyName)"
+        ),
+        several => format!(
+            "no tiergate instance serves policy {name} (running instances serve {}); give one --policy-name {name}",
+            several.join(", ")
+        ),
     })
 }
 
@@ -276,6 +315,9 @@ impl StatusAnswer {
         ));
         out.push('\n');
         let _ = writeln!(out, "TierPolicy {}:", self.policy);
+        if let Some(note) = &self.not_served {
+            let _ = writeln!(out, "  NOT SERVED: {note}");
+        }
         if self.conditions.is_empty() {
             out.push_str("  no status conditions yet (is the tiergate daemon running?)\n");
         }

@@ -25,12 +25,42 @@ impl CacheHealth {
     }
 }
 
-/// Health of one watch: when it last delivered, and since when it has been failing.
+/// Why a watch fails, as far as it matters to a person fixing it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchFailure {
+    /// 403: RBAC forbids listing or watching the resource.
+    Forbidden,
+    /// 404: the API server does not serve the resource (its CRD is missing, or another version is served).
+    NotServed,
+    /// Anything else: the API server is unreachable or erroring.
+    Other,
+}
+
+/// Classifies a watch error by the API server's answer.
+pub fn classify_watch_error(error: &kube::runtime::watcher::Error) -> WatchFailure {
+    use kube::runtime::watcher::Error;
+    let status = match error {
+        Error::InitialListFailed(kube::Error::Api(status))
+        | Error::WatchStartFailed(kube::Error::Api(status))
+        | Error::WatchFailed(kube::Error::Api(status)) => status.as_ref(),
+        Error::WatchError(status) => status.as_ref(),
+        _ => return WatchFailure::Other,
+    };
+    if status.is_forbidden() {
+        WatchFailure::Forbidden
+    } else if status.is_not_found() {
+        WatchFailure::NotServed
+    } else {
+        WatchFailure::Other
+    }
+}
+
+/// Health of one watch: when it last delivered, and since when it has been failing (and why).
 #[derive(Debug)]
 struct WatchHealth {
     label: &'static str,
     last_ok: Instant,
-    failing: bool,
+    failing: Option<WatchFailure>,
 }
 
 /// Signals shared by the watch tasks and the snapshot loop.
@@ -48,16 +78,16 @@ impl Signals {
 
     pub(crate) fn register(&self, label: &'static str) -> usize {
         let Ok(mut health) = self.health.lock() else { return usize::MAX };
-        health.push(WatchHealth { label, last_ok: Instant::now(), failing: false });
+        health.push(WatchHealth { label, last_ok: Instant::now(), failing: None });
         health.len() - 1
     }
 
-    pub(crate) fn record(&self, index: usize, ok: bool) {
+    pub(crate) fn record(&self, index: usize, failure: Option<WatchFailure>) {
         if let Ok(mut health) = self.health.lock()
             && let Some(entry) = health.get_mut(index)
         {
-            entry.failing = !ok;
-            if ok {
+            entry.failing = failure;
+            if failure.is_none() {
                 entry.last_ok = Instant::now();
             }
         }
@@ -68,13 +98,19 @@ impl Signals {
         let Ok(health) = self.health.lock() else { return 0.0 };
         health
             .iter()
-            .filter(|entry| entry.failing)
+            .filter(|entry| entry.failing.is_some())
             .map(|entry| now.saturating_duration_since(entry.last_ok).as_secs_f64())
             .fold(0.0, f64::max)
     }
 
     pub(crate) fn failing_watches(&self) -> Vec<&'static str> {
         let Ok(health) = self.health.lock() else { return vec![] };
-        health.iter().filter(|entry| entry.failing).map(|entry| entry.label).collect()
+        health.iter().filter(|entry| entry.failing.is_some()).map(|entry| entry.label).collect()
+    }
+
+    /// The failing watches with why each fails, in start order.
+    pub(crate) fn watch_failures(&self) -> Vec<(&'static str, WatchFailure)> {
+        let Ok(health) = self.health.lock() else { return vec![] };
+        health.iter().filter_map(|entry| entry.failing.map(|failure| (entry.label, failure))).collect()
     }
 }

@@ -23,7 +23,7 @@ pub use self::decode::{
     Cached, NamespaceLite, NodeLite, NodeLiteSpec, NodeLiteStatus, build_namespace_view, build_node_view, unwrap_cached,
 };
 pub use self::fingerprint::build_local_queue_fingerprint;
-pub use self::health::CacheHealth;
+pub use self::health::{CacheHealth, WatchFailure};
 pub use self::live::{LiveObject, OwnedStores, WorkloadCounts, build_live_event};
 pub use self::snapshot::{SnapshotInputs, build_snapshot};
 
@@ -36,6 +36,7 @@ use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::Client;
 use kube::api::Api;
 use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
@@ -52,6 +53,7 @@ use self::stores::{ManagementReaders, Readers, wait_for_sync};
 use self::wiring::{Spawner, Trigger, strip_metadata, strip_to_labels};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
+use crate::policy::TierPolicy;
 use crate::view::{SharedSnapshot, Snapshot};
 
 /// Pod label naming the placement rule a pod was given (written by the webhook's placement).
@@ -103,6 +105,7 @@ pub struct ClusterCache {
     pub changes: watch::Receiver<u64>,
     scope: CacheScope,
     signals: Arc<Signals>,
+    policies: Option<Store<TierPolicy>>,
     shutdown: CancellationToken,
 }
 
@@ -139,6 +142,7 @@ impl ClusterCache {
             management: (scope == CacheScope::Management).then(|| start_management_watches(client, &spawner)),
         };
 
+        let policies = readers.management.as_ref().map(|management| management.policies.clone());
         let snapshot: SharedSnapshot = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
         let (changes_tx, changes) = watch::channel(0_u64);
         let synced = Arc::new(AtomicBool::new(false));
@@ -153,7 +157,7 @@ impl ClusterCache {
             metrics,
             shutdown: shutdown.clone(),
         }));
-        Self { snapshot, owned, changes, scope, signals, shutdown }
+        Self { snapshot, owned, changes, scope, signals, policies, shutdown }
     }
 
     /// Which stores this cache holds.
@@ -184,6 +188,22 @@ impl ClusterCache {
             failing_watches: self.signals.failing_watches(),
             staleness_seconds: self.signals.staleness(Instant::now()),
         }
+    }
+
+    /// The failing watches now, with why each fails (403, 404 or anything else).
+    pub fn watch_failures(&self) -> Vec<(&'static str, WatchFailure)> {
+        self.signals.watch_failures()
+    }
+
+    /// The names of every TierPolicy in the cache, sorted (empty in worker scope).
+    pub fn policy_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .policies
+            .as_ref()
+            .map(|store| store.state().iter().map(|policy| kube::ResourceExt::name_any(policy.as_ref())).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
     }
 
     /// Stops this cache's watches and snapshot loop (other caches keep running).

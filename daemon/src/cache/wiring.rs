@@ -12,7 +12,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
 use super::decode::LAST_APPLIED_ANNOTATION;
-use super::health::Signals;
+use super::health::{Signals, classify_watch_error};
 
 /// A stateful filter over one watch's events.
 pub(crate) type EventFilter<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
@@ -71,7 +71,7 @@ impl Spawner {
                 if let Ok(event) = &event {
                     sink(event);
                 }
-                signals.record(index, event.is_ok());
+                signals.record(index, event.as_ref().err().map(classify_watch_error));
                 match &event {
                     Ok(event) => {
                         let changed = matches!(

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
@@ -15,6 +17,7 @@ use crate::certs::{CertConfig, run_certificate_manager, wait_for_certificate_fil
 use crate::cli::RunArgs;
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
+use crate::policy::TierPolicy;
 use crate::reconcile::runtime::{ReconcilerOptions, build_identity, start_reconciler};
 use crate::scoring::Scorer;
 
@@ -34,24 +37,40 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     let draining = Arc::new(AtomicBool::new(false));
     let shutdown = CancellationToken::new();
     let identity = build_identity();
-    tracing::info!(%identity, policy = %args.policy_name, namespace = %args.namespace, "starting tiergate run");
+    let existing = match &args.policy_name {
+        Some(_) => None,
+        None => Some(list_policy_names(&client).await),
+    };
+    let (policy_name, policy_choice) = choose_policy_name(args.policy_name.as_deref(), existing.as_ref());
+    match &policy_choice {
+        Some(choice) => tracing::info!(policy = %policy_name, "serving TierPolicy {policy_name:?}: {choice}"),
+        None => tracing::info!(policy = %policy_name, "serving TierPolicy {policy_name:?} (--policy-name)"),
+    }
+    tracing::info!(%identity, policy = %policy_name, namespace = %args.namespace, "starting tiergate run");
 
     let reconciler = start_reconciler(
         &client,
         ReconcilerOptions {
-            policy_name: args.policy_name.clone(),
+            policy_name,
             namespace: args.namespace.clone(),
             lease_name: args.lease_name.clone(),
             identity,
             debounce: SNAPSHOT_DEBOUNCE,
             ledger: Some(ledger.clone()),
             kueue_namespace: args.kueue_namespace.clone(),
+            create_lease_namespace: args.create_lease_namespace,
+            policy_choice,
+            certificate: Some(webhook.tls_cert.clone()),
         },
         metrics.clone(),
         &shutdown,
     );
-    let admin_state =
-        AdminState { metrics: metrics.clone(), snapshot: reconciler.snapshot.clone(), draining: draining.clone() };
+    let admin_state = AdminState {
+        metrics: metrics.clone(),
+        snapshot: reconciler.snapshot.clone(),
+        draining: draining.clone(),
+        blockers: reconciler.blockers.clone(),
+    };
     let admission_state = AdmissionState {
         snapshot: reconciler.snapshot.clone(),
         scorer: Arc::new(
@@ -104,6 +123,53 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     }
 }
 
+/// The names of every TierPolicy, sorted, or why they could not be listed.
+async fn list_policy_names(client: &kube::Client) -> Result<Vec<String>, String> {
+    let api: Api<TierPolicy> = Api::all(client.clone());
+    let list = api.list_metadata(&ListParams::default()).await.map_err(|error| error.to_string())?;
+    let mut names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Which TierPolicy to serve, and why when `--policy-name` was not given: the only one when exactly one exists,
+/// else `default` (several without a `default`, none, or the list failed: the reason says so, and the monitor
+/// reports `policy_not_found` until one named `default` exists).
+pub fn choose_policy_name(
+    given: Option<&str>,
+    existing: Option<&Result<Vec<String>, String>>,
+) -> (String, Option<String>) {
+    const DEFAULT: &str = "default";
+    if let Some(given) = given {
+        return (given.to_owned(), None);
+    }
+    let names = match existing {
+        Some(Ok(names)) => names,
+        Some(Err(error)) => {
+            return (
+                DEFAULT.to_owned(),
+                Some(format!("--policy-name not given and listing TierPolicies failed: {error}")),
+            );
+        }
+        None => return (DEFAULT.to_owned(), None),
+    };
+    match names.as_slice() {
+        [only] => (only.clone(), Some("--policy-name not given and it is the only TierPolicy".to_owned())),
+        [] => (DEFAULT.to_owned(), Some("--policy-name not given and no TierPolicy exists yet".to_owned())),
+        several if several.iter().any(|name| name == DEFAULT) => (
+            DEFAULT.to_owned(),
+            Some("--policy-name not given; several TierPolicies exist, one is named default".to_owned()),
+        ),
+        several => (
+            DEFAULT.to_owned(),
+            Some(format!(
+                "--policy-name not given and several TierPolicies exist ({}), none named default: pass --policy-name",
+                several.join(", ")
+            )),
+        ),
+    }
+}
+
 /// The webhook's certificate files: cert-manager's, or where `--self-managed-certs` writes its own.
 fn build_webhook_config(args: &RunArgs) -> Result<WebhookConfig, CmdError> {
     match (&args.tls.tls_cert, &args.tls.tls_key) {
@@ -124,5 +190,41 @@ async fn wait_for_signal() -> Result<&'static str, std::io::Error> {
     tokio::select! {
         _ = terminate.recv() => Ok("SIGTERM"),
         result = tokio::signal::ctrl_c() => result.map(|()| "SIGINT"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(names: &[&str]) -> Result<Vec<String>, String> {
+        Ok(names.iter().map(|name| (*name).to_owned()).collect())
+    }
+
+    #[test]
+    fn a_given_policy_name_is_served_as_given() {
+        assert_eq!(choose_policy_name(Some("fleet"), Some(&names(&["default"]))), ("fleet".to_owned(), None));
+    }
+
+    #[test]
+    fn without_a_policy_name_the_only_tier_policy_is_served_and_the_choice_is_said() {
+        let (name, why) = choose_policy_name(None, Some(&names(&["spot-mix"])));
+        assert_eq!(name, "spot-mix");
+        assert!(why.unwrap().contains("the only TierPolicy"));
+    }
+
+    #[test]
+    fn without_a_policy_name_several_policies_serve_default_or_name_them_all() {
+        let (name, _) = choose_policy_name(None, Some(&names(&["default", "fleet"])));
+        assert_eq!(name, "default");
+        let (name, why) = choose_policy_name(None, Some(&names(&["fleet", "spot-mix"])));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("(fleet, spot-mix), none named default"));
+        let (name, why) = choose_policy_name(None, Some(&names(&[])));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("no TierPolicy exists yet"));
+        let (name, why) = choose_policy_name(None, Some(&Err("forbidden".to_owned())));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("forbidden"));
     }
 }

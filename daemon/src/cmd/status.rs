@@ -14,7 +14,7 @@ use crate::live::{KubectlConnection, connect, fetch_live_pools, fetch_status_inp
 pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
     let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
     let (client, _) = connect(&connection).await?;
-    let fetched = fetch_status_inputs(&client, &args.policy_name).await?;
+    let fetched = fetch_status_inputs(&client, args.policy_name.as_deref()).await?;
     // Nodepools name where each flavor lands; without the rights to list them, the class labels stand in.
     let pools = match fetch_live_pools(&client).await {
         Ok(pools) => pools,
@@ -25,6 +25,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
     };
     let answer = build_status_answer(&StatusInputs {
         policy: &fetched.policy,
+        other_policies: &fetched.other_policies,
         cluster_queues: &fetched.cluster_queues,
         pools: &pools,
         tier: args.tier.as_deref(),

@@ -14,11 +14,14 @@ use super::{CmdError, shutdown_signal};
 use crate::admin::{AdminState, serve_admin};
 use crate::admission::build_static_snapshot;
 use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
+use crate::blockers::Blockers;
+use crate::blockers::log::run_blocker_log;
 use crate::cache::{CacheScope, CacheSettings, ClusterCache};
 use crate::cli::WebhookArgs;
 use crate::inputs::{load_cluster_view, load_policy};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
+use crate::reconcile::monitor::run_certificate_monitor;
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
@@ -77,7 +80,10 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         metrics: metrics.clone(),
     };
     let config = WebhookConfig { listen: args.listen, tls_cert, tls_key, limits };
-    let admin = AdminState { metrics, snapshot, draining };
+    let blockers = Blockers::new(&metrics);
+    tokio::spawn(run_certificate_monitor(blockers.clone(), config.tls_cert.clone(), shutdown.clone()));
+    tokio::spawn(run_blocker_log(blockers.clone(), shutdown.clone()));
+    let admin = AdminState { blockers, metrics, snapshot, draining };
     let webhook = serve_webhook(config, state, shutdown.clone());
     let admin = serve_admin(args.admin_listen, admin, shutdown.clone());
     let (webhook, admin) = tokio::join!(webhook, admin);

@@ -38,6 +38,8 @@ pub struct WhyFetched {
 pub struct StatusFetched {
     /// The TierPolicy.
     pub policy: TierPolicy,
+    /// Every other TierPolicy (empty when they could not be listed): which of them an instance serves.
+    pub other_policies: Vec<TierPolicy>,
     /// The policy's ClusterQueues.
     pub cluster_queues: Vec<KueueClusterQueue>,
 }
@@ -104,22 +106,36 @@ pub async fn fetch_why_inputs(
     })
 }
 
-/// Gets the TierPolicy and lists its ClusterQueues (selected by tiergate's ownership labels).
-pub async fn fetch_status_inputs(client: &kube::Client, policy_name: &str) -> Result<StatusFetched, LiveError> {
+/// Lists the TierPolicies (when allowed), gets the one asked for (`--policy-name`, else the only one, else
+/// `default`) and lists its ClusterQueues (selected by tiergate's ownership labels).
+pub async fn fetch_status_inputs(client: &kube::Client, policy_name: Option<&str>) -> Result<StatusFetched, LiveError> {
+    let api = Api::<TierPolicy>::all(client.clone());
+    // Listing is optional (the `get`-only role of older charts): without it there is no "only one" and no note
+    // naming the served policy.
+    let all = api.list(&ListParams::default()).await.map(|list| list.items).unwrap_or_default();
+    let policy_name = match (policy_name, all.as_slice()) {
+        (Some(name), _) => name.to_owned(),
+        (None, [only]) => only.metadata.name.clone().unwrap_or_default(),
+        (None, _) => "default".to_owned(),
+    };
     let what = format!("TierPolicy {policy_name}");
-    let policy = Api::<TierPolicy>::all(client.clone())
-        .get_opt(policy_name)
+    let names: Vec<String> = all.iter().filter_map(|policy| policy.metadata.name.clone()).collect();
+    let hint = if names.is_empty() {
+        "apply a TierPolicy, or name it with --policy-name (kubectl get tierpolicies)".to_owned()
+    } else {
+        format!("the cluster has {}: name one with --policy-name", names.join(", "))
+    };
+    let policy = api
+        .get_opt(&policy_name)
         .await
         .map_err(|source| LiveError::Get { what: what.clone(), source })?
-        .ok_or_else(|| LiveError::NotFound {
-            what,
-            hint: "apply a TierPolicy, or name it with --policy-name (kubectl get tierpolicies)".to_owned(),
-        })?;
+        .ok_or_else(|| LiveError::NotFound { what, hint })?;
+    let other_policies = all.into_iter().filter(|other| other.metadata.name.as_deref() != Some(&policy_name)).collect();
     let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
-    let params = ListParams::default().labels(&build_ownership_selector(policy_name));
+    let params = ListParams::default().labels(&build_ownership_selector(&policy_name));
     let queues =
         queues.list(&params).await.map_err(|source| LiveError::List { what: "ClusterQueues".to_owned(), source })?;
-    Ok(StatusFetched { policy, cluster_queues: decode_all(queues.items, "ClusterQueue")? })
+    Ok(StatusFetched { policy, other_policies, cluster_queues: decode_all(queues.items, "ClusterQueue")? })
 }
 
 fn decode_all<T: DeserializeOwned>(items: Vec<DynamicObject>, kind: &str) -> Result<Vec<T>, LiveError> {

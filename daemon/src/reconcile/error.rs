@@ -2,6 +2,7 @@
 
 use super::desired::DesiredError;
 use super::discovery::DiscoveryError;
+use crate::blockers::BlockedReason;
 
 /// A reconcile failed; `error_policy` requeues it with capped exponential backoff.
 #[derive(Debug, thiserror::Error)]
@@ -81,5 +82,23 @@ impl ReconcileError {
             Self::WriteStatus { .. } => "write_status",
             Self::BuildDesired(error) => error.reason(),
         }
+    }
+
+    /// The blocker this failure is: Kueue not served, a write RBAC forbids, or any other failing reconcile;
+    /// `None` for a replica that lost the Lease (not a fault).
+    pub fn blocker(&self) -> Option<BlockedReason> {
+        let source = match self {
+            Self::WriteWithoutLease { .. } => return None,
+            Self::DiscoverKueue(_) => return Some(BlockedReason::KueueMissing),
+            Self::ApplyObject { source, .. }
+            | Self::ReadObject { source, .. }
+            | Self::DeleteObject { source, .. }
+            | Self::WriteStatus { source, .. } => source,
+            Self::ApplyConflict { .. } | Self::BuildDesired(_) => return Some(BlockedReason::ReconcileFailing),
+        };
+        Some(match source {
+            kube::Error::Api(status) if status.is_forbidden() => BlockedReason::WriteForbidden,
+            _ => BlockedReason::ReconcileFailing,
+        })
     }
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
@@ -14,6 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::blockers::{BlockedReason, Blockers};
 use crate::metrics::Metrics;
 
 /// Timings and names of the Lease.
@@ -31,7 +33,15 @@ pub struct LeaseConfig {
     pub renew_deadline: Duration,
     /// How often the leader renews and followers retry.
     pub retry_period: Duration,
+    /// The TierPolicy this instance serves, recorded on the Lease ([`POLICY_ANNOTATION`]) so an instance serving
+    /// another policy under the same Lease name is reported instead of following silently (empty: not recorded).
+    pub policy_name: String,
+    /// Create `namespace` when it does not exist (`--create-lease-namespace`).
+    pub create_namespace: bool,
 }
+
+/// Lease annotation naming the TierPolicy its holder serves.
+pub const POLICY_ANNOTATION: &str = "tiergate.io/policy";
 
 impl LeaseConfig {
     /// The standard timings (15 s / 10 s / 2 s).
@@ -43,7 +53,21 @@ impl LeaseConfig {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            policy_name: String::new(),
+            create_namespace: false,
         }
+    }
+
+    /// Records `policy_name` on the Lease this replica holds.
+    #[must_use]
+    pub fn serving(self, policy_name: String) -> Self {
+        Self { policy_name, ..self }
+    }
+
+    /// Creates the Lease namespace when it is missing.
+    #[must_use]
+    pub fn creating_namespace(self, create_namespace: bool) -> Self {
+        Self { create_namespace, ..self }
     }
 }
 
@@ -114,6 +138,14 @@ pub enum LeaseStep {
 pub struct LeaseObservation {
     record: Option<(Option<String>, Option<String>, Option<i32>)>,
     seen_at: Option<Instant>,
+    holder_policy: Option<String>,
+}
+
+impl LeaseObservation {
+    /// The TierPolicy the Lease's holder serves, as its [`POLICY_ANNOTATION`] said when last read.
+    pub fn holder_policy(&self) -> Option<&str> {
+        self.holder_policy.as_deref()
+    }
 }
 
 /// Decides the step for `lease` as read at `now`, updating `observation`.
@@ -195,6 +227,14 @@ pub enum LeaseError {
         /// Cause.
         source: kube::Error,
     },
+    /// Creating the Lease namespace failed (`--create-lease-namespace`).
+    #[error("failed to create namespace {namespace}: {source}")]
+    CreateNamespace {
+        /// Namespace.
+        namespace: String,
+        /// Cause.
+        source: kube::Error,
+    },
 }
 
 impl LeaseError {
@@ -203,8 +243,39 @@ impl LeaseError {
         match self {
             Self::ReadLease { .. } => "read_lease",
             Self::WriteLease { .. } => "write_lease",
+            Self::CreateNamespace { .. } => "create_namespace",
         }
     }
+
+    /// The blocker this failure is, with its specifics: a missing namespace (404 on create), RBAC (403), or
+    /// anything else.
+    pub fn blocker(&self, config: &LeaseConfig) -> (BlockedReason, String) {
+        let (Self::ReadLease { source, .. } | Self::WriteLease { source, .. } | Self::CreateNamespace { source, .. }) =
+            self;
+        let lease = format!("Lease {}/{}", config.namespace, config.name);
+        match source {
+            kube::Error::Api(status) if status.is_forbidden() => {
+                (BlockedReason::LeaseForbidden, format!("{lease}: {}", status.message))
+            }
+            kube::Error::Api(status) if status.is_not_found() && names_a_namespace(status) => (
+                BlockedReason::LeaseNamespaceMissing,
+                format!(
+                    "namespace {:?} (--namespace) does not exist, so {lease} cannot be created; run `kubectl create \
+                     namespace {}`",
+                    config.namespace, config.namespace
+                ),
+            ),
+            _ => (BlockedReason::LeaseUnavailable, format!("{lease}: {self}")),
+        }
+    }
+}
+
+/// Whether a 404 is about the namespace (creating in a namespace that does not exist), not the Lease itself.
+fn names_a_namespace(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .map_or_else(|| status.message.starts_with("namespaces "), |details| details.kind == "namespaces")
 }
 
 /// Tries once to acquire or renew; `Ok(true)` when this replica holds the Lease afterwards.
@@ -217,6 +288,10 @@ pub async fn acquire_or_renew_lease(
         .get_opt(&config.name)
         .await
         .map_err(|source| LeaseError::ReadLease { name: config.name.clone(), source })?;
+    observation.holder_policy = current
+        .as_ref()
+        .and_then(|lease| lease.metadata.annotations.as_ref())
+        .and_then(|annotations| annotations.get(POLICY_ANNOTATION).cloned());
     let step = build_lease_step(
         observation,
         current.as_ref().and_then(|lease| lease.spec.as_ref()),
@@ -229,14 +304,16 @@ pub async fn acquire_or_renew_lease(
     };
     let result = match current {
         None => {
-            let lease = Lease {
+            let mut lease = Lease {
                 metadata: ObjectMeta { name: Some(config.name.clone()), ..ObjectMeta::default() },
                 spec: Some(spec),
             };
+            annotate_policy(&mut lease, config);
             api.create(&PostParams::default(), &lease).await.map(|_| ())
         }
         Some(mut lease) => {
             lease.spec = Some(spec);
+            annotate_policy(&mut lease, config);
             api.replace(&config.name, &PostParams::default(), &lease).await.map(|_| ())
         }
     };
@@ -245,6 +322,77 @@ pub async fn acquire_or_renew_lease(
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
         Err(source) => Err(LeaseError::WriteLease { name: config.name.clone(), source }),
     }
+}
+
+/// [`acquire_or_renew_lease`], creating the Lease namespace first when it is missing and
+/// `--create-lease-namespace` allows it.
+pub async fn attempt_lease(
+    client: &Client,
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observation: &mut LeaseObservation,
+) -> Result<bool, LeaseError> {
+    let outcome = acquire_or_renew_lease(api, config, observation).await;
+    match &outcome {
+        Err(error) if config.create_namespace && error.blocker(config).0 == BlockedReason::LeaseNamespaceMissing => {
+            tracing::info!(namespace = %config.namespace, "creating the Lease namespace (--create-lease-namespace)");
+            create_namespace(client, &config.namespace).await?;
+            acquire_or_renew_lease(api, config, observation).await
+        }
+        _ => outcome,
+    }
+}
+
+/// Records the served policy on a Lease this replica writes as holder.
+fn annotate_policy(lease: &mut Lease, config: &LeaseConfig) {
+    if !config.policy_name.is_empty() {
+        lease
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(POLICY_ANNOTATION.to_owned(), config.policy_name.clone());
+    }
+}
+
+/// Creates the Lease namespace (`--create-lease-namespace`); one that already exists is fine.
+async fn create_namespace(client: &Client, namespace: &str) -> Result<(), LeaseError> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let body = Namespace {
+        metadata: ObjectMeta { name: Some(namespace.to_owned()), ..ObjectMeta::default() },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &body).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_already_exists() || status.code == 409 => Ok(()),
+        Err(source) => Err(LeaseError::CreateNamespace { namespace: namespace.to_owned(), source }),
+    }
+}
+
+/// Records the outcome of one Lease attempt as blockers: every Lease blocker clears on success; a failure sets
+/// its own; a holder serving another policy is a conflict.
+fn record_lease_blockers(
+    blockers: &Blockers,
+    outcome: &Result<bool, LeaseError>,
+    observation: &LeaseObservation,
+    config: &LeaseConfig,
+) {
+    const FAILURES: [BlockedReason; 3] =
+        [BlockedReason::LeaseNamespaceMissing, BlockedReason::LeaseForbidden, BlockedReason::LeaseUnavailable];
+    let failure = outcome.as_ref().err().map(|error| error.blocker(config));
+    for reason in FAILURES {
+        match &failure {
+            Some((failed, detail)) if *failed == reason => blockers.set(reason, detail.clone()),
+            _ => blockers.clear(reason),
+        }
+    }
+    let conflict = match (outcome, observation.holder_policy()) {
+        (Ok(false), Some(holder)) if !config.policy_name.is_empty() && holder != config.policy_name => Some(format!(
+            "Lease {}/{} is held by a tiergate serving TierPolicy {holder:?}; this one serves {:?} and will never lead",
+            config.namespace, config.name, config.policy_name
+        )),
+        _ => None,
+    };
+    blockers.update(BlockedReason::LeaseConflict, conflict);
 }
 
 /// Gives the Lease up on shutdown so another replica takes over without waiting for it to expire.
@@ -267,15 +415,16 @@ pub async fn run_lease(
     client: Client,
     config: LeaseConfig,
     gate: Arc<WriteGate>,
-    metrics: Arc<Metrics>,
+    (metrics, blockers): (Arc<Metrics>, Arc<Blockers>),
     shutdown: CancellationToken,
 ) {
-    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
     let mut observation = LeaseObservation::default();
     let mut last_renewal: Option<Instant> = None;
     loop {
         let attempt_started = Instant::now();
-        let outcome = acquire_or_renew_lease(&api, &config, &mut observation).await;
+        let outcome = attempt_lease(&client, &api, &config, &mut observation).await;
+        record_lease_blockers(&blockers, &outcome, &observation, &config);
         let lost = match (&outcome, last_renewal) {
             (Ok(true), _) => {
                 if last_renewal.is_none() {
@@ -455,6 +604,142 @@ mod tests {
         let (result, calls) = lease_calls(replies, &mut LeaseObservation::default()).await;
         assert!(!result.unwrap());
         assert!(calls[1].starts_with("PUT "), "{calls:?}");
+    }
+
+    /// Serves `replies` in order to [`attempt_lease`] with `config`; returns the result and the calls made.
+    async fn attempt_calls(
+        replies: Vec<(u16, serde_json::Value)>,
+        config: LeaseConfig,
+        observation: &mut LeaseObservation,
+    ) -> (Result<bool, LeaseError>, Vec<String>) {
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let server = tokio::spawn(async move {
+            let mut calls = Vec::new();
+            let mut replies = replies.into_iter();
+            while let Some((request, send)) = handle.next_request().await {
+                calls.push(format!("{} {}", request.method(), request.uri().path()));
+                let (status, body) = replies.next().unwrap();
+                let response = http::Response::builder()
+                    .status(status)
+                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                    .unwrap();
+                send.send_response(response);
+            }
+            calls
+        });
+        let client = Client::new(service, "default");
+        let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+        let result = attempt_lease(&client, &api, &config, observation).await;
+        drop((api, client));
+        (result, server.await.unwrap())
+    }
+
+    fn config() -> LeaseConfig {
+        LeaseConfig::new("tiergate-leader".to_owned(), "tiergate-system".to_owned(), "me".to_owned())
+            .serving("default".to_owned())
+    }
+
+    fn namespace_not_found() -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound",
+            "message": "namespaces \"tiergate-system\" not found",
+            "details": {"name": "tiergate-system", "kind": "namespaces"}})
+    }
+
+    #[tokio::test]
+    async fn a_missing_lease_namespace_blocks_with_the_command_that_creates_it() {
+        let replies = vec![(404, status(404, "NotFound")), (404, namespace_not_found())];
+        let mut observation = LeaseObservation::default();
+        let (result, _) = attempt_calls(replies, config(), &mut observation).await;
+        let metrics = Metrics::new();
+        let blockers = Blockers::new(&metrics);
+        record_lease_blockers(&blockers, &result, &observation, &config());
+        let active = blockers.active();
+        assert_eq!(active.len(), 1, "{active:?}");
+        assert_eq!(active[0].reason, BlockedReason::LeaseNamespaceMissing);
+        assert!(active[0].detail.contains("kubectl create namespace tiergate-system"), "{}", active[0].detail);
+        // The next successful attempt clears it.
+        record_lease_blockers(&blockers, &Ok(true), &observation, &config());
+        assert!(blockers.active().is_empty());
+    }
+
+    #[tokio::test]
+    async fn create_lease_namespace_creates_the_missing_namespace_then_the_lease() {
+        let replies = vec![
+            (404, status(404, "NotFound")),
+            (404, namespace_not_found()),
+            (
+                201,
+                serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "tiergate-system"}}),
+            ),
+            (404, status(404, "NotFound")),
+            (201, lease_json("me")),
+        ];
+        let config = config().creating_namespace(true);
+        let (result, calls) = attempt_calls(replies, config, &mut LeaseObservation::default()).await;
+        assert!(result.unwrap());
+        assert_eq!(calls[2], "POST /api/v1/namespaces", "{calls:?}");
+        assert_eq!(calls.len(), 5, "{calls:?}");
+    }
+
+    #[tokio::test]
+    async fn a_forbidden_lease_blocks_as_forbidden() {
+        let replies = vec![(403, status(403, "Forbidden"))];
+        let mut observation = LeaseObservation::default();
+        let (result, _) = attempt_calls(replies, config(), &mut observation).await;
+        let blockers = Blockers::new(&Metrics::new());
+        record_lease_blockers(&blockers, &result, &observation, &config());
+        assert_eq!(blockers.active()[0].reason, BlockedReason::LeaseForbidden);
+    }
+
+    #[tokio::test]
+    async fn a_lease_held_by_an_instance_serving_another_policy_is_a_conflict() {
+        let mut held = lease_json("other");
+        held["metadata"]["annotations"] = serde_json::json!({POLICY_ANNOTATION: "fleet"});
+        let mut observation = LeaseObservation::default();
+        let (result, _) = attempt_calls(vec![(200, held)], config(), &mut observation).await;
+        assert!(!result.as_ref().unwrap());
+        assert_eq!(observation.holder_policy(), Some("fleet"));
+        let blockers = Blockers::new(&Metrics::new());
+        record_lease_blockers(&blockers, &result, &observation, &config());
+        let active = blockers.active();
+        assert_eq!(active[0].reason, BlockedReason::LeaseConflict);
+        assert!(active[0].detail.contains("\"fleet\"") && active[0].detail.contains("\"default\""));
+        // A follower of an instance serving the same policy is not blocked.
+        let mut same = lease_json("other");
+        same["metadata"]["annotations"] = serde_json::json!({POLICY_ANNOTATION: "default"});
+        let (result, _) = attempt_calls(vec![(200, same)], config(), &mut observation).await;
+        record_lease_blockers(&blockers, &result, &observation, &config());
+        assert!(blockers.active().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_holder_records_its_policy_on_the_lease_it_creates() {
+        let (service, mut handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let server = tokio::spawn(async move {
+            let (_, send) = handle.next_request().await.unwrap();
+            send.send_response(
+                http::Response::builder()
+                    .status(404)
+                    .body(kube::client::Body::from(serde_json::to_vec(&status(404, "NotFound")).unwrap()))
+                    .unwrap(),
+            );
+            let (request, send) = handle.next_request().await.unwrap();
+            let body = request.into_body().collect_bytes().await.unwrap();
+            send.send_response(
+                http::Response::builder()
+                    .status(201)
+                    .body(kube::client::Body::from(serde_json::to_vec(&lease_json("me")).unwrap()))
+                    .unwrap(),
+            );
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()
+        });
+        let api: Api<Lease> = Api::namespaced(Client::new(service, "default"), "tiergate-system");
+        assert!(acquire_or_renew_lease(&api, &config(), &mut LeaseObservation::default()).await.unwrap());
+        drop(api);
+        let created = server.await.unwrap();
+        assert_eq!(created["metadata"]["annotations"][POLICY_ANNOTATION], "default");
     }
 
     #[tokio::test(start_paused = true)]

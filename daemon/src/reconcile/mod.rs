@@ -14,6 +14,7 @@ mod events;
 pub mod fleet;
 pub mod lease;
 pub mod migration;
+pub mod monitor;
 mod prune;
 pub mod runtime;
 pub mod status;
@@ -47,6 +48,7 @@ use self::kinds::{KueueKind, display_name};
 use self::lease::WriteGate;
 use self::live::LiveObject;
 use self::status::StatusInput;
+use crate::blockers::{BlockedReason, Blockers};
 use crate::metrics::{KindLabels, Metrics, ReasonLabels};
 use crate::policy::TierPolicy;
 use crate::view::{NamespaceView, SharedSnapshot, Snapshot};
@@ -63,6 +65,10 @@ const UNSYNCED_RETRY: Duration = Duration::from_secs(2);
 const RESYNC: Duration = Duration::from_secs(300);
 /// Re-check of draining LocalQueues (their status changes also trigger a reconcile).
 const DRAIN_RECHECK: Duration = Duration::from_secs(30);
+
+/// The blockers a reconcile sets from its own failures, and clears once it applies.
+const RECONCILE_BLOCKERS: [BlockedReason; 3] =
+    [BlockedReason::KueueMissing, BlockedReason::WriteForbidden, BlockedReason::ReconcileFailing];
 
 /// Fixed settings of the reconciler.
 #[derive(Clone, Debug)]
@@ -85,6 +91,7 @@ pub struct Context {
     kueue_discovered: AtomicBool,
     backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
     fleet: Arc<FleetHealth>,
+    blockers: Arc<Blockers>,
 }
 
 impl std::fmt::Debug for Context {
@@ -94,7 +101,7 @@ impl std::fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context over the given client, caches, write gate and metrics.
+    /// A context over the given client, caches, write gate and metrics, with blockers of its own (not exported).
     pub fn new(
         client: Client,
         settings: ReconcilerSettings,
@@ -102,6 +109,18 @@ impl Context {
         live: OwnedStores,
         gate: Arc<WriteGate>,
         metrics: Arc<Metrics>,
+    ) -> Arc<Self> {
+        Self::new_with_blockers(client, settings, snapshot, live, gate, (metrics, Blockers::detached()))
+    }
+
+    /// [`Self::new`] recording what blocks it in `blockers` (the daemon's one registry).
+    pub fn new_with_blockers(
+        client: Client,
+        settings: ReconcilerSettings,
+        snapshot: SharedSnapshot,
+        live: OwnedStores,
+        gate: Arc<WriteGate>,
+        (metrics, blockers): (Arc<Metrics>, Arc<Blockers>),
     ) -> Arc<Self> {
         let reporter = Reporter { controller: "tiergate".to_owned(), instance: Some(settings.identity.clone()) };
         Arc::new(Self {
@@ -115,7 +134,13 @@ impl Context {
             kueue_discovered: AtomicBool::new(false),
             backoffs: Mutex::new(HashMap::new()),
             fleet: Arc::new(FleetHealth::default()),
+            blockers,
         })
+    }
+
+    /// Where this context records what blocks it.
+    pub fn blockers(&self) -> Arc<Blockers> {
+        self.blockers.clone()
     }
 
     /// The fleet's worker health this context's status writes carry (`WorkerReachable-<cluster>` conditions);
@@ -155,8 +180,9 @@ pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Act
     ctx.metrics.reconciles.inc();
     ctx.metrics.queue_depth.set(0);
     if policy.name_any() != ctx.settings.policy_name {
-        let input = StatusInput::NotReconciled { active: ctx.settings.policy_name.clone() };
-        writes::write_status(&ctx, &policy, &input).await?;
+        // Another instance may serve it: no write (a served policy carries `Served`; `kubectl tiergate status`
+        // says when nobody serves one, and the monitor when the served one is missing).
+        tracing::debug!(policy = %policy.name_any(), served = %ctx.settings.policy_name, "not the served policy");
         return Ok(Action::await_change());
     }
     if policy.metadata.deletion_timestamp.is_some() {
@@ -169,6 +195,12 @@ pub async fn reconcile(policy: Arc<TierPolicy>, ctx: Arc<Context>) -> Result<Act
             Ok(action)
         }
         Err(error) => {
+            if let Some(reason) = error.blocker() {
+                for other in RECONCILE_BLOCKERS.into_iter().filter(|other| *other != reason) {
+                    ctx.blockers.clear(other);
+                }
+                ctx.blockers.set(reason, error.to_string());
+            }
             if !matches!(error, ReconcileError::WriteWithoutLease { .. }) {
                 let input = StatusInput::Failed { reason: error.reason(), message: error.to_string() };
                 if let Err(status_error) = writes::write_status(&ctx, &policy, &input).await {
@@ -193,9 +225,11 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     if !problems.is_empty() {
         return reject_policy(policy, ctx, &problems.join("; ")).await;
     }
+    ctx.blockers.clear(BlockedReason::PolicyInvalid);
     if !ctx.kueue_discovered.load(Ordering::Relaxed) {
         discover_kueue(&ctx.client).await?;
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
+        ctx.blockers.clear(BlockedReason::KueueMissing);
     }
     // Discovery comes first so a missing Kueue is reported in the status, not only as caches that never sync.
     let snapshot = ctx.snapshot.load_full();
@@ -224,6 +258,10 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         ctx.metrics.owned_objects.get_or_create(&KindLabels { kind: kind.name() }).set(i64::from(count));
     }
     events::publish_outcome_events(ctx, policy, &applied, &retired).await;
+    // Cleared before the status is written, so a converged status carries no stale `Blocked` condition.
+    for reason in RECONCILE_BLOCKERS {
+        ctx.blockers.clear(reason);
+    }
     let input = StatusInput::Applied {
         tier_count: i32::try_from(policy.spec.tiers.len()).unwrap_or(i32::MAX),
         object_counts,
@@ -243,6 +281,7 @@ pub fn translation_namespaces(snapshot: &Snapshot) -> impl Iterator<Item = &Name
 /// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
 async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Result<Action, ReconcileError> {
     tracing::warn!(policy = %policy.name_any(), %message, "invalid TierPolicy; keeping the last applied state");
+    ctx.blockers.set(BlockedReason::PolicyInvalid, format!("TierPolicy {}: {message}", policy.name_any()));
     let input = StatusInput::Invalid { message: message.to_owned() };
     if writes::write_status(ctx, policy, &input).await? {
         writes::publish_event(ctx, policy, EventType::Warning, "InvalidPolicy", message.to_owned()).await;

@@ -1,6 +1,8 @@
-//! Runtime wiring of the reconciling half of the daemon: caches, leader election and the controller under the
-//! Lease, started together and stopped by one token; used by `tiergate run` and the end-to-end tests; does I/O.
+//! Runtime wiring of the reconciling half of the daemon: caches, leader election, the controller under the Lease,
+//! and the blocker monitor and log, started together and stopped by one token; used by `tiergate run` and the
+//! end-to-end tests; does I/O.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +13,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::fleet::{FleetInputs, FleetSettings, SECRET_POLL, build_kubeconfig_connector, run_fleet};
 use super::lease::{LeaseConfig, WriteGate, run_lease};
+use super::monitor::{MonitorInputs, run_blocker_monitor};
 use super::{Context, ReconcilerSettings, run_while_leading};
+use crate::blockers::Blockers;
+use crate::blockers::log::run_blocker_log;
 use crate::cache::{CacheScope, CacheSettings, ClusterCache};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
@@ -34,6 +39,12 @@ pub struct ReconcilerOptions {
     pub ledger: Option<Arc<PlacementLedger>>,
     /// Kueue's namespace, where the fleet's kubeconfig Secrets are (`--kueue-namespace`).
     pub kueue_namespace: String,
+    /// Create `namespace` when the Lease cannot be created because it is missing (`--create-lease-namespace`).
+    pub create_lease_namespace: bool,
+    /// Why `policy_name` was chosen when `--policy-name` was not given (said with a missing policy).
+    pub policy_choice: Option<String>,
+    /// The webhook's serving certificate file, watched for a missing or expired certificate.
+    pub certificate: Option<PathBuf>,
 }
 
 /// The running caches, Lease loop and controller.
@@ -43,6 +54,8 @@ pub struct RunningReconciler {
     pub snapshot: SharedSnapshot,
     /// Open while this replica holds the Lease.
     pub gate: Arc<WriteGate>,
+    /// Why this replica is not doing its job, if anything keeps it from it.
+    pub blockers: Arc<Blockers>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -85,9 +98,18 @@ pub fn start_reconciler(
         metrics.clone(),
         shutdown,
     );
+    let blockers = Blockers::new(&metrics);
     let gate = WriteGate::new();
-    let lease = LeaseConfig::new(options.lease_name.clone(), options.namespace.clone(), options.identity.clone());
-    let lease_task = tokio::spawn(run_lease(client.clone(), lease, gate.clone(), metrics.clone(), shutdown.clone()));
+    let lease = LeaseConfig::new(options.lease_name.clone(), options.namespace.clone(), options.identity.clone())
+        .serving(options.policy_name.clone())
+        .creating_namespace(options.create_lease_namespace);
+    let lease_task = tokio::spawn(run_lease(
+        client.clone(),
+        lease,
+        gate.clone(),
+        (metrics.clone(), blockers.clone()),
+        shutdown.clone(),
+    ));
     let fleet_settings = FleetSettings {
         policy_name: options.policy_name.clone(),
         identity: options.identity.clone(),
@@ -96,13 +118,13 @@ pub fn start_reconciler(
         debounce: options.debounce,
         secret_poll: SECRET_POLL,
     };
-    let ctx = Context::new(
+    let ctx = Context::new_with_blockers(
         client.clone(),
-        ReconcilerSettings { policy_name: options.policy_name, identity: options.identity },
+        ReconcilerSettings { policy_name: options.policy_name.clone(), identity: options.identity },
         caches.snapshot.clone(),
-        caches.owned,
+        caches.owned.clone(),
         gate.clone(),
-        metrics,
+        (metrics, blockers.clone()),
     );
     let fleet = FleetInputs {
         management: client.clone(),
@@ -112,17 +134,36 @@ pub fn start_reconciler(
         health: ctx.fleet_health(),
         connect: build_kubeconfig_connector(),
     };
-    let triggers = merge_triggers(caches.changes, ctx.fleet_health().subscribe(), shutdown.clone());
+    let triggers = merge_triggers(
+        [caches.changes.clone(), ctx.fleet_health().subscribe(), blockers.subscribe()],
+        shutdown.clone(),
+    );
+    let snapshot = caches.snapshot.clone();
+    let monitor = MonitorInputs {
+        blockers: blockers.clone(),
+        cache: Arc::new(caches),
+        fleet: ctx.fleet_health(),
+        policy_name: options.policy_name,
+        policy_choice: options.policy_choice,
+        certificate: options.certificate,
+    };
+    let monitor_task = tokio::spawn(run_blocker_monitor(monitor, shutdown.clone()));
+    let log_task = tokio::spawn(run_blocker_log(blockers.clone(), shutdown.clone()));
     let fleet_task = tokio::spawn(run_fleet(fleet_settings, fleet, shutdown.clone()));
     let controller_task = tokio::spawn(run_while_leading(ctx, triggers, shutdown.clone()));
-    RunningReconciler { snapshot: caches.snapshot, gate, tasks: vec![controller_task, fleet_task, lease_task] }
+    RunningReconciler {
+        snapshot,
+        gate,
+        blockers,
+        tasks: vec![controller_task, fleet_task, lease_task, monitor_task, log_task],
+    }
 }
 
-/// One counter bumped whenever the management snapshot or a worker's condition changes: the policy is
-/// reconciled (and its status, with the `WorkerReachable-<cluster>` conditions, rewritten if it differs) on both.
+/// One counter bumped whenever the management snapshot, a worker's condition or the set of blockers changes:
+/// the policy is reconciled (and its status, with the `WorkerReachable-<cluster>` and `Blocked` conditions,
+/// rewritten if it differs) on each.
 fn merge_triggers(
-    mut snapshot: watch::Receiver<u64>,
-    mut workers: watch::Receiver<u64>,
+    [mut snapshot, mut workers, mut blockers]: [watch::Receiver<u64>; 3],
     shutdown: CancellationToken,
 ) -> watch::Receiver<u64> {
     let (merged, triggers) = watch::channel(0_u64);
@@ -132,6 +173,7 @@ fn merge_triggers(
                 () = shutdown.cancelled() => return,
                 Ok(()) = snapshot.changed() => {}
                 Ok(()) = workers.changed() => {}
+                Ok(()) = blockers.changed() => {}
                 else => return,
             }
             merged.send_modify(|version| *version = version.wrapping_add(1));

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
+use crate::blockers::Blocker;
 use crate::policy::{QueueMigration, TierPolicyStatus};
 
 /// Condition type: the policy is applied as written.
@@ -13,6 +14,12 @@ pub const READY: &str = "Ready";
 pub const DEGRADED: &str = "Degraded";
 /// Condition type: applying this generation shrank the effective quota of the tiers it names.
 pub const QUOTA_REDUCED: &str = "QuotaReduced";
+/// Condition type: a tiergate instance serves this policy (its `--policy-name`). Only the serving instance writes
+/// a policy's status, so a policy without it is served by nobody (`kubectl tiergate status` says so).
+pub const SERVED: &str = "Served";
+/// Condition type: present while something keeps tiergate from doing its job (the active blockers, each with its
+/// fix); absent otherwise.
+pub const BLOCKED: &str = "Blocked";
 
 /// What the last reconcile achieved.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,11 +47,6 @@ pub enum StatusInput {
         reason: &'static str,
         /// The error text.
         message: String,
-    },
-    /// Another policy is the one this daemon reconciles.
-    NotReconciled {
-        /// The `--policy-name` being reconciled.
-        active: String,
     },
 }
 
@@ -88,18 +90,23 @@ pub fn build_status(
             let degraded = ("True", reason, "retrying with backoff".to_owned());
             (ready, degraded, TierPolicyStatus { last_error: Some(message.clone()), ..kept })
         }
-        StatusInput::NotReconciled { active } => {
-            let message = format!("only TierPolicy {active:?} (--policy-name) is reconciled; this one is ignored");
-            let ready = ("False", "NotReconciled".to_owned(), message);
-            let degraded = ("False", "NotReconciled".to_owned(), "ignored".to_owned());
-            (ready, degraded, TierPolicyStatus::default())
-        }
     };
     status.observed_generation = generation;
     let previous_conditions = previous.map(|status| status.conditions.as_slice()).unwrap_or_default();
     status.conditions = vec![
         build_condition(READY, ready, generation, previous_conditions, now),
         build_condition(DEGRADED, degraded, generation, previous_conditions, now),
+        build_condition(
+            SERVED,
+            (
+                "True",
+                "PolicyName".to_owned(),
+                "a tiergate instance serves this TierPolicy (its --policy-name)".to_owned(),
+            ),
+            generation,
+            previous_conditions,
+            now,
+        ),
     ];
     let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
     match input {
@@ -110,6 +117,27 @@ pub fn build_status(
         _ => status.conditions.extend(earlier_quota.cloned()),
     }
     status
+}
+
+/// Sets the `Blocked` condition of `status` from the active blockers (True, the first one's reason, every one's
+/// description), or removes it when none is active, so an unblocked steady state writes nothing.
+pub fn merge_blocked_condition(
+    status: &mut TierPolicyStatus,
+    blockers: &[Blocker],
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) {
+    status.conditions.retain(|condition| condition.type_ != BLOCKED);
+    let Some(first) = blockers.first() else { return };
+    let message = blockers.iter().map(Blocker::describe).collect::<Vec<_>>().join("; ");
+    status.conditions.push(build_condition(
+        BLOCKED,
+        ("True", first.reason.condition_reason(), message),
+        generation,
+        previous,
+        now,
+    ));
 }
 
 /// `QuotaReduced`: True naming the tiers whose quota this generation shrank. The second reconcile sees the
@@ -235,6 +263,22 @@ mod tests {
         assert_eq!(condition(&invalid, READY).last_transition_time, at(200));
         assert_eq!(condition(&invalid, DEGRADED).status, "True");
         assert!(invalid.last_error.unwrap().contains("gpuClass"));
+    }
+
+    #[test]
+    fn every_status_says_the_policy_is_served_and_a_blocker_adds_a_blocked_condition_with_its_fix() {
+        use crate::blockers::BlockedReason;
+        let mut status = build_status(None, Some(1), &applied(), &at(1));
+        assert_eq!(condition(&status, SERVED).status, "True");
+        let blockers = [Blocker { reason: BlockedReason::WorkerUnreachable, detail: "worker us-east".to_owned() }];
+        let previous = status.conditions.clone();
+        merge_blocked_condition(&mut status, &blockers, &previous, Some(1), &at(2));
+        let blocked = condition(&status, BLOCKED);
+        assert_eq!((blocked.status.as_str(), blocked.reason.as_str()), ("True", "WorkerUnreachable"));
+        assert!(blocked.message.contains("worker us-east") && blocked.message.contains("Fix:"), "{}", blocked.message);
+        let previous = status.conditions.clone();
+        merge_blocked_condition(&mut status, &[], &previous, Some(1), &at(3));
+        assert!(status.conditions.iter().all(|condition| condition.type_ != BLOCKED));
     }
 
     #[test]

@@ -605,18 +605,92 @@ async fn replica_without_the_lease_sends_nothing() {
 }
 
 #[tokio::test]
-async fn other_policies_are_told_only_one_is_reconciled() {
+async fn a_policy_this_instance_does_not_serve_gets_no_write_from_it() {
     let mut other = sample_policy();
     other.metadata.name = Some("second".to_owned());
     let (client, api) = MockApi::start(Box::new(echo_server(other.clone())));
     let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
 
-    reconcile(Arc::new(other), ctx.clone()).await.unwrap();
+    assert_eq!(reconcile(Arc::new(other), ctx.clone()).await.unwrap(), Action::await_change());
     let calls = api.finish(ctx).await;
 
-    assert_eq!(calls.len(), 1);
-    assert_eq!(calls[0].path, "/apis/tiergate.io/v1alpha1/tierpolicies/second/status");
-    assert_eq!(calls[0].body["status"]["conditions"][0]["reason"], "NotReconciled");
+    assert!(
+        calls.is_empty(),
+        "another instance may serve it: {:?}",
+        calls.iter().map(Call::summary).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_policy_blocks_loudly_and_its_status_carries_the_blocked_condition() {
+    let mut policy = sample_policy();
+    policy.spec.tiers[0].gpu_class = "no-such-class".to_owned();
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&[("team-a", "gold")]), stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let active = ctx.blockers().active();
+    let calls = api.finish(ctx).await;
+
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0].reason, crate::blockers::BlockedReason::PolicyInvalid);
+    assert!(active[0].detail.contains("no-such-class"), "{}", active[0].detail);
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    let conditions = status["conditions"].as_array().unwrap();
+    let blocked = conditions.iter().find(|condition| condition["type"] == "Blocked").unwrap();
+    assert_eq!((blocked["status"].as_str(), blocked["reason"].as_str()), (Some("True"), Some("PolicyInvalid")));
+    assert!(conditions.iter().any(|condition| condition["type"] == "Served" && condition["status"] == "True"));
+}
+
+#[tokio::test]
+async fn a_missing_webhook_certificate_stays_out_of_the_policy_status_so_a_restart_writes_nothing() {
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let live = stores_with(converged_objects(&policy, &snapshot));
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, live, WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+    ctx.blockers().set(crate::blockers::BlockedReason::CertificateMissing, "failed to read /tls/tls.crt");
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+    assert!(calls.is_empty(), "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_write_rbac_forbids_blocks_as_write_forbidden_and_a_later_success_clears_it() {
+    let policy = sample_policy();
+    let snapshot = snapshot_with(&[("team-a", "gold")]);
+    let forbidden = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let switch = forbidden.clone();
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| {
+        if switch.load(std::sync::atomic::Ordering::Relaxed) && kind_of_path(&call.path).is_some() {
+            return (
+                StatusCode::FORBIDDEN,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                    "message": "resourceflavors.kueue.x-k8s.io is forbidden: User cannot patch resource"}),
+            );
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, stores_with(vec![]), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let error = reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap_err();
+    assert_eq!(error.blocker(), Some(crate::blockers::BlockedReason::WriteForbidden));
+    let active = ctx.blockers().active();
+    assert_eq!(active[0].reason, crate::blockers::BlockedReason::WriteForbidden);
+    assert!(active[0].detail.contains("forbidden"), "{}", active[0].detail);
+    forbidden.store(false, std::sync::atomic::Ordering::Relaxed);
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    assert!(ctx.blockers().active().is_empty());
+    let calls = api.finish(ctx).await;
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    let blocked = status["conditions"].as_array().unwrap().iter().find(|condition| condition["type"] == "Blocked");
+    assert_eq!(blocked.unwrap()["reason"], "WriteForbidden", "the failed reconcile's status says why");
 }
 
 #[test]
@@ -675,6 +749,9 @@ async fn missing_kueue_is_reported_in_the_status_even_before_the_caches_sync() {
     let status = calls.iter().find(|call| call.path.ends_with("/status")).unwrap();
     assert_eq!(status.body["status"]["conditions"][0]["reason"], "KueueNotInstalled");
     assert!(status.body["status"]["lastError"].as_str().unwrap().contains("install Kueue v0.15"));
+    let conditions = status.body["status"]["conditions"].as_array().unwrap();
+    let blocked = conditions.iter().find(|condition| condition["type"] == "Blocked").unwrap();
+    assert_eq!(blocked["reason"], "KueueMissing");
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use super::diff::{build_apply_need, is_contained};
 use super::fleet::health::merge_worker_conditions;
 use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
 use super::live::LiveObject;
-use super::status::{StatusInput, build_status};
+use super::status::{StatusInput, build_status, merge_blocked_condition};
 use super::{Context, ReconcileError};
 use crate::metrics::KindLabels;
 use crate::policy::TierPolicy;
@@ -131,11 +131,12 @@ pub(super) async fn write_status(
 ) -> Result<bool, ReconcileError> {
     let now = Time(Timestamp::from_second(Timestamp::now().as_second()).unwrap_or(Timestamp::UNIX_EPOCH));
     let mut status = build_status(policy.status.as_ref(), policy.metadata.generation, input, &now);
-    if !matches!(input, StatusInput::NotReconciled { .. }) {
-        let previous = policy.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
-        let workers = ctx.fleet.workers();
-        merge_worker_conditions(&mut status, &workers, previous, policy.metadata.generation, &now);
-    }
+    let previous = policy.status.as_ref().map(|status| status.conditions.as_slice()).unwrap_or_default();
+    let workers = ctx.fleet.workers();
+    merge_worker_conditions(&mut status, &workers, previous, policy.metadata.generation, &now);
+    let mut blockers = ctx.blockers.active();
+    blockers.retain(|blocker| blocker.reason.is_about_the_policy());
+    merge_blocked_condition(&mut status, &blockers, previous, policy.metadata.generation, &now);
     if policy.status.as_ref() == Some(&status) {
         return Ok(false);
     }

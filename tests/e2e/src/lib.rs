@@ -342,9 +342,17 @@ impl InProcessDaemon {
             debounce: Duration::from_millis(100),
             ledger: Some(ledger.clone()),
             kueue_namespace: "kueue-system".to_owned(),
+            create_lease_namespace: false,
+            policy_choice: None,
+            certificate: None,
         };
         let running = start_reconciler(client, options, metrics.clone(), &shutdown);
         Self { metrics, ledger, running, shutdown }
+    }
+
+    /// Why the daemon is not doing its job, if anything keeps it from it.
+    pub fn blockers(&self) -> Arc<tiergate::blockers::Blockers> {
+        self.running.blockers.clone()
     }
 
     /// The snapshot the daemon's caches feed.

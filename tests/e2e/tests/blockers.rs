@@ -1,0 +1,91 @@
+//! End-to-end tests of issue 32 against a real cluster: `tiergate run` never idles in silence. A missing Lease
+//! namespace and a served policy that does not exist (while another does) are each reported as a blocker, with
+//! the fix, and a Blocked condition reaches the served policy's status. Skipped (and passing) without a cluster
+//! or Kueue, like every e2e test. See docs/operations.md, troubleshooting.
+
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::Api;
+use kube::core::ApiResource;
+use tiergate::blockers::BlockedReason;
+use tiergate::policy::TierPolicy;
+use tiergate_e2e::{
+    Cleanup, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace, ensure,
+    install_tierpolicy_crd, random_name, run_cluster_test, wait_for,
+};
+
+/// The issue's bar: a person learns what is wrong within one minute; the monitor looks every 2 s.
+const REPORTED: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_lease_namespace_is_reported_with_its_fix_and_clears_once_the_namespace_exists() {
+    const TEST: &str = "a_missing_lease_namespace_is_reported_with_its_fix_and_clears_once_the_namespace_exists";
+    if let Err(error) = run_cluster_test(TEST, missing_lease_namespace).await {
+        panic!("{error}");
+    }
+}
+
+async fn missing_lease_namespace(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e-lease");
+    install_tierpolicy_crd(client, cleanup).await?;
+    let system = format!("{prefix}-system");
+    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
+    let blockers = daemon.blockers();
+    let detail = wait_for("the missing Lease namespace to be reported", REPORTED, || async {
+        blockers
+            .active()
+            .into_iter()
+            .find(|blocker| blocker.reason == BlockedReason::LeaseNamespaceMissing)
+            .map(|blocker| blocker.detail)
+    })
+    .await?;
+    ensure(detail.contains(&format!("kubectl create namespace {system}")), || format!("no fix in {detail:?}"))?;
+    ensure(daemon.metric_sum("tiergate_blocked") >= 1.0, || "tiergate_blocked is 0".to_owned())?;
+    create_namespace(client, cleanup, &system, &[]).await?;
+    wait_for("the Lease blocker to clear once the namespace exists", REPORTED, || async {
+        (!blockers.is_active(BlockedReason::LeaseNamespaceMissing)).then_some(())
+    })
+    .await?;
+    daemon.stop().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_policy_that_does_not_exist_names_the_one_that_does_and_gets_no_write_on_it() {
+    const TEST: &str = "a_served_policy_that_does_not_exist_names_the_one_that_does_and_gets_no_write_on_it";
+    if let Err(error) = run_cluster_test(TEST, missing_served_policy).await {
+        panic!("{error}");
+    }
+}
+
+async fn missing_served_policy(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e-served");
+    install_tierpolicy_crd(client, cleanup).await?;
+    let system = format!("{prefix}-system");
+    create_namespace(client, cleanup, &system, &[]).await?;
+    let existing = build_prefixed_policy(&prefix)?;
+    apply_policy(client, &existing).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
+    let served = format!("{prefix}-absent");
+    let daemon = InProcessDaemon::start(client, &served, &system, &format!("{prefix}-lease"));
+    let blockers = daemon.blockers();
+    let detail = wait_for("the missing served policy to be reported", REPORTED, || async {
+        blockers
+            .active()
+            .into_iter()
+            .find(|blocker| blocker.reason == BlockedReason::PolicyNotFound)
+            .map(|blocker| blocker.detail)
+    })
+    .await?;
+    ensure(detail.contains(&format!("--policy-name {prefix}")), || {
+        format!("the existing policy is not named: {detail}")
+    })?;
+    // The instance leads (its Lease namespace exists) yet never writes the policy it does not serve.
+    wait_for("the daemon to lead", REPORTED, || async { daemon.is_leading_and_synced().then_some(()) }).await?;
+    let api: Api<TierPolicy> = Api::all(client.clone());
+    let status = api.get(&prefix).await?.status;
+    ensure(status.is_none(), || format!("a policy this instance does not serve got a status: {status:?}"))?;
+    daemon.stop().await;
+    Ok(())
+}
