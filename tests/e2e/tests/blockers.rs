@@ -18,11 +18,17 @@ use tiergate_e2e::{
 /// The bar: a person learns what is wrong within one minute; the monitor looks every 2 s.
 const REPORTED: Duration = Duration::from_secs(30);
 
+/// One test function running both scenarios in turn: each installs the TierPolicy CRD and its cleanup removes it
+/// again, so two scenarios side by side in one process would pull the CRD from under each other's daemon.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_lease_namespace_is_reported_with_its_fix_and_clears_once_the_namespace_exists() {
-    const TEST: &str = "a_missing_lease_namespace_is_reported_with_its_fix_and_clears_once_the_namespace_exists";
-    if let Err(error) = run_cluster_test(TEST, missing_lease_namespace).await {
-        panic!("{error}");
+async fn a_missing_lease_namespace_and_a_missing_served_policy_are_each_reported_with_their_fix() {
+    const LEASE: &str = "a_missing_lease_namespace_is_reported_with_its_fix_and_clears_once_the_namespace_exists";
+    if let Err(error) = run_cluster_test(LEASE, missing_lease_namespace).await {
+        panic!("{LEASE}: {error}");
+    }
+    const SERVED: &str = "a_served_policy_that_does_not_exist_names_the_one_that_does_and_gets_no_write_on_it";
+    if let Err(error) = run_cluster_test(SERVED, missing_served_policy).await {
+        panic!("{SERVED}: {error}");
     }
 }
 
@@ -49,14 +55,6 @@ async fn missing_lease_namespace(client: &Client, cleanup: &Cleanup) -> Result<(
     .await?;
     daemon.stop().await;
     Ok(())
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_served_policy_that_does_not_exist_names_the_one_that_does_and_gets_no_write_on_it() {
-    const TEST: &str = "a_served_policy_that_does_not_exist_names_the_one_that_does_and_gets_no_write_on_it";
-    if let Err(error) = run_cluster_test(TEST, missing_served_policy).await {
-        panic!("{error}");
-    }
 }
 
 async fn missing_served_policy(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
