@@ -63,6 +63,7 @@ pub fn build_kueue_support(groups: &APIGroupList, resources: Option<&APIResource
     let Some(resources) = resources else { return Ok(()) };
     let missing: Vec<&str> = KueueKind::ALL
         .into_iter()
+        .filter(|kind| kind.is_kueue())
         .filter(|kind| !resources.resources.iter().any(|resource| resource.name == kind.plural()))
         .map(KueueKind::name)
         .collect();

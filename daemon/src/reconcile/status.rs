@@ -14,6 +14,10 @@ pub const DEGRADED: &str = "Degraded";
 /// Condition type: applying this generation shrank the effective quota of the tiers it names.
 pub const QUOTA_REDUCED: &str = "QuotaReduced";
 
+/// Condition type: whether the in-server gate (admission policies run by the API server itself) is installed,
+/// and in which mode (`ValidateOnly`; `ValidateAndMutate` once MutatingAdmissionPolicies are generated).
+pub const IN_SERVER_GATE: &str = "InServerGate";
+
 /// What the last reconcile achieved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StatusInput {
@@ -103,13 +107,35 @@ pub fn build_status(
     ];
     let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
     match input {
-        StatusInput::Applied { shrunk_tiers, .. } => {
+        StatusInput::Applied { shrunk_tiers, object_counts, .. } => {
             let quota = build_quota_reduced(shrunk_tiers, earlier_quota, generation);
             status.conditions.push(build_condition(QUOTA_REDUCED, quota, generation, previous_conditions, now));
+            let gate = build_in_server_gate(object_counts);
+            status.conditions.push(build_condition(IN_SERVER_GATE, gate, generation, previous_conditions, now));
         }
-        _ => status.conditions.extend(earlier_quota.cloned()),
+        _ => {
+            status.conditions.extend(earlier_quota.cloned());
+            let earlier_gate = previous_conditions.iter().find(|condition| condition.type_ == IN_SERVER_GATE);
+            status.conditions.extend(earlier_gate.cloned());
+        }
     }
     status
+}
+
+/// `InServerGate`: True (`ValidateOnly`) when the applied objects include the gate's ValidatingAdmissionPolicies
+/// and their bindings.
+fn build_in_server_gate(object_counts: &BTreeMap<String, i32>) -> (&'static str, String, String) {
+    let count = |kind: &str| object_counts.get(kind).copied().unwrap_or(0);
+    let (policies, bindings) = (count("ValidatingAdmissionPolicy"), count("ValidatingAdmissionPolicyBinding"));
+    if policies > 0 && policies == bindings {
+        let message = format!(
+            "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside \
+             the API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; \
+             no MutatingAdmissionPolicies (the webhook alone edits workloads)"
+        );
+        return ("True", "ValidateOnly".to_owned(), message);
+    }
+    ("False", "NotInstalled".to_owned(), "the policy generated no admission policies (no tiers)".to_owned())
 }
 
 /// `QuotaReduced`: True naming the tiers whose quota this generation shrank. The second reconcile sees the
@@ -213,6 +239,24 @@ mod tests {
 
     fn condition<'a>(status: &'a TierPolicyStatus, type_: &str) -> &'a Condition {
         status.conditions.iter().find(|condition| condition.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn an_applied_gate_reports_the_in_server_gate_in_validate_only_mode() {
+        let input = StatusInput::Applied {
+            tier_count: 3,
+            object_counts: BTreeMap::from([
+                ("ValidatingAdmissionPolicy".to_owned(), 3),
+                ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
+            ]),
+            migrations: Vec::new(),
+            shrunk_tiers: Vec::new(),
+        };
+        let status = build_status(None, Some(1), &input, &at(0));
+        let gate = condition(&status, IN_SERVER_GATE);
+        assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateOnly"));
+        let without = build_status(None, Some(1), &applied(), &at(0));
+        assert_eq!(condition(&without, IN_SERVER_GATE).reason, "NotInstalled");
     }
 
     #[test]
