@@ -32,6 +32,8 @@ pub enum StatusInput {
         /// Tiers whose ClusterQueue offered more than the policy now gives it, before this apply
         /// ([`crate::plan::quota::shrunk_tiers`]).
         shrunk_tiers: Vec<String>,
+        /// Whether the API server serves MutatingAdmissionPolicy (`None`: unknown).
+        mutating_policies_served: Option<bool>,
     },
     /// The policy is invalid; the last applied state stays in the cluster.
     Invalid {
@@ -107,10 +109,10 @@ pub fn build_status(
     ];
     let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
     match input {
-        StatusInput::Applied { shrunk_tiers, object_counts, .. } => {
+        StatusInput::Applied { shrunk_tiers, object_counts, mutating_policies_served, .. } => {
             let quota = build_quota_reduced(shrunk_tiers, earlier_quota, generation);
             status.conditions.push(build_condition(QUOTA_REDUCED, quota, generation, previous_conditions, now));
-            let gate = build_in_server_gate(object_counts);
+            let gate = build_in_server_gate(object_counts, *mutating_policies_served);
             status.conditions.push(build_condition(IN_SERVER_GATE, gate, generation, previous_conditions, now));
         }
         _ => {
@@ -123,15 +125,23 @@ pub fn build_status(
 }
 
 /// `InServerGate`: True (`ValidateOnly`) when the applied objects include the gate's ValidatingAdmissionPolicies
-/// and their bindings.
-fn build_in_server_gate(object_counts: &BTreeMap<String, i32>) -> (&'static str, String, String) {
+/// and their bindings; the message says whether the API server could run MutatingAdmissionPolicies.
+fn build_in_server_gate(
+    object_counts: &BTreeMap<String, i32>,
+    mutating_policies_served: Option<bool>,
+) -> (&'static str, String, String) {
     let count = |kind: &str| object_counts.get(kind).copied().unwrap_or(0);
     let (policies, bindings) = (count("ValidatingAdmissionPolicy"), count("ValidatingAdmissionPolicyBinding"));
     if policies > 0 && policies == bindings {
         let message = format!(
             "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside \
              the API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; \
-             no MutatingAdmissionPolicies (the webhook alone edits workloads)"
+             no MutatingAdmissionPolicies (the webhook alone edits workloads); {}",
+            match mutating_policies_served {
+                Some(true) => "the API server serves MutatingAdmissionPolicy, which tiergate does not generate yet",
+                Some(false) => "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36)",
+                None => "whether the API server serves MutatingAdmissionPolicy is unknown (discovery failed)",
+            }
         );
         return ("True", "ValidateOnly".to_owned(), message);
     }
@@ -208,6 +218,7 @@ mod tests {
             object_counts: BTreeMap::from([("LocalQueue".to_owned(), 2)]),
             migrations: vec![],
             shrunk_tiers: vec![],
+            mutating_policies_served: None,
         }
     }
 
@@ -217,6 +228,7 @@ mod tests {
             object_counts: BTreeMap::new(),
             migrations: vec![],
             shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
+            mutating_policies_served: None,
         }
     }
 
@@ -251,10 +263,12 @@ mod tests {
             ]),
             migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
+            mutating_policies_served: Some(false),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
         assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateOnly"));
+        assert!(gate.message.contains("does not serve MutatingAdmissionPolicy"), "{}", gate.message);
         let without = build_status(None, Some(1), &applied(), &at(0));
         assert_eq!(condition(&without, IN_SERVER_GATE).reason, "NotInstalled");
     }
