@@ -112,7 +112,13 @@ fn converged(policy: &TierPolicy, namespaces: usize) -> (Vec<DynamicObject>, Tie
             object
         })
         .collect();
-    let input = StatusInput::Applied { tier_count: 3, object_counts: counts, migrations: vec![], shrunk_tiers: vec![] };
+    let input = StatusInput::Applied {
+        tier_count: 3,
+        object_counts: counts,
+        migrations: vec![],
+        shrunk_tiers: vec![],
+        mutating_policies_served: None,
+    };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     let mut policy = policy.clone();
     policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));

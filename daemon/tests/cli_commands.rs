@@ -37,6 +37,12 @@ fn render_without_a_cluster_view_prints_cluster_scoped_objects_and_a_note() {
     assert!(!stdout(&output).contains("kind: LocalQueue"));
     assert!(stdout(&output).contains("kind: ClusterQueue"));
     assert!(stderr(&output).contains("LocalQueues need a cluster view"), "{}", stderr(&output));
+    assert!(
+        stderr(&output)
+            .contains("in-server gate: validate only (3 ValidatingAdmissionPolicies and bindings: tiergate-gate-gold"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]

@@ -259,8 +259,14 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 9, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 11, "the samples should exercise every generated kind, got {kinds:?}");
     for object in &objects {
+        if object["kind"] == "ValidatingAdmissionPolicy" || object["kind"] == "ValidatingAdmissionPolicyBinding" {
+            let errors = metadata_errors(object);
+            assert!(errors.is_empty(), "{}: {errors:#?}", object["metadata"]["name"]);
+            assert_gate_object_is_well_formed(object);
+            continue;
+        }
         if object["kind"] == "Namespace" {
             let errors = metadata_errors(object);
             assert!(errors.is_empty(), "Namespace {}: {errors:#?}", object["metadata"]["name"]);
@@ -268,6 +274,38 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
         }
         let errors = checker.all_errors(object);
         assert!(errors.is_empty(), "{} {}: {errors:#?}", object["kind"], object["metadata"]["name"]);
+    }
+}
+
+/// The in-server gate's objects are built-in kinds (no CRD): each reads back into its typed
+/// `admissionregistration.k8s.io/v1` struct unchanged, with the fields the API server requires.
+fn assert_gate_object_is_well_formed(object: &Value) {
+    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    assert_eq!(object["apiVersion"], "admissionregistration.k8s.io/v1");
+    let name = object["metadata"]["name"].as_str().unwrap();
+    if object["kind"] == "ValidatingAdmissionPolicy" {
+        let typed: ValidatingAdmissionPolicy = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        let spec = typed.spec.unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"), "{name}");
+        let validations = spec.validations.unwrap_or_default();
+        assert!(!validations.is_empty(), "{name}");
+        assert!(validations.iter().all(|validation| !validation.expression.is_empty() && validation.message.is_some()));
+        let conditions = spec.match_conditions.unwrap_or_default();
+        assert!(conditions.len() <= 64, "{name}: the API server allows 64 matchConditions");
+        let names: std::collections::BTreeSet<&str> =
+            conditions.iter().map(|condition| condition.name.as_str()).collect();
+        assert_eq!(names.len(), conditions.len(), "{name}: matchCondition names must be unique");
+        assert!(
+            spec.match_constraints
+                .and_then(|constraints| constraints.resource_rules)
+                .is_some_and(|rules| !rules.is_empty())
+        );
+    } else {
+        let typed: ValidatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        assert_eq!(typed.spec.policy_name, name, "a binding is named after its policy");
+        assert_eq!(typed.spec.validation_actions, ["Deny"]);
     }
 }
 

@@ -35,6 +35,16 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
             "multikueueconfigs",
         ]
     },
+    # The in-server gate's admission policies and bindings (docs/admission.md, The in-server gate).
+    **{
+        ("admissionregistration.k8s.io", kind): {"get", "list", "watch", "create", "patch", "delete"}
+        for kind in [
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ]
+    },
     ("kueue.x-k8s.io", "localqueues/status"): {"get"},
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch"},
     ("", "events"): {"create", "patch"},

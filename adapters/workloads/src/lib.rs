@@ -33,8 +33,12 @@ pub struct PodTemplatePointers {
 /// a map (the Kubeflow `*ReplicaSpecs` maps are keyed by replica type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TemplateAt {
-    /// A `PodTemplateSpec` (`metadata` and `spec` below the pointer).
+    /// A `PodTemplateSpec` (`metadata` and `spec` below the pointer); its `*`s stand for array elements.
     PodTemplate(&'static str),
+    /// A `PodTemplateSpec` in a map keyed by replica type (the Kubeflow `*ReplicaSpecs`): its `*` stands for every
+    /// map value. The webhook expands it as [`TemplateAt::PodTemplate`]; the in-server gate's CEL iterates a map
+    /// differently from a list, so the table says which it is.
+    ReplicaMap(&'static str),
     /// An object carrying pod fields flat, with `labels`, `annotations`, `nodeSelector`, `tolerations` and a
     /// `gpu: {name, quantity}` request at the same level (SparkApplication's `driver` and `executor`).
     Flat(&'static str),
@@ -279,16 +283,16 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         &["/spec/rayClusterConfig/suspend", QUEUE_LABEL_POINTER],
     )
     .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
-    kubeflow("PyTorchJob", &[TemplateAt::PodTemplate("/spec/pytorchReplicaSpecs/*/template")]),
-    kubeflow("TFJob", &[TemplateAt::PodTemplate("/spec/tfReplicaSpecs/*/template")]),
-    kubeflow("XGBoostJob", &[TemplateAt::PodTemplate("/spec/xgbReplicaSpecs/*/template")]),
-    kubeflow("PaddleJob", &[TemplateAt::PodTemplate("/spec/paddleReplicaSpecs/*/template")]),
-    kubeflow("JAXJob", &[TemplateAt::PodTemplate("/spec/jaxReplicaSpecs/*/template")]),
+    kubeflow("PyTorchJob", &[TemplateAt::ReplicaMap("/spec/pytorchReplicaSpecs/*/template")]),
+    kubeflow("TFJob", &[TemplateAt::ReplicaMap("/spec/tfReplicaSpecs/*/template")]),
+    kubeflow("XGBoostJob", &[TemplateAt::ReplicaMap("/spec/xgbReplicaSpecs/*/template")]),
+    kubeflow("PaddleJob", &[TemplateAt::ReplicaMap("/spec/paddleReplicaSpecs/*/template")]),
+    kubeflow("JAXJob", &[TemplateAt::ReplicaMap("/spec/jaxReplicaSpecs/*/template")]),
     WorkloadAdapter {
         version: "v2beta1",
         kind: "MPIJob",
         managed_by: managed_by("/spec/runPolicy/managedBy", "kubeflow.org/mpi-operator"),
-        ..kubeflow("MPIJob", &[TemplateAt::PodTemplate("/spec/mpiReplicaSpecs/*/template")])
+        ..kubeflow("MPIJob", &[TemplateAt::ReplicaMap("/spec/mpiReplicaSpecs/*/template")])
     },
     // Kubeflow Trainer v2: the pod template lives in the referenced (Cluster)TrainingRuntime, which tiergate does
     // not read; the TrainJob sizes its nodes with `spec.trainer.resourcesPerNode`. The only pod templates on the
@@ -508,7 +512,7 @@ impl TemplateLayout {
             TemplateLayout::Patterns(patterns) => patterns
                 .iter()
                 .flat_map(|pattern| match pattern {
-                    TemplateAt::PodTemplate(pattern) => {
+                    TemplateAt::PodTemplate(pattern) | TemplateAt::ReplicaMap(pattern) => {
                         expand(object, pattern).iter().map(|template| template_pointers(template)).collect::<Vec<_>>()
                     }
                     TemplateAt::Flat(pattern) => expand(object, pattern)
@@ -543,6 +547,12 @@ impl WorkloadAdapter {
     /// The pod templates present in `object`, in document order.
     pub fn pod_templates(&self, object: &Value) -> Vec<PodTemplatePointers> {
         self.templates.pod_templates(object)
+    }
+
+    /// The resource (lower-case plural) of the kind, as API paths and admission rules name it: every kind in the
+    /// table is pluralised by appending `s` to its lower-cased name (checked against the CRDs by the tests).
+    pub fn plural(&self) -> String {
+        format!("{}s", self.kind.to_ascii_lowercase())
     }
 
     /// Whether tiergate queues this kind in Kueue itself (queue label, and `suspend` or pod groups): the kinds
@@ -772,6 +782,35 @@ mod tests {
         for some in ["1", "500m", "0.5", "10"] {
             assert!(requests_any(&spec(some), &["nvidia.com/gpu"]), "{some}");
         }
+    }
+
+    #[test]
+    fn every_adapter_names_its_resource_as_the_api_server_does() {
+        let plurals: Vec<String> = ADAPTERS.iter().map(WorkloadAdapter::plural).collect();
+        assert_eq!(
+            plurals,
+            [
+                "jobs",
+                "jobsets",
+                "pods",
+                "deployments",
+                "statefulsets",
+                "cronjobs",
+                "rayjobs",
+                "rayclusters",
+                "rayservices",
+                "pytorchjobs",
+                "tfjobs",
+                "xgboostjobs",
+                "paddlejobs",
+                "jaxjobs",
+                "mpijobs",
+                "trainjobs",
+                "leaderworkersets",
+                "appwrappers",
+                "sparkapplications"
+            ]
+        );
     }
 
     #[test]

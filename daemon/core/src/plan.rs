@@ -6,11 +6,13 @@
 //! the daemon prunes exactly what it owns.
 
 pub mod fleet;
+pub mod gate;
 pub mod names;
 pub mod quota;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
 use k8s_openapi::api::core::v1::{Namespace, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -39,7 +41,7 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 9] = [
+pub const OWNED_KINDS: [&str; 11] = [
     "Namespace",
     "ResourceFlavor",
     "WorkloadPriorityClass",
@@ -48,6 +50,8 @@ pub const OWNED_KINDS: [&str; 9] = [
     "MultiKueueConfig",
     "AdmissionCheck",
     "ClusterQueue",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
     "LocalQueue",
 ];
 
@@ -77,6 +81,10 @@ pub struct Desired {
     pub admission_checks: Vec<AdmissionCheck>,
     /// One per tier (tier order).
     pub cluster_queues: Vec<ClusterQueue>,
+    /// Management cluster only: the in-server gate, one per tier (tier order; [`gate`]).
+    pub admission_policies: Vec<ValidatingAdmissionPolicy>,
+    /// Management cluster only: one binding per tier, to the tier's namespaces (tier order).
+    pub admission_policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
     /// One per namespace of each tier, sorted by namespace.
     pub local_queues: Vec<LocalQueue>,
     /// Things in the cluster view the translation could not use (e.g. a tier label naming no tier).
@@ -102,6 +110,10 @@ pub enum DesiredObject<'a> {
     AdmissionCheck(&'a AdmissionCheck),
     /// A ClusterQueue.
     ClusterQueue(&'a ClusterQueue),
+    /// A ValidatingAdmissionPolicy of the in-server gate.
+    ValidatingAdmissionPolicy(&'a ValidatingAdmissionPolicy),
+    /// Its binding.
+    ValidatingAdmissionPolicyBinding(&'a ValidatingAdmissionPolicyBinding),
     /// A LocalQueue.
     LocalQueue(&'a LocalQueue),
 }
@@ -153,6 +165,8 @@ impl DesiredObject<'_> {
             Self::MultiKueueConfig(_) => "MultiKueueConfig",
             Self::AdmissionCheck(_) => "AdmissionCheck",
             Self::ClusterQueue(_) => "ClusterQueue",
+            Self::ValidatingAdmissionPolicy(_) => "ValidatingAdmissionPolicy",
+            Self::ValidatingAdmissionPolicyBinding(_) => "ValidatingAdmissionPolicyBinding",
             Self::LocalQueue(_) => "LocalQueue",
         }
     }
@@ -168,6 +182,8 @@ impl DesiredObject<'_> {
             Self::MultiKueueConfig(object) => &object.metadata,
             Self::AdmissionCheck(object) => &object.metadata,
             Self::ClusterQueue(object) => &object.metadata,
+            Self::ValidatingAdmissionPolicy(object) => &object.metadata,
+            Self::ValidatingAdmissionPolicyBinding(object) => &object.metadata,
             Self::LocalQueue(object) => &object.metadata,
         }
     }
@@ -193,6 +209,8 @@ impl DesiredObject<'_> {
             Self::MultiKueueConfig(object) => serde_json::to_value(object),
             Self::AdmissionCheck(object) => serde_json::to_value(object),
             Self::ClusterQueue(object) => serde_json::to_value(object),
+            Self::ValidatingAdmissionPolicy(object) => serde_json::to_value(object),
+            Self::ValidatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
             Self::LocalQueue(object) => serde_json::to_value(object),
         };
         result.map_err(|source| PlanError::SerializeObject { kind: self.kind(), name: self.name().to_owned(), source })
@@ -201,7 +219,7 @@ impl DesiredObject<'_> {
 
 impl Desired {
     /// Every object in apply order ([`OWNED_KINDS`]): namespaces, flavors, priority classes, provisioning
-    /// configs, MultiKueue clusters and configs, admission checks, ClusterQueues, LocalQueues (each refers only to
+    /// configs, MultiKueue clusters and configs, admission checks, ClusterQueues, the gate's policies and bindings, LocalQueues (each refers only to
     /// objects before it).
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
         let namespaces = self.namespaces.iter().map(DesiredObject::Namespace);
@@ -212,6 +230,8 @@ impl Desired {
         let worker_sets = self.multi_kueue_configs.iter().map(DesiredObject::MultiKueueConfig);
         let checks = self.admission_checks.iter().map(DesiredObject::AdmissionCheck);
         let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
+        let policies = self.admission_policies.iter().map(DesiredObject::ValidatingAdmissionPolicy);
+        let bindings = self.admission_policy_bindings.iter().map(DesiredObject::ValidatingAdmissionPolicyBinding);
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
         namespaces
             .chain(flavors)
@@ -221,6 +241,8 @@ impl Desired {
             .chain(worker_sets)
             .chain(checks)
             .chain(cluster_queues)
+            .chain(policies)
+            .chain(bindings)
             .chain(local_queues)
             .collect()
     }
@@ -416,6 +438,9 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let labels = owned_labels(policy);
     desired.multi_kueue_clusters = fleet::build_multi_kueue_clusters(&policy.spec, &labels);
     desired.multi_kueue_configs = fleet::build_multi_kueue_configs(&policy.spec, &labels);
+    let gate = gate::build_gate(&policy.spec, &labels);
+    desired.admission_policies = gate.policies;
+    desired.admission_policy_bindings = gate.bindings;
     desired
 }
 

@@ -1,5 +1,6 @@
-//! The Kueue kinds tiergate owns: their API resources (kueue.x-k8s.io/v1beta2), scope, apply order and the
-//! ownership labels that select them for pruning; no I/O.
+//! The kinds tiergate owns: the Kueue kinds (kueue.x-k8s.io/v1beta2) and the in-server gate's admission policies
+//! (admissionregistration.k8s.io/v1), their API resources, scope, apply order and the ownership labels that select
+//! them for pruning; no I/O.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,10 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind, ResourceExt};
 pub const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 /// The Kueue API version tiergate writes (Kueue >= v0.15).
 pub const KUEUE_VERSION: &str = "v1beta2";
+/// The API group of the in-server gate's policies.
+pub const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+/// The version of the in-server gate's policies (ValidatingAdmissionPolicy is GA since Kubernetes 1.30).
+pub const ADMISSION_VERSION: &str = "v1";
 /// The oldest Kueue release that serves `kueue.x-k8s.io/v1beta2`.
 pub const MIN_KUEUE_RELEASE: &str = "v0.15";
 /// The single server-side-apply field manager of every tiergate write.
@@ -40,13 +45,17 @@ pub enum KueueKind {
     AdmissionCheck,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
+    /// `ValidatingAdmissionPolicy` of the in-server gate, one per tier (cluster-scoped).
+    ValidatingAdmissionPolicy,
+    /// `ValidatingAdmissionPolicyBinding` of the in-server gate, one per tier (cluster-scoped).
+    ValidatingAdmissionPolicyBinding,
     /// `LocalQueue`, one per tiered namespace (namespaced).
     LocalQueue,
 }
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 10] = [
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
@@ -54,6 +63,8 @@ impl KueueKind {
         Self::MultiKueueConfig,
         Self::AdmissionCheck,
         Self::ClusterQueue,
+        Self::ValidatingAdmissionPolicy,
+        Self::ValidatingAdmissionPolicyBinding,
         Self::LocalQueue,
     ];
 
@@ -67,6 +78,8 @@ impl KueueKind {
             Self::MultiKueueConfig => "MultiKueueConfig",
             Self::AdmissionCheck => "AdmissionCheck",
             Self::ClusterQueue => "ClusterQueue",
+            Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
+            Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
             Self::LocalQueue => "LocalQueue",
         }
     }
@@ -81,8 +94,25 @@ impl KueueKind {
             Self::MultiKueueConfig => "multikueueconfigs",
             Self::AdmissionCheck => "admissionchecks",
             Self::ClusterQueue => "clusterqueues",
+            Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
+            Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
             Self::LocalQueue => "localqueues",
         }
+    }
+
+    /// Whether the kind is Kueue's (the rest belong to the in-server gate).
+    pub fn is_kueue(self) -> bool {
+        !matches!(self, Self::ValidatingAdmissionPolicy | Self::ValidatingAdmissionPolicyBinding)
+    }
+
+    /// The kind's API group.
+    pub fn group(self) -> &'static str {
+        if self.is_kueue() { KUEUE_GROUP } else { ADMISSION_GROUP }
+    }
+
+    /// The API version tiergate writes the kind at.
+    pub fn version(self) -> &'static str {
+        if self.is_kueue() { KUEUE_VERSION } else { ADMISSION_VERSION }
     }
 
     /// Whether objects of this kind live in a namespace.
@@ -100,10 +130,10 @@ impl KueueKind {
         object.types.as_ref().and_then(|types| Self::from_kind(&types.kind))
     }
 
-    /// The API resource for `kueue.x-k8s.io/v1beta2`.
+    /// The API resource (`kueue.x-k8s.io/v1beta2`, or `admissionregistration.k8s.io/v1` for the gate).
     pub fn api_resource(self) -> ApiResource {
         ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, self.name()),
+            &GroupVersionKind::gvk(self.group(), self.version(), self.name()),
             self.plural(),
         )
     }
@@ -157,6 +187,9 @@ mod tests {
         assert_eq!(resource.plural, "clusterqueues");
         assert_eq!(KueueKind::from_kind("LocalQueue"), Some(KueueKind::LocalQueue));
         assert_eq!(KueueKind::from_kind("Workload"), None);
+        let gate = KueueKind::ValidatingAdmissionPolicyBinding.api_resource();
+        assert_eq!(gate.api_version, "admissionregistration.k8s.io/v1");
+        assert_eq!(gate.plural, "validatingadmissionpolicybindings");
     }
 
     #[test]

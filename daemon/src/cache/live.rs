@@ -15,7 +15,7 @@ use kube::runtime::reflector::{Lookup, Store};
 use kube::runtime::watcher;
 use serde_json::Value;
 
-use super::kinds::{KUEUE_GROUP, KUEUE_VERSION, KueueKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
+use super::kinds::{KueueKind, MANAGED_BY_LABEL, MANAGED_BY_VALUE, POLICY_LABEL};
 
 /// Live Kueue objects as the watches show them, per kind (LocalQueues: all of them; other kinds: owned ones),
 /// in the compact form of [`LiveObject`].
@@ -181,12 +181,12 @@ impl Lookup for LiveObject {
         Cow::Borrowed(kind.name())
     }
 
-    fn group(_: &KueueKind) -> Cow<'_, str> {
-        Cow::Borrowed(KUEUE_GROUP)
+    fn group(kind: &KueueKind) -> Cow<'_, str> {
+        Cow::Borrowed(kind.group())
     }
 
-    fn version(_: &KueueKind) -> Cow<'_, str> {
-        Cow::Borrowed(KUEUE_VERSION)
+    fn version(kind: &KueueKind) -> Cow<'_, str> {
+        Cow::Borrowed(kind.version())
     }
 
     fn plural(kind: &KueueKind) -> Cow<'_, str> {

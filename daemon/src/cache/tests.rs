@@ -537,7 +537,7 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
     requested.sort();
     requested.dedup();
     let mut expected = vec!["/api/v1/namespaces".to_owned(), "/api/v1/nodes".to_owned()];
-    expected.extend(KueueKind::ALL.map(|kind| format!("/apis/kueue.x-k8s.io/v1beta2/{}", kind.plural())));
+    expected.extend(KueueKind::ALL.map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())));
     expected.sort();
     assert_eq!(requested, expected, "no TierPolicy, pod, ReplicaSet, owner-kind or discovery request");
     let snapshot = cache.snapshot.load();

@@ -61,6 +61,13 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     }
     // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
+    eprint!(
+        "{}",
+        crate::plan::gate::gate_summary(&crate::plan::gate::build_gate(
+            &policy.spec,
+            &crate::plan::owned_labels(&policy)
+        ))
+    );
     let text = match args.output {
         OutputFormat::Yaml => fleet.to_yaml_stream()?,
         OutputFormat::Json if fleet.workers.is_empty() => {

@@ -1,5 +1,7 @@
-//! Kueue API discovery: tiergate needs `kueue.x-k8s.io/v1beta2` (Kueue >= v0.15) with every kind it writes.
-//! The assessment is pure ([`build_kueue_support`]); [`discover_kueue`] asks the API server.
+//! Kueue API discovery: tiergate needs `kueue.x-k8s.io/v1beta2` (Kueue >= v0.15) with every kind it writes; and
+//! whether the API server serves MutatingAdmissionPolicy, which decides the in-server gate's mode. The
+//! assessments are pure ([`build_kueue_support`], [`serves_mutating_policies`]); [`discover_kueue`] and
+//! [`discover_mutating_policies`] ask the API server.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList};
 use kube::Client;
@@ -63,10 +65,31 @@ pub fn build_kueue_support(groups: &APIGroupList, resources: Option<&APIResource
     let Some(resources) = resources else { return Ok(()) };
     let missing: Vec<&str> = KueueKind::ALL
         .into_iter()
+        .filter(|kind| kind.is_kueue())
         .filter(|kind| !resources.resources.iter().any(|resource| resource.name == kind.plural()))
         .map(KueueKind::name)
         .collect();
     if missing.is_empty() { Ok(()) } else { Err(DiscoveryError::KueueKindsMissing { missing: missing.join(", ") }) }
+}
+
+/// The group version of the in-server gate's admission policies.
+const ADMISSION_GROUP_VERSION: &str = "admissionregistration.k8s.io/v1";
+
+/// Whether `resources` (of `admissionregistration.k8s.io/v1`) include MutatingAdmissionPolicy (GA in 1.36).
+pub fn serves_mutating_policies(resources: &APIResourceList) -> bool {
+    resources.resources.iter().any(|resource| resource.name == "mutatingadmissionpolicies")
+}
+
+/// Asks the API server whether it serves MutatingAdmissionPolicy; `None` when discovery failed (logged; the gate's
+/// validating half does not depend on it).
+pub async fn discover_mutating_policies(client: &Client) -> Option<bool> {
+    match client.list_api_group_resources(ADMISSION_GROUP_VERSION).await {
+        Ok(resources) => Some(serves_mutating_policies(&resources)),
+        Err(error) => {
+            tracing::warn!(%error, "failed to list {ADMISSION_GROUP_VERSION}; the in-server gate's mode is reported as unknown");
+            None
+        }
+    }
 }
 
 /// Asks the API server whether Kueue v1beta2 and every kind tiergate writes are served.
@@ -95,6 +118,21 @@ mod tests {
             {"name": "kueue.x-k8s.io", "versions": versions},
         ]}))
         .unwrap()
+    }
+
+    #[test]
+    fn mutating_admission_policies_are_served_only_when_discovery_lists_them() {
+        let list = |names: &[&str]| -> APIResourceList {
+            let resources: Vec<_> = names
+                .iter()
+                .map(|name| json!({"name": name, "singularName": "", "namespaced": false, "kind": "X", "verbs": []}))
+                .collect();
+            serde_json::from_value(json!({"groupVersion": "admissionregistration.k8s.io/v1", "resources": resources}))
+                .unwrap()
+        };
+        let before_1_36 = list(&["validatingadmissionpolicies", "validatingadmissionpolicybindings"]);
+        assert!(!serves_mutating_policies(&before_1_36));
+        assert!(serves_mutating_policies(&list(&["validatingadmissionpolicies", "mutatingadmissionpolicies"])));
     }
 
     #[test]

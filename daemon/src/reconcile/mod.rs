@@ -89,6 +89,8 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     kueue_discovered: AtomicBool,
+    /// Whether the API server serves MutatingAdmissionPolicy: 0 not asked or unknown, 1 yes, 2 no.
+    mutating_policies: std::sync::atomic::AtomicU8,
     backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
     fleet: Arc<FleetHealth>,
     blockers: Arc<Blockers>,
@@ -132,6 +134,7 @@ impl Context {
             gate,
             metrics,
             kueue_discovered: AtomicBool::new(false),
+            mutating_policies: std::sync::atomic::AtomicU8::new(0),
             backoffs: Mutex::new(HashMap::new()),
             fleet: Arc::new(FleetHealth::default()),
             blockers,
@@ -228,6 +231,12 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     ctx.blockers.clear(BlockedReason::PolicyInvalid);
     if !ctx.kueue_discovered.load(Ordering::Relaxed) {
         discover_kueue(&ctx.client).await?;
+        let served = match self::discovery::discover_mutating_policies(&ctx.client).await {
+            Some(true) => 1,
+            Some(false) => 2,
+            None => 0,
+        };
+        ctx.mutating_policies.store(served, Ordering::Relaxed);
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
         ctx.blockers.clear(BlockedReason::KueueMissing);
     }
@@ -267,6 +276,11 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         object_counts,
         migrations: retired.migrations.clone(),
         shrunk_tiers,
+        mutating_policies_served: match ctx.mutating_policies.load(Ordering::Relaxed) {
+            1 => Some(true),
+            2 => Some(false),
+            _ => None,
+        },
     };
     writes::write_status(ctx, policy, &input).await?;
     Ok(Action::requeue(if retired.draining > 0 { DRAIN_RECHECK } else { RESYNC }))

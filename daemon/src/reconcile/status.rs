@@ -21,6 +21,10 @@ pub const SERVED: &str = "Served";
 /// fix); absent otherwise.
 pub const BLOCKED: &str = "Blocked";
 
+/// Condition type: whether the in-server gate (admission policies run by the API server itself) is installed,
+/// and in which mode (`ValidateOnly`; `ValidateAndMutate` once MutatingAdmissionPolicies are generated).
+pub const IN_SERVER_GATE: &str = "InServerGate";
+
 /// What the last reconcile achieved.
 #[derive(Clone, Debug, PartialEq)]
 pub enum StatusInput {
@@ -35,6 +39,8 @@ pub enum StatusInput {
         /// Tiers whose ClusterQueue offered more than the policy now gives it, before this apply
         /// ([`crate::plan::quota::shrunk_tiers`]).
         shrunk_tiers: Vec<String>,
+        /// Whether the API server serves MutatingAdmissionPolicy (`None`: unknown).
+        mutating_policies_served: Option<bool>,
     },
     /// The policy is invalid; the last applied state stays in the cluster.
     Invalid {
@@ -110,11 +116,17 @@ pub fn build_status(
     ];
     let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
     match input {
-        StatusInput::Applied { shrunk_tiers, .. } => {
+        StatusInput::Applied { shrunk_tiers, object_counts, mutating_policies_served, .. } => {
             let quota = build_quota_reduced(shrunk_tiers, earlier_quota, generation);
             status.conditions.push(build_condition(QUOTA_REDUCED, quota, generation, previous_conditions, now));
+            let gate = build_in_server_gate(object_counts, *mutating_policies_served);
+            status.conditions.push(build_condition(IN_SERVER_GATE, gate, generation, previous_conditions, now));
         }
-        _ => status.conditions.extend(earlier_quota.cloned()),
+        _ => {
+            status.conditions.extend(earlier_quota.cloned());
+            let earlier_gate = previous_conditions.iter().find(|condition| condition.type_ == IN_SERVER_GATE);
+            status.conditions.extend(earlier_gate.cloned());
+        }
     }
     status
 }
@@ -138,6 +150,30 @@ pub fn merge_blocked_condition(
         previous,
         now,
     ));
+}
+
+/// `InServerGate`: True (`ValidateOnly`) when the applied objects include the gate's ValidatingAdmissionPolicies
+/// and their bindings; the message says whether the API server could run MutatingAdmissionPolicies.
+fn build_in_server_gate(
+    object_counts: &BTreeMap<String, i32>,
+    mutating_policies_served: Option<bool>,
+) -> (&'static str, String, String) {
+    let count = |kind: &str| object_counts.get(kind).copied().unwrap_or(0);
+    let (policies, bindings) = (count("ValidatingAdmissionPolicy"), count("ValidatingAdmissionPolicyBinding"));
+    if policies > 0 && policies == bindings {
+        let message = format!(
+            "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside \
+             the API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; \
+             no MutatingAdmissionPolicies (the webhook alone edits workloads); {}",
+            match mutating_policies_served {
+                Some(true) => "the API server serves MutatingAdmissionPolicy, which tiergate does not generate yet",
+                Some(false) => "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36)",
+                None => "whether the API server serves MutatingAdmissionPolicy is unknown (discovery failed)",
+            }
+        );
+        return ("True", "ValidateOnly".to_owned(), message);
+    }
+    ("False", "NotInstalled".to_owned(), "the policy generated no admission policies (no tiers)".to_owned())
 }
 
 /// `QuotaReduced`: True naming the tiers whose quota this generation shrank. The second reconcile sees the
@@ -210,6 +246,7 @@ mod tests {
             object_counts: BTreeMap::from([("LocalQueue".to_owned(), 2)]),
             migrations: vec![],
             shrunk_tiers: vec![],
+            mutating_policies_served: None,
         }
     }
 
@@ -219,6 +256,7 @@ mod tests {
             object_counts: BTreeMap::new(),
             migrations: vec![],
             shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
+            mutating_policies_served: None,
         }
     }
 
@@ -241,6 +279,26 @@ mod tests {
 
     fn condition<'a>(status: &'a TierPolicyStatus, type_: &str) -> &'a Condition {
         status.conditions.iter().find(|condition| condition.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn an_applied_gate_reports_the_in_server_gate_in_validate_only_mode() {
+        let input = StatusInput::Applied {
+            tier_count: 3,
+            object_counts: BTreeMap::from([
+                ("ValidatingAdmissionPolicy".to_owned(), 3),
+                ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
+            ]),
+            migrations: Vec::new(),
+            shrunk_tiers: Vec::new(),
+            mutating_policies_served: Some(false),
+        };
+        let status = build_status(None, Some(1), &input, &at(0));
+        let gate = condition(&status, IN_SERVER_GATE);
+        assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateOnly"));
+        assert!(gate.message.contains("does not serve MutatingAdmissionPolicy"), "{}", gate.message);
+        let without = build_status(None, Some(1), &applied(), &at(0));
+        assert_eq!(condition(&without, IN_SERVER_GATE).reason, "NotInstalled");
     }
 
     #[test]

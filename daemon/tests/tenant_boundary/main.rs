@@ -2,10 +2,13 @@
 //! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
 
 mod fleet;
+#[path = "../gate_support/mod.rs"]
+mod gate_support;
 mod gpu_classes;
 mod kinds_and_children;
 mod owners_and_updates;
 mod policy_mistakes;
 mod quota_cap;
 mod tenant;
+mod webhook_down;
 mod webhook_limits;

@@ -131,6 +131,7 @@ mod tests {
             object_counts: BTreeMap::new(),
             migrations: vec![],
             shrunk_tiers: vec![],
+            mutating_policies_served: None,
         };
         let mut status = build_status(previous, Some(2), &input, &at(now));
         let earlier = previous.map(|status| status.conditions.as_slice()).unwrap_or_default();

@@ -1,0 +1,345 @@
+//! The two gates agree: every recorded review, every sample workload and generated workloads go through the
+//! webhook's decision (`mutate`) and through the generated ValidatingAdmissionPolicies (CEL evaluated offline).
+//! No false denial: what the webhook admits, the policies admit as the webhook left it. No escape: what the
+//! webhook denies or constrains (selector, affinity, queue, suspend, priority), the policies refuse as sent, unless
+//! the request is one the gate exempts by design (a controller writing what a gated template says).
+#![cfg(test)]
+
+mod gate_support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use gate_support::{CompiledGate, GateOutcome, gate_of};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tiergate::admission::{AdmissionInputs, Verdict, build_static_snapshot, mutate, parse_review};
+use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+use tiergate::view::Snapshot;
+
+fn snapshot() -> Snapshot {
+    build_static_snapshot(
+        load_policy(None).unwrap(),
+        parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(),
+        Some("tiergate-system".into()),
+    )
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn shared(dir: &str) -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .ancestors()
+        .map(|root| root.join("shared").join(dir))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| panic!("no shared/{dir} above {}", manifest.display()))
+}
+
+fn files_in(dir: PathBuf) -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|error| panic!("{}: {error}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_file())
+        .map(|path| (path.display().to_string(), std::fs::read_to_string(&path).unwrap()))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A tenant (`alice`, a person) creating `object` in its namespace, as the API server sends it.
+fn tenant_request(object: &Value) -> Value {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    json!({"uid": "u1", "kind": {"group": group, "version": version, "kind": object["kind"]},
+        "resource": {"group": group, "version": version, "resource": "x"},
+        "name": object["metadata"]["name"], "namespace": object["metadata"]["namespace"],
+        "operation": "CREATE", "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": object, "oldObject": null, "dryRun": false})
+}
+
+/// How one request came out of the two gates.
+#[derive(Debug, Default)]
+struct Tally {
+    reviews: usize,
+    webhook_denied: usize,
+    webhook_constrained: usize,
+    gate_denied_as_sent: usize,
+    gate_admitted_as_webhook_left_it: usize,
+    exempt_controllers: usize,
+    cpu_only_out_of_scope: usize,
+    unmatched_cpu_or_untiered: usize,
+}
+
+/// Whether the webhook's patch constrains the object: the queue label, suspend or the priority label, or the GPU
+/// nodes its templates can land on (a template of the sent object reaches a node of the sample cluster outside the
+/// tier's classes, and the same template after the patch does not).
+fn constrains(snapshot: &Snapshot, request: &Value, patch: &json_patch::Patch) -> bool {
+    let labels = patch.0.iter().any(|operation| {
+        let path = operation.path().to_string();
+        ["queue-name", "/suspend", "priority-class"].iter().any(|field| path.contains(field))
+    });
+    let mut after = request["object"].clone();
+    json_patch::patch(&mut after, patch).unwrap();
+    labels
+        || (reaches_foreign_node(snapshot, request, &request["object"])
+            && !reaches_foreign_node(snapshot, request, &after))
+}
+
+/// Whether a pod template of `object` can be scheduled (nodeSelector and required node affinity) on a GPU node of the
+/// sample cluster whose class is outside the namespace's tier.
+fn reaches_foreign_node(snapshot: &Snapshot, request: &Value, object: &Value) -> bool {
+    let policy = snapshot.policy.as_ref().unwrap();
+    let Some(tier) = policy.spec.tier_of(&namespace_labels(snapshot, request)) else { return false };
+    let group = request["kind"]["group"].as_str().unwrap_or_default();
+    let kind = request["kind"]["kind"].as_str().unwrap_or_default();
+    let Some(layout) = tiergate_workloads::template_layout(group, kind) else { return false };
+    let foreign_nodes: Vec<&BTreeMap<String, String>> = snapshot
+        .nodes
+        .values()
+        .filter(|node| {
+            policy.spec.gpu_classes.iter().any(|class| class.is_selected_by(&node.labels))
+                && !tier
+                    .gpu_class_names()
+                    .filter_map(|name| policy.spec.gpu_class(name))
+                    .any(|class| class.is_selected_by(&node.labels))
+        })
+        .map(|node| &node.labels)
+        .collect();
+    layout.pod_specs(object).into_iter().any(|spec| foreign_nodes.iter().any(|labels| schedulable(spec, labels)))
+}
+
+/// Whether `spec`'s nodeSelector and required node-affinity terms admit a node with `labels`.
+fn schedulable(spec: &Value, labels: &BTreeMap<String, String>) -> bool {
+    let selector = spec["nodeSelector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(key, value)| labels.get(key).map(String::as_str) == value.as_str());
+    let terms = spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms");
+    let affinity = match terms.and_then(Value::as_array) {
+        None => true,
+        Some(terms) => terms.iter().any(|term| {
+            term["matchExpressions"].as_array().into_iter().flatten().all(|expression| {
+                let value = labels.get(expression["key"].as_str().unwrap_or_default());
+                let values: Vec<&str> =
+                    expression["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                match expression["operator"].as_str().unwrap_or_default() {
+                    "In" => value.is_some_and(|value| values.contains(&value.as_str())),
+                    "NotIn" => value.is_none_or(|value| !values.contains(&value.as_str())),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+        }),
+    };
+    selector && affinity
+}
+
+fn namespace_labels(snapshot: &Snapshot, request: &Value) -> BTreeMap<String, String> {
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    snapshot.namespaces.get(namespace).map(|view| view.labels.clone()).unwrap_or_default()
+}
+
+/// Runs one request (as JSON) through both gates and checks they agree.
+fn check_agreement(name: &str, request: &Value, snapshot: &Snapshot, gate: &CompiledGate, tally: &mut Tally) {
+    tally.reviews += 1;
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+    let parsed =
+        parse_review(&serde_json::to_vec(&review).unwrap()).unwrap_or_else(|(_, error)| panic!("{name}: {error}"));
+    let decision = mutate(&parsed, snapshot, &AdmissionInputs::default());
+    let labels = namespace_labels(snapshot, request);
+    let as_sent = gate.run(request, &labels);
+    let exempt = matches!(&as_sent, GateOutcome::NotMatched { condition } if condition == "not-a-controller");
+    tally.exempt_controllers += usize::from(exempt);
+    let webhook_denied = matches!(decision.verdict, Verdict::Deny { .. });
+    let webhook_constrained =
+        matches!(decision.verdict, Verdict::Allow) && constrains(snapshot, request, &decision.patch);
+    tally.webhook_denied += usize::from(webhook_denied);
+    tally.webhook_constrained += usize::from(webhook_constrained);
+    if matches!(as_sent, GateOutcome::NotMatched { .. } | GateOutcome::NotBound) && !exempt {
+        tally.unmatched_cpu_or_untiered += 1;
+    }
+    // The gate judges GPU-asking objects only (the webhook also clamps a CPU object's priority label): an object the
+    // webhook neither confined (no selector, toleration or affinity written) nor denied for a GPU reason is out of
+    // its scope when the gate's GPU condition does not match it.
+    let gpu_in_webhook = decision.patch.0.iter().any(|operation| {
+        let path = operation.path().to_string();
+        ["nodeSelector", "tolerations", "affinity"].iter().any(|field| path.contains(field))
+    }) || matches!(decision.verdict, Verdict::Deny { reason, .. } if reason != "priority_above_ceiling");
+    let cpu_only = !gpu_in_webhook
+        && matches!(&as_sent, GateOutcome::NotMatched { condition } if condition.ends_with("-asks-for-a-gpu"));
+    tally.cpu_only_out_of_scope += usize::from(cpu_only && (webhook_denied || webhook_constrained));
+    if (webhook_denied || webhook_constrained) && !exempt && !cpu_only {
+        assert!(
+            as_sent.is_denied(),
+            "{name}: escape: the webhook {} it ({:?}, patch {:?}), the in-server gate gives {as_sent:?}",
+            if webhook_denied { "denies" } else { "constrains" },
+            decision.verdict,
+            decision.patch
+        );
+        tally.gate_denied_as_sent += 1;
+    }
+    if matches!(decision.verdict, Verdict::Allow | Verdict::Skip { .. }) && !request["object"].is_null() {
+        let mut object = request["object"].clone();
+        json_patch::patch(&mut object, &decision.patch).unwrap_or_else(|error| panic!("{name}: {error}"));
+        let mut after = request.clone();
+        after["object"] = object;
+        let outcome = gate.run(&after, &labels);
+        assert!(!outcome.is_denied(), "{name}: false denial of what the webhook admitted: {outcome:?}");
+        tally.gate_admitted_as_webhook_left_it += usize::from(outcome == GateOutcome::Admitted);
+    }
+}
+
+#[test]
+fn generated_expressions_stay_inside_the_api_servers_limits() {
+    let gate = gate_of(snapshot().policy.as_ref().unwrap());
+    for policy in &gate.policies {
+        let spec = policy.spec.as_ref().unwrap();
+        let conditions = spec.match_conditions.iter().flatten().map(|condition| &condition.expression);
+        for expression in conditions.chain(spec.validations.iter().flatten().map(|validation| &validation.expression)) {
+            // cel-go's defaults in kube-apiserver: 100,000 code points per expression, 250 levels of recursion.
+            assert!(
+                expression.chars().count() < 100_000,
+                "{} code points: {}",
+                expression.chars().count(),
+                &expression[..200]
+            );
+            assert!(
+                gate_support::nesting_depth(expression) < 100,
+                "nesting {}",
+                gate_support::nesting_depth(expression)
+            );
+        }
+    }
+}
+
+#[test]
+fn every_recorded_review_and_sample_workload_gets_no_false_denial_and_no_escape() {
+    gate_support::with_big_stack(every_recorded_review_and_sample_workload);
+}
+
+fn every_recorded_review_and_sample_workload() {
+    let snapshot = snapshot();
+    let policy = snapshot.policy.clone().unwrap();
+    let gate = CompiledGate::new(gate_of(&policy));
+    let mut tally = Tally::default();
+    for dir in ["fixtures/admission", "fixtures/kinds/admission"] {
+        for (name, text) in files_in(shared(dir)) {
+            let review: Value = serde_json::from_str(&text).unwrap();
+            check_agreement(&name, &review["request"], &snapshot, &gate, &mut tally);
+        }
+    }
+    let mut workloads = files_in(repo().join("samples/workloads"));
+    workloads.extend(files_in(shared("fixtures/workloads")));
+    for (name, text) in workloads {
+        let object: Value = serde_saphyr::from_str(&text).unwrap_or_else(|error| panic!("{name}: {error}"));
+        check_agreement(&name, &tenant_request(&object), &snapshot, &gate, &mut tally);
+    }
+    println!("{tally:?}");
+    assert!(tally.reviews >= 60, "{tally:?}");
+    assert!(tally.gate_denied_as_sent >= 20, "too few escapes tried to prove anything: {tally:?}");
+    assert!(tally.gate_admitted_as_webhook_left_it >= 20, "too few admissions compared: {tally:?}");
+}
+
+/// A tenant's GPU-ish object of a common kind: every field the gate reads, drawn at random.
+fn generated_workload() -> impl Strategy<Value = Value> {
+    let kinds = prop::sample::select(vec!["Job", "Pod", "Deployment", "JobSet", "PyTorchJob", "CronJob"]);
+    let namespaces = prop::sample::select(vec!["ml-team-dev", "ml-team-staging", "ml-research"]);
+    let resources = prop::sample::select(vec![
+        None,
+        Some(("nvidia.com/gpu", "1")),
+        Some(("nvidia.com/gpu", "0")),
+        Some(("nvidia.com/mig-1g.5gb", "1")),
+        Some(("amd.com/gpu", "1")),
+        Some(("cpu", "2")),
+    ]);
+    let classes = prop::sample::select(vec![None, Some("l4"), Some("a100"), Some("h100"), Some("t4")]);
+    let queues =
+        prop::sample::select(vec![None, Some("tiergate-bronze"), Some("tiergate-gold"), Some(""), Some("mine")]);
+    let priorities =
+        prop::sample::select(vec![None, Some("gpu-ultra"), Some("gpu-high"), Some("gpu-default"), Some("vip")]);
+    (kinds, namespaces, resources, classes, any::<bool>(), queues, any::<Option<bool>>(), priorities).prop_map(
+        |(kind, namespace, resource, class, by_affinity, queue, suspend, priority)| {
+            let mut container = json!({"name": "c", "image": "busybox"});
+            if let Some((name, quantity)) = resource {
+                container["resources"] = json!({"limits": {name: quantity}});
+            }
+            let mut pod = json!({"containers": [container]});
+            match (class, by_affinity) {
+                (Some(class), false) => pod["nodeSelector"] = json!({"gpu.nvidia.com/class": class}),
+                (Some(class), true) => {
+                    pod["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "gpu.nvidia.com/class", "operator": "In", "values": [class]}]}]}}})
+                }
+                (None, _) => {}
+            }
+            let template = json!({"spec": pod});
+            let mut labels = serde_json::Map::new();
+            if let Some(queue) = queue {
+                labels.insert("kueue.x-k8s.io/queue-name".into(), json!(queue));
+            }
+            if let Some(priority) = priority {
+                labels.insert("kueue.x-k8s.io/priority-class".into(), json!(priority));
+            }
+            let metadata = json!({"name": "w", "namespace": namespace, "labels": labels});
+            let (api_version, spec) = match kind {
+                "Job" => ("batch/v1", json!({"template": template})),
+                "Pod" => ("v1", pod.clone()),
+                "Deployment" => ("apps/v1", json!({"selector": {}, "template": template})),
+                "JobSet" => (
+                    "jobset.x-k8s.io/v1alpha2",
+                    json!({"replicatedJobs": [
+                    {"name": "a", "template": {"spec": {"template": template}}}]}),
+                ),
+                "PyTorchJob" => ("kubeflow.org/v1", json!({"pytorchReplicaSpecs": {"Worker": {"template": template}}})),
+                _ => (
+                    "batch/v1",
+                    json!({"schedule": "* * * * *", "jobTemplate": {
+                    "metadata": {"labels": labels}, "spec": {"template": template}}}),
+                ),
+            };
+            let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec});
+            if let Some(suspend) = suspend {
+                match kind {
+                    "Job" | "JobSet" => object["spec"]["suspend"] = json!(suspend),
+                    "PyTorchJob" => object["spec"]["runPolicy"] = json!({"suspend": suspend}),
+                    "CronJob" => object["spec"]["jobTemplate"]["spec"]["suspend"] = json!(suspend),
+                    _ => {}
+                }
+            }
+            object
+        },
+    )
+}
+
+#[test]
+fn generated_workloads_get_no_false_denial_and_no_escape() {
+    gate_support::with_big_stack(|| {
+        let snapshot = snapshot();
+        let gate = CompiledGate::new(gate_of(snapshot.policy.as_ref().unwrap()));
+        let tally = std::cell::RefCell::new(Tally::default());
+        let mut runner =
+            proptest::test_runner::TestRunner::new(ProptestConfig { cases: 512, ..ProptestConfig::default() });
+        runner
+            .run(&generated_workload(), |object| {
+                check_agreement(
+                    &object.to_string(),
+                    &tenant_request(&object),
+                    &snapshot,
+                    &gate,
+                    &mut tally.borrow_mut(),
+                );
+                Ok(())
+            })
+            .unwrap_or_else(|error| panic!("{error}"));
+        let tally = tally.into_inner();
+        println!("{tally:?}");
+        assert!(tally.gate_denied_as_sent >= 100, "{tally:?}");
+        assert!(tally.gate_admitted_as_webhook_left_it >= 50, "{tally:?}");
+    });
+}

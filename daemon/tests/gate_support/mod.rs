@@ -1,0 +1,261 @@
+//! The in-server gate evaluated offline: the generated ValidatingAdmissionPolicies and bindings run on an
+//! AdmissionRequest as kube-apiserver runs them (binding namespace selector, resource rules, `matchConditions` in
+//! order, every validation, `failurePolicy: Fail`), with the `cel` crate kube-cel builds on; no I/O.
+#![cfg(test)]
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube_cel::cel::{Context, Program, Value as CelValue};
+use serde_json::Value;
+use tiergate::plan::gate::{Gate, build_gate};
+use tiergate::plan::owned_labels;
+use tiergate::policy::TierPolicy;
+use tiergate_workloads::ADAPTERS;
+
+/// What the gate does with one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GateOutcome {
+    /// No binding selects the namespace, or no policy's resource rules match the kind.
+    NotBound,
+    /// A `matchCondition` is false: the request never reaches the validations.
+    NotMatched {
+        /// The first condition that was false.
+        condition: String,
+    },
+    /// Every validation passed.
+    Admitted,
+    /// Refused: each failed validation's message (or the evaluation error, `failurePolicy: Fail`).
+    Denied(Vec<String>),
+}
+
+impl GateOutcome {
+    pub fn is_denied(&self) -> bool {
+        matches!(self, Self::Denied(_))
+    }
+}
+
+/// The gate of `policy`.
+pub fn gate_of(policy: &TierPolicy) -> Gate {
+    build_gate(&policy.spec, &owned_labels(policy))
+}
+
+/// Whether `selector` selects a namespace with `labels` (matchLabels, In, NotIn, Exists, DoesNotExist).
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector.match_labels.iter().flatten().all(|(key, value)| labels.get(key) == Some(value));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|requirement| {
+        let values = requirement.values.clone().unwrap_or_default();
+        let value = labels.get(&requirement.key);
+        match requirement.operator.as_str() {
+            "In" => value.is_some_and(|value| values.contains(value)),
+            "NotIn" => value.is_none_or(|value| !values.contains(value)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => panic!("operator {other}"),
+        }
+    });
+    by_labels && by_expressions
+}
+
+fn to_cel(value: &Value) -> CelValue {
+    kube_cel::cel::to_value(value).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// A gate whose expressions are compiled once, on first use (parsing the generated expressions dominates a debug
+/// run; a request of one kind in one tier evaluates only that tier's policy).
+pub struct CompiledGate {
+    pub gate: Gate,
+    programs: std::cell::RefCell<std::collections::HashMap<String, std::rc::Rc<Result<Program, String>>>>,
+}
+
+impl CompiledGate {
+    pub fn new(gate: Gate) -> Self {
+        Self { gate, programs: std::cell::RefCell::default() }
+    }
+
+    fn evaluate(&self, context: &Context<'_>, expression: &str) -> Result<bool, String> {
+        let cached = self.programs.borrow().get(expression).cloned();
+        let program = cached.unwrap_or_else(|| {
+            let program = std::rc::Rc::new(Program::compile(expression).map_err(|error| format!("compile: {error}")));
+            self.programs.borrow_mut().insert(expression.to_owned(), program.clone());
+            program
+        });
+        match program.as_ref() {
+            Ok(program) => execute(program, context),
+            Err(error) => Err(error.clone()),
+        }
+    }
+
+    /// [`run_gate`] with the compiled programs.
+    pub fn run(&self, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
+        run_with(&self.gate, request, namespace_labels, &|context, expression| self.evaluate(context, expression))
+    }
+}
+
+fn execute(program: &Program, context: &Context<'_>) -> Result<bool, String> {
+    match program.execute(context) {
+        Ok(CelValue::Bool(value)) => Ok(value),
+        Ok(other) => Err(format!("not a boolean: {other:?}")),
+        Err(error) => Err(format!("evaluation: {error}")),
+    }
+}
+
+/// Evaluates `expression` in `context` to a boolean; an error or a non-boolean is an `Err` with the reason.
+pub fn evaluate(context: &Context<'_>, expression: &str) -> Result<bool, String> {
+    let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
+    match program.execute(context) {
+        Ok(CelValue::Bool(value)) => Ok(value),
+        Ok(other) => Err(format!("not a boolean: {other:?}")),
+        Err(error) => Err(format!("evaluation: {error}")),
+    }
+}
+
+/// The CEL context of a request: `object`, `oldObject`, `request` (as the API server binds them).
+pub fn context_of(request: &Value) -> Context<'static> {
+    let mut context = Context::default();
+    let operation = request["operation"].as_str().unwrap_or_default();
+    let object = if operation == "DELETE" { Value::Null } else { request["object"].clone() };
+    let old = if operation == "UPDATE" { request["oldObject"].clone() } else { Value::Null };
+    let mut bound = request.clone();
+    if let Some(map) = bound.as_object_mut() {
+        map.remove("object");
+        map.remove("oldObject");
+    }
+    context.add_variable_from_value("object", to_cel(&object));
+    context.add_variable_from_value("oldObject", to_cel(&old));
+    context.add_variable_from_value("request", to_cel(&bound));
+    context.add_variable_from_value("params", CelValue::Null);
+    context
+}
+
+/// Runs `gate` on `request` (the AdmissionRequest as JSON) for a namespace with `namespace_labels`.
+pub fn run_gate(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
+    run_with(gate, request, namespace_labels, &evaluate)
+}
+
+type Evaluator<'e> = &'e dyn Fn(&Context<'_>, &str) -> Result<bool, String>;
+
+fn run_with(
+    gate: &Gate,
+    request: &Value,
+    namespace_labels: &BTreeMap<String, String>,
+    evaluate: Evaluator<'_>,
+) -> GateOutcome {
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let mut labels = namespace_labels.clone();
+    labels.insert("kubernetes.io/metadata.name".to_owned(), namespace.to_owned());
+    let group = request["kind"]["group"].as_str().unwrap_or_default();
+    let kind = request["kind"]["kind"].as_str().unwrap_or_default();
+    let Some(adapter) = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind) else {
+        return GateOutcome::NotBound;
+    };
+    let bound: Vec<&ValidatingAdmissionPolicy> = gate
+        .bindings
+        .iter()
+        .filter(|binding| binding_selects(binding, &labels))
+        .filter_map(|binding| {
+            gate.policies.iter().find(|policy| policy.metadata.name.as_deref() == Some(&binding.spec.policy_name))
+        })
+        .filter(|policy| policy_matches(policy, adapter.group, &adapter.plural(), request))
+        .collect();
+    if bound.is_empty() {
+        return GateOutcome::NotBound;
+    }
+    let context = context_of(request);
+    let mut denials = Vec::new();
+    let mut not_matched = None;
+    for policy in bound {
+        let spec = policy.spec.as_ref().unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+        let mut matched = true;
+        for condition in spec.match_conditions.iter().flatten() {
+            match evaluate(&context, &condition.expression) {
+                Ok(true) => {}
+                Ok(false) => {
+                    not_matched.get_or_insert_with(|| condition.name.clone());
+                    matched = false;
+                    break;
+                }
+                Err(error) => {
+                    denials.push(format!("matchCondition {} failed: {error}", condition.name));
+                    matched = false;
+                    break;
+                }
+            }
+        }
+        if !matched {
+            continue;
+        }
+        for validation in spec.validations.iter().flatten() {
+            match evaluate(&context, &validation.expression) {
+                Ok(true) => {}
+                Ok(false) => denials.push(validation.message.clone().unwrap_or_default()),
+                Err(error) => {
+                    denials.push(format!("validation failed to evaluate ({error}): {:?}", validation.message))
+                }
+            }
+        }
+        if denials.is_empty() {
+            return GateOutcome::Admitted;
+        }
+    }
+    if !denials.is_empty() {
+        return GateOutcome::Denied(denials);
+    }
+    GateOutcome::NotMatched { condition: not_matched.unwrap_or_default() }
+}
+
+fn binding_selects(binding: &ValidatingAdmissionPolicyBinding, labels: &BTreeMap<String, String>) -> bool {
+    let selector = binding.spec.match_resources.as_ref().and_then(|resources| resources.namespace_selector.as_ref());
+    selector.is_none_or(|selector| selects(selector, labels))
+}
+
+fn policy_matches(policy: &ValidatingAdmissionPolicy, group: &str, plural: &str, request: &Value) -> bool {
+    let operation = request["operation"].as_str().unwrap_or_default();
+    let constraints = policy.spec.as_ref().and_then(|spec| spec.match_constraints.as_ref());
+    constraints.and_then(|constraints| constraints.resource_rules.as_ref()).into_iter().flatten().any(|rule| {
+        let has =
+            |list: &Option<Vec<String>>, item: &str| list.iter().flatten().any(|entry| entry == item || entry == "*");
+        has(&rule.api_groups, group) && has(&rule.resources, plural) && has(&rule.operations, operation)
+    })
+}
+
+/// Runs `work` on a thread with a large stack: the `cel` crate parses and evaluates recursively, and the generated
+/// expressions nest deeper than a debug build's default 2 MiB test stack holds (kube-apiserver's own limits are
+/// checked by `generated_expressions_stay_inside_the_api_servers_limits`).
+pub fn with_big_stack<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(512 << 20)
+        .spawn(work)
+        .unwrap()
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The deepest parenthesis, bracket or call nesting of `expression` (string literals skipped).
+pub fn nesting_depth(expression: &str) -> usize {
+    let (mut depth, mut deepest, mut quoted, mut escaped) = (0usize, 0usize, false, false);
+    for c in expression.chars() {
+        if quoted {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '\'') => quoted = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' => quoted = true,
+            '(' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}

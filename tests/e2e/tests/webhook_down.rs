@@ -1,0 +1,197 @@
+//! End-to-end: the in-server gate holds with the webhook down (issue 27). The daemon reconciles the sample policy
+//! (its ValidatingAdmissionPolicies and bindings among the owned objects), no webhook is registered at all (as when
+//! the pod is down under `failurePolicy: Ignore`), and a bronze tenant (an impersonated user with `edit` in its
+//! namespace) makes the GPU attacks of issue 27: each is refused by the API server with the gate's message, and
+//! CPU-only Pods and Jobs are still created. Skipped (and passing) without a reachable cluster or Kueue's v1beta2
+//! CRDs. See docs/admission.md ("The in-server gate").
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Client, Config};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tiergate::plan::gate::gate_name;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
+    ensure, install_tierpolicy_crd, prefixed, random_name, run_cluster_test, wait_for,
+};
+use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
+
+/// The gate's objects after the policy is applied.
+const CONVERGE: Duration = Duration::from_secs(60);
+/// The API server compiles a new policy and starts enforcing it asynchronously (seconds).
+const ENFORCEMENT: Duration = Duration::from_secs(120);
+/// The user the tenant's requests are made as (impersonated; `edit` in its namespace only).
+const TENANT: &str = "tiergate-e2e-tenant";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created() {
+    const TEST: &str = "gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created";
+    if let Err(error) = run_cluster_test(TEST, run_scenario).await {
+        panic!("{error}");
+    }
+}
+
+struct Run {
+    prefix: String,
+    bronze: String,
+    tier: String,
+    l4: Value,
+    h100: Value,
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e-down");
+    let policy = build_prefixed_policy(&prefix)?;
+    install_tierpolicy_crd(client, cleanup).await?;
+    let system = format!("{prefix}-system");
+    let bronze = format!("{prefix}-bronze");
+    let tier = prefixed(&prefix, "bronze");
+    create_namespace(client, cleanup, &system, &[]).await?;
+    create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &tier)]).await?;
+    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
+    apply_policy(client, &policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
+    let class = |name: &str| -> Result<Value, HarnessError> {
+        let class = policy.spec.gpu_class(&prefixed(&prefix, name)).ok_or_else(|| format!("no class {name}"))?;
+        Ok(serde_json::to_value(&class.node_labels)?)
+    };
+    let run = Run { l4: class("l4")?, h100: class("h100")?, prefix: prefix.clone(), bronze, tier };
+    let result = attack(client, cleanup, &run).await;
+    daemon.stop().await;
+    result
+}
+
+async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), HarnessError> {
+    let binding = gate_name(&run.tier);
+    wait_for("the bronze gate's binding", CONVERGE, || async {
+        let api: Api<DynamicObject> =
+            Api::all_with(client.clone(), &KueueKind::ValidatingAdmissionPolicyBinding.api_resource());
+        api.get_opt(&binding).await.ok().flatten()
+    })
+    .await?;
+    let tenant = tenant_client(client, cleanup, &run.bronze).await?;
+    let tier_part = format!("tier {}", run.tier);
+
+    // The API server enforces a new policy once it has compiled it: wait until a plain GPU Job is refused (dry run).
+    wait_for("the API server to enforce the gate", ENFORCEMENT, || async {
+        let api: Api<Job> = Api::namespaced(tenant.clone(), &run.bronze);
+        let job: Job = typed(job_body(run, "probe", json!({}), gpu_spec(json!({})))).ok()?;
+        let params = PostParams { dry_run: true, ..PostParams::default() };
+        api.create(&params, &job).await.err().filter(|error| error.to_string().contains(&tier_part))
+    })
+    .await?;
+
+    let h100 = json!({"nodeSelector": run.h100});
+    let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "gpu.nvidia.com/class", "operator": "In", "values": [run.h100["gpu.nvidia.com/class"]]}]}]}}}});
+    let queued = json!({QUEUE_NAME_LABEL: format!("tiergate-{}", run.tier),
+        PRIORITY_CLASS_LABEL: prefixed(&run.prefix, "gpu-ultra")});
+    let mut top_priority = job_body(run, "top-priority", queued, gpu_spec(json!({"nodeSelector": run.l4})));
+    top_priority["spec"]["suspend"] = json!(true);
+    let attacks: Vec<(&str, Result<(), HarnessError>)> = vec![
+        (
+            "Job selecting h100",
+            create::<Job>(&tenant, run, job_body(run, "h100", json!({}), gpu_spec(h100.clone()))).await,
+        ),
+        (
+            "Job without a selector",
+            create::<Job>(&tenant, run, job_body(run, "plain", json!({}), gpu_spec(json!({})))).await,
+        ),
+        (
+            "Job with h100 node affinity",
+            create::<Job>(&tenant, run, job_body(run, "affinity", json!({}), gpu_spec(affinity))).await,
+        ),
+        ("Job with the top priority label", create::<Job>(&tenant, run, top_priority).await),
+        ("Pod selecting h100", create::<Pod>(&tenant, run, pod_body(run, "h100", gpu_spec(h100.clone()))).await),
+        ("Deployment selecting h100", create::<Deployment>(&tenant, run, deployment_body(run, gpu_spec(h100))).await),
+    ];
+    for (what, outcome) in attacks {
+        match outcome {
+            Ok(()) => return Err(format!("{what}: stored with the webhook down").into()),
+            Err(error) => {
+                let message = error.to_string();
+                ensure(message.contains(&tier_part), || {
+                    format!("{what}: refused without the gate's message: {message}")
+                })?;
+            }
+        }
+    }
+
+    // CPU-only controls are created.
+    let cpu = json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "10m"}}}]});
+    create::<Pod>(&tenant, run, pod_body(run, "cpu", cpu.clone())).await?;
+    create::<Job>(&tenant, run, job_body(run, "cpu", json!({}), cpu)).await?;
+    Ok(())
+}
+
+/// A client acting as the tenant: the harness's credentials impersonating [`TENANT`], bound to `edit` in
+/// `namespace` only.
+async fn tenant_client(client: &Client, cleanup: &Cleanup, namespace: &str) -> Result<Client, HarnessError> {
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "tiergate-e2e-tenant", "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]}))?;
+    Api::<RoleBinding>::namespaced(client.clone(), namespace).create(&PostParams::default(), &binding).await?;
+    cleanup.track(ApiResource::erase::<RoleBinding>(&()), Some(namespace), "tiergate-e2e-tenant");
+    let mut config = Config::infer().await?;
+    config.auth_info.impersonate = Some(TENANT.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
+    Ok(Client::try_from(config)?)
+}
+
+fn gpu_spec(extra: Value) -> Value {
+    let mut spec = json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]});
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    spec
+}
+
+fn job_body(run: &Run, name: &str, labels: Value, spec: Value) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": format!("{name}-job"), "namespace": run.bronze, "labels": labels},
+        "spec": {"template": {"spec": spec}}})
+}
+
+fn pod_body(run: &Run, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("{name}-pod"), "namespace": run.bronze},
+        "spec": spec})
+}
+
+fn deployment_body(run: &Run, spec: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "h100-deploy", "namespace": run.bronze},
+        "spec": {"selector": {"matchLabels": {"app": "x"}},
+            "template": {"metadata": {"labels": {"app": "x"}}, "spec": spec}}})
+}
+
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, HarnessError> {
+    Ok(serde_json::from_value(value)?)
+}
+
+/// Creates `body` as the tenant.
+async fn create<T>(tenant: &Client, run: &Run, body: Value) -> Result<(), HarnessError>
+where
+    T: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<T> = Api::namespaced(tenant.clone(), &run.bronze);
+    api.create(&PostParams::default(), &typed::<T>(body)?).await?;
+    Ok(())
+}
