@@ -172,7 +172,9 @@ fn pod_body(run: &Run, name: &str, spec: Value) -> Value {
         "spec": spec})
 }
 
-fn deployment_body(run: &Run, spec: Value) -> Value {
+/// A Deployment of pods with `spec`; a Deployment's pods always restart (the API server refuses any other policy).
+fn deployment_body(run: &Run, mut spec: Value) -> Value {
+    spec["restartPolicy"] = json!("Always");
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "h100-deploy", "namespace": run.bronze},
         "spec": {"selector": {"matchLabels": {"app": "x"}},
             "template": {"metadata": {"labels": {"app": "x"}}, "spec": spec}}})
