@@ -290,13 +290,7 @@ impl Blockers {
 impl BlockedReason {
     /// The fixed condition reason (`lease_namespace_missing` -> `LeaseNamespaceMissing`).
     pub fn condition_reason(self) -> String {
-        self.label()
-            .split('_')
-            .map(|word| {
-                let mut chars = word.chars();
-                chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
-            })
-            .collect()
+        tiergate_core::syntax::condition_reason(self.label())
     }
 }
 

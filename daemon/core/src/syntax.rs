@@ -66,6 +66,17 @@ pub fn is_qualified_name(value: &str) -> bool {
     }
 }
 
+/// A fixed snake_case reason as a Kubernetes condition reason: `apply_object` -> `ApplyObject`.
+pub fn condition_reason(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -542,11 +542,9 @@ mod tests {
         assert_eq!(build_lease_spec(&LeaseStep::Follow { holder: "x".to_owned() }, None, &config), None);
     }
 
-    /// Serves `replies` in order to the Lease calls and returns the `METHOD path` of each call.
-    async fn lease_calls(
-        replies: Vec<(u16, serde_json::Value)>,
-        observation: &mut LeaseObservation,
-    ) -> (Result<bool, LeaseError>, Vec<String>) {
+    /// A client whose API server answers `replies` in order; the task yields the `METHOD path` of each call once
+    /// every client is dropped.
+    fn mock_api_server(replies: Vec<(u16, serde_json::Value)>) -> (Client, tokio::task::JoinHandle<Vec<String>>) {
         let (service, mut handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
         let server = tokio::spawn(async move {
@@ -563,7 +561,16 @@ mod tests {
             }
             calls
         });
-        let api: Api<Lease> = Api::namespaced(Client::new(service, "default"), "tiergate-system");
+        (Client::new(service, "default"), server)
+    }
+
+    /// Serves `replies` in order to the Lease calls and returns the `METHOD path` of each call.
+    async fn lease_calls(
+        replies: Vec<(u16, serde_json::Value)>,
+        observation: &mut LeaseObservation,
+    ) -> (Result<bool, LeaseError>, Vec<String>) {
+        let (client, server) = mock_api_server(replies);
+        let api: Api<Lease> = Api::namespaced(client, "tiergate-system");
         let config = LeaseConfig::new("tiergate-leader".to_owned(), "tiergate-system".to_owned(), "me".to_owned());
         let result = acquire_or_renew_lease(&api, &config, observation).await;
         drop(api);
@@ -612,23 +619,7 @@ mod tests {
         config: LeaseConfig,
         observation: &mut LeaseObservation,
     ) -> (Result<bool, LeaseError>, Vec<String>) {
-        let (service, mut handle) =
-            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
-        let server = tokio::spawn(async move {
-            let mut calls = Vec::new();
-            let mut replies = replies.into_iter();
-            while let Some((request, send)) = handle.next_request().await {
-                calls.push(format!("{} {}", request.method(), request.uri().path()));
-                let (status, body) = replies.next().unwrap();
-                let response = http::Response::builder()
-                    .status(status)
-                    .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
-                    .unwrap();
-                send.send_response(response);
-            }
-            calls
-        });
-        let client = Client::new(service, "default");
+        let (client, server) = mock_api_server(replies);
         let api: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
         let result = attempt_lease(&client, &api, &config, observation).await;
         drop((api, client));

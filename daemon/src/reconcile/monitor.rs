@@ -40,6 +40,11 @@ pub struct MonitorInputs {
 
 /// Polls until `shutdown`.
 pub async fn run_blocker_monitor(inputs: MonitorInputs, shutdown: CancellationToken) {
+    every_period(&shutdown, || check_once(&inputs)).await;
+}
+
+/// Runs `check` every [`PERIOD`] (the first at once) until `shutdown`.
+async fn every_period<F: Future<Output = ()>>(shutdown: &CancellationToken, mut check: impl FnMut() -> F) {
     let mut ticks = tokio::time::interval(PERIOD);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -47,7 +52,7 @@ pub async fn run_blocker_monitor(inputs: MonitorInputs, shutdown: CancellationTo
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        check_once(&inputs).await;
+        check().await;
     }
 }
 
@@ -87,15 +92,7 @@ pub async fn check_certificate(blockers: &Blockers, path: &Path) {
 
 /// Checks only the certificate file every 2 s until `shutdown` (`tiergate webhook`, which has no reconciler).
 pub async fn run_certificate_monitor(blockers: Arc<Blockers>, path: PathBuf, shutdown: CancellationToken) {
-    let mut ticks = tokio::time::interval(PERIOD);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        check_certificate(&blockers, &path).await;
-    }
+    every_period(&shutdown, || check_certificate(&blockers, &path)).await;
 }
 
 /// The three watch blockers from the failing watches: 404 (`CrdMissing`), 403 (`WatchForbidden`), anything else

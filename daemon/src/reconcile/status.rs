@@ -222,13 +222,7 @@ fn build_condition(
 
 /// `apply_object` -> `ApplyObject`: fixed snake_case reasons as Kubernetes condition reasons.
 pub fn build_condition_reason(reason: &str) -> String {
-    reason
-        .split('_')
-        .map(|word| {
-            let mut chars = word.chars();
-            chars.next().map(|first| first.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
-        })
-        .collect()
+    tiergate_core::syntax::condition_reason(reason)
 }
 
 #[cfg(test)]

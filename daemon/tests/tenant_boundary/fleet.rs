@@ -116,6 +116,7 @@ fn without_the_mark_the_same_job_from_the_multikueue_user_is_confined_like_any_o
 }
 
 /// The management cluster's snapshot: the sample policy with bronze dispatching to worker `us-east`.
+#[cfg(test)]
 fn management_dispatching_bronze() -> Snapshot {
     let mut policy = load_policy(None).unwrap();
     policy.spec.clusters = vec![
@@ -129,6 +130,7 @@ fn management_dispatching_bronze() -> Snapshot {
 }
 
 /// A bronze Job on its own class, with `spec` merged in.
+#[cfg(test)]
 fn bronze_job(spec: Value) -> Value {
     let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "train", "namespace": BRONZE},
@@ -140,6 +142,7 @@ fn bronze_job(spec: Value) -> Value {
     job
 }
 
+#[cfg(test)]
 fn managed_by_after(snapshot: &Snapshot, operation: &str, job: &Value, old: Option<&Value>) -> Option<String> {
     let decision = mutate(&tenant_review(operation, job, old, false, &[]), snapshot, &AdmissionInputs::default());
     assert_eq!(decision.verdict, Verdict::Allow);
