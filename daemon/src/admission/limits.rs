@@ -31,10 +31,13 @@ pub const STRUCTURE_COST_BYTES: usize = 2 * 1024;
 /// Bytes charged for each `,` (one more element or member): a 3.9 MiB review of a million one-letter `args` grew
 /// RSS by ~189 MiB, ~190 bytes per element (`perf/body_flood.py --shape array 1`).
 pub const ELEMENT_COST_BYTES: usize = 256;
-/// Bytes charged for each JSON object or array inside an `env` list of the request's objects: the lean view skips
-/// those entries without building them (only the first `CUDA_VISIBLE_DEVICES` entry is kept), so what is left is
-/// parse work, bounded here so that a body of hundreds of thousands of entries is still denied as too complex.
-/// A 1.5 MiB Job of 15,000 env entries is charged ~9 MiB (~17 MiB as an UPDATE), inside the default budget.
+/// Bytes charged for each JSON object or array inside an `env` list or the `metadata.managedFields` of the
+/// request's objects: the lean view skips those without building them (only the first `CUDA_VISIBLE_DEVICES` env
+/// entry is kept; managedFields is read as `IgnoredAny`), so what is left is parse work, bounded here so that a
+/// body of hundreds of thousands of entries is still denied as too complex. A 1.5 MiB Job of 15,000 env entries is
+/// charged ~9 MiB (~17 MiB as an UPDATE), inside the default budget. The API server's managedFields name every
+/// env entry again (four objects each, issue 33): charged at the full rate they made a 600 KiB Job cost ~47 MiB,
+/// past the whole budget, so it was refused as too complex whatever it asked for.
 pub const ENV_STRUCTURE_COST_BYTES: usize = 512;
 /// Seconds a refused client is told to wait (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
@@ -223,9 +226,9 @@ impl Charge {
 }
 
 /// What deciding on `body` is estimated to cost beyond its bytes: [`STRUCTURE_COST_BYTES`] per `{` or `[` and
-/// [`ELEMENT_COST_BYTES`] per `,`, outside strings; inside an `env` list of the request's object or old object,
-/// which the lean view skips without building (`admission::lean`), [`ENV_STRUCTURE_COST_BYTES`] per `{` or `[`
-/// and nothing per `,`. One pass; a key written with escapes or nested past [`TRACKED_DEPTH`] is charged in full
+/// [`ELEMENT_COST_BYTES`] per `,`, outside strings; inside an `env` list or the `metadata.managedFields` of the
+/// request's object or old object, which the lean view skips without building (`admission::lean`),
+/// [`ENV_STRUCTURE_COST_BYTES`] per `{` or `[` and nothing per `,`. One pass; a key written with escapes or nested past [`TRACKED_DEPTH`] is charged in full
 /// (an overestimate is safe).
 pub fn structure_cost(body: &[u8]) -> usize {
     let mut scan = Scan::default();
@@ -248,7 +251,7 @@ pub fn structure_cost(body: &[u8]) -> usize {
                 0
             }
             b'{' | b'[' => {
-                let cost = if scan.in_env() { ENV_STRUCTURE_COST_BYTES } else { STRUCTURE_COST_BYTES };
+                let cost = if scan.in_skipped() { ENV_STRUCTURE_COST_BYTES } else { STRUCTURE_COST_BYTES };
                 scan.open(byte == b'{');
                 cost
             }
@@ -258,7 +261,7 @@ pub fn structure_cost(body: &[u8]) -> usize {
             }
             b',' => {
                 scan.comma();
-                if scan.in_env() { 0 } else { ELEMENT_COST_BYTES }
+                if scan.in_skipped() { 0 } else { ELEMENT_COST_BYTES }
             }
             _ => 0,
         };
@@ -278,6 +281,8 @@ enum Key {
     Request,
     Object,
     Env,
+    Metadata,
+    ManagedFields,
 }
 
 /// Where `structure_cost` is in the body.
@@ -292,13 +297,13 @@ struct Scan {
     expect_key: bool,
     /// Depth of the request's object (or old object), while inside it.
     object_depth: Option<usize>,
-    /// Depth of the `env` list being skipped, while inside it.
-    env_depth: Option<usize>,
+    /// Depth of the `env` list or `metadata.managedFields` being skipped, while inside it.
+    skipped_depth: Option<usize>,
 }
 
 impl Scan {
-    fn in_env(&self) -> bool {
-        self.env_depth.is_some()
+    fn in_skipped(&self) -> bool {
+        self.skipped_depth.is_some()
     }
 
     fn current_key(&self, depth: usize) -> Key {
@@ -310,9 +315,14 @@ impl Scan {
             return;
         }
         self.expect_key = false;
+        let in_object = self.object_depth == Some(self.depth);
+        let in_metadata = self.object_depth.map(|depth| depth + 1) == Some(self.depth)
+            && self.object_depth.is_some_and(|depth| self.current_key(depth) == Key::Metadata);
         let key = match (self.depth, text) {
             (1, b"request") => Key::Request,
             (2, b"object" | b"oldObject") => Key::Object,
+            (_, b"metadata") if in_object => Key::Metadata,
+            (_, b"managedFields") if in_metadata => Key::ManagedFields,
             (_, b"env") => Key::Env,
             _ => Key::Other,
         };
@@ -328,8 +338,11 @@ impl Scan {
         if self.depth == 2 && self.current_key(1) == Key::Request && keyed(Key::Object) && object {
             self.object_depth = Some(self.depth + 1);
         }
-        if self.env_depth.is_none() && self.object_depth.is_some() && keyed(Key::Env) && !object {
-            self.env_depth = Some(self.depth + 1);
+        if self.skipped_depth.is_none()
+            && self.object_depth.is_some()
+            && ((keyed(Key::Env) && !object) || keyed(Key::ManagedFields))
+        {
+            self.skipped_depth = Some(self.depth + 1);
         }
         self.depth += 1;
         if let Some(slot) = self.depth.checked_sub(1).and_then(|at| self.objects.get_mut(at)) {
@@ -342,8 +355,8 @@ impl Scan {
     }
 
     fn close(&mut self) {
-        if self.env_depth == Some(self.depth) {
-            self.env_depth = None;
+        if self.skipped_depth == Some(self.depth) {
+            self.skipped_depth = None;
         }
         if self.object_depth == Some(self.depth) {
             self.object_depth = None;
@@ -432,6 +445,60 @@ mod tests {
         assert!(object.len() > 1_400_000, "{}", object.len());
         let charged = structure_cost(body.as_bytes()) + body.len();
         assert!(charged < DEFAULT_MAX_INFLIGHT_BYTES * 3 / 5, "{charged}");
+    }
+
+    /// The managedFields the API server writes for a container's `env` list: four objects per entry.
+    fn managed_fields_for_env(names: &[String]) -> String {
+        let entries: Vec<String> = names
+            .iter()
+            .map(|name| format!(r#""k:{{\"name\":\"{name}\"}}":{{".":{{}},"f:name":{{}},"f:value":{{}}}}"#))
+            .collect();
+        format!(
+            r#"[{{"manager":"kubectl","operation":"Update","apiVersion":"batch/v1","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{{"f:template":{{"f:spec":{{"f:containers":{{"k:{{\"name\":\"c\"}}":{{".":{{}},"f:env":{{".":{{}},{}}}}}}}}}}}}}}}}}]"#,
+            entries.join(",")
+        )
+    }
+
+    #[test]
+    fn managed_fields_of_the_request_objects_are_charged_less_and_the_same_list_elsewhere_in_full() {
+        let fields = managed_fields_for_env(&["A".to_owned(), "B".to_owned()]);
+        let review = |metadata: &str| {
+            format!(
+                r#"{{"request":{{"uid":"u","object":{{"metadata":{metadata}}},"oldObject":{{"metadata":{metadata}}}}}}}"#
+            )
+        };
+        let with = review(&format!(r#"{{"name":"j","managedFields":{fields}}}"#));
+        let without = review(r#"{"name":"j","managedFields":[]}"#);
+        let skipped = structure_cost(with.as_bytes()) - structure_cost(without.as_bytes());
+        // Per object: the entry, fieldsV1 and its 5 nested levels, the container, env and its ".", two entries of
+        // four objects each, all at the skipped rate, nothing for their commas.
+        assert_eq!(skipped, 2 * 18 * ENV_STRUCTURE_COST_BYTES, "{with}");
+        for elsewhere in [
+            format!(r#"{{"request":{{"object":{{"spec":{{"managedFields":{fields}}}}}}}}}"#),
+            format!(r#"{{"request":{{"object":{{"metadata":{{"labels":{{"managedFields":{fields}}}}}}}}}}}"#),
+            format!(r#"{{"request":{{"options":{{"metadata":{{"managedFields":{fields}}}}}}}}}"#),
+        ] {
+            let without = elsewhere.replace(&fields, "[]");
+            let charged = structure_cost(elsewhere.as_bytes()) - structure_cost(without.as_bytes());
+            assert!(charged > 17 * STRUCTURE_COST_BYTES, "{charged} for {elsewhere}");
+        }
+    }
+
+    #[test]
+    fn a_six_hundred_kib_job_of_env_entries_with_the_api_servers_managed_fields_fits_half_the_budget() {
+        let value = "x".repeat(80);
+        let names: Vec<String> = (0..5_000).map(|index| format!("FLOOD_VAR_{index:05}")).collect();
+        let entries: Vec<String> =
+            names.iter().map(|name| format!(r#"{{"name":"{name}","value":"{value}"}}"#)).collect();
+        let object = format!(
+            r#"{{"apiVersion":"batch/v1","kind":"Job","metadata":{{"name":"j","managedFields":{}}},"spec":{{"template":{{"spec":{{"containers":[{{"name":"c","env":[{}]}}]}}}}}}}}"#,
+            managed_fields_for_env(&names),
+            entries.join(",")
+        );
+        let body = format!(r#"{{"request":{{"uid":"u","object":{object}}}}}"#);
+        assert!(body.len() > 850_000, "{}", body.len());
+        let charged = structure_cost(body.as_bytes()) + body.len();
+        assert!(charged < DEFAULT_MAX_INFLIGHT_BYTES / 2, "{charged}");
     }
 
     #[test]

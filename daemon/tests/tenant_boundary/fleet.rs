@@ -4,6 +4,7 @@
 //!
 //! The worker runs the sample policy with `multiKueueUsers` set; the tenant is bronze (namespace ml-team-dev, GPU
 //! class l4, queue tiergate-bronze) and asks for H100s.
+#![cfg(test)]
 
 use support::*;
 

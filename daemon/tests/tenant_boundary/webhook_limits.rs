@@ -213,6 +213,55 @@ async fn a_gpu_job_padded_with_many_small_objects_is_denied_not_admitted_uncheck
     assert!(refused(&server.metrics, "body_too_complex"));
 }
 
+/// The bronze GPU fixture as the API server sends it for a Job of ~600 KiB of env entries (issue 33): the entries
+/// in the container and once more in `metadata.managedFields` (four objects each), the pods selecting `selector`
+/// and asking a GPU when `gpu`.
+fn api_server_job_of_long_env(selector: serde_json::Value, gpu: bool) -> serde_json::Value {
+    let mut review: serde_json::Value = serde_json::from_slice(&fixture("job-create-bronze-gpu-scored.json")).unwrap();
+    let names: Vec<String> = (0..5_000).map(|index| format!("FLOOD_VAR_{index:05}")).collect();
+    let value = "x".repeat(80);
+    let object = &mut review["request"]["object"];
+    let container = &mut object["spec"]["template"]["spec"]["containers"][0];
+    container["env"] = names.iter().map(|name| serde_json::json!({"name": name, "value": value})).collect();
+    if !gpu {
+        container["resources"] = serde_json::json!({"requests": {"cpu": "10m"}});
+    }
+    object["spec"]["template"]["spec"]["nodeSelector"] = selector;
+    let fields: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .map(|name| (format!("k:{{\"name\":\"{name}\"}}"), serde_json::json!({".": {}, "f:name": {}, "f:value": {}})))
+        .collect();
+    object["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"trainer\"}"]
+        ["f:env"] = fields.into();
+    review
+}
+
+#[tokio::test]
+async fn a_flood_sized_job_selecting_a_foreign_class_is_decided_and_denied_not_refused_as_too_complex() {
+    let pki = pki();
+    let server = start_limited(&pki, WebhookLimits::default()).await;
+    let client = client_with_alpn(&[&pki], true, None, vec![b"h2".to_vec()]);
+    let gpu = api_server_job_of_long_env(serde_json::json!({"gpu.nvidia.com/class": "h100"}), true);
+    let cpu = api_server_job_of_long_env(serde_json::json!({}), false);
+    let mut answers = Vec::new();
+    for review in [&gpu, &cpu] {
+        let body = serde_json::to_vec(review).unwrap();
+        assert!(body.len() > 850_000, "{}", body.len());
+        let response =
+            client.post(&server.url).header("content-type", "application/json").body(body).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let answer: serde_json::Value = response.json().await.unwrap();
+        answers.push(answer["response"].clone());
+    }
+    // Before, the managedFields were charged as if built (~48 MiB, past the whole 32 MiB budget): both were
+    // refused as too complex, the CPU Job with them, whatever they asked for.
+    let message = answers[0]["status"]["message"].as_str().unwrap_or_default();
+    assert_eq!(answers[0]["allowed"], false, "{message}");
+    assert!(message.contains("h100") && !message.contains("cannot check this object"), "{message}");
+    assert_eq!(answers[1]["allowed"], true, "{}", answers[1]);
+    assert!(!refused(&server.metrics, "body_too_complex"));
+}
+
 /// The answer is an AdmissionReview for `review`'s uid that denies it with code 413; returns its message.
 async fn assert_denied_as_too_complex(response: reqwest::Response, review: &serde_json::Value) -> String {
     assert_eq!(response.status(), 200);

@@ -198,6 +198,26 @@ impl InProcessWebhook {
     }
 }
 
+/// What the API server does when it gets no usable answer from the webhook (a refused connection, a timeout, a
+/// non-200 status such as the webhook's 429 over budget).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The request is refused: a webhook the API server cannot reach shows as errors (the suites' default).
+    Fail,
+    /// The request goes on unmutated, as the chart registers tiergate (`webhook.failurePolicy: Ignore`).
+    Ignore,
+}
+
+impl FailurePolicy {
+    /// The value of the configuration's `failurePolicy` field.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "Fail",
+            Self::Ignore => "Ignore",
+        }
+    }
+}
+
 /// A MutatingWebhookConfiguration sending CREATE and UPDATE of Pods, Jobs, Deployments and StatefulSets in the
 /// namespaces labelled `RUN_LABEL: run` to `endpoint`, trusting `ca_pem`. `failurePolicy: Fail` makes a webhook
 /// the API server cannot reach visible as errors instead of silently unmutated objects.
@@ -206,6 +226,17 @@ pub fn build_webhook_configuration(
     endpoint: &WebhookEndpoint,
     ca_pem: &str,
     run: &str,
+) -> MutatingWebhookConfiguration {
+    build_webhook_configuration_with(name, endpoint, ca_pem, run, FailurePolicy::Fail)
+}
+
+/// [`build_webhook_configuration`] with `failure_policy` (the chart's is `Ignore`); the timeout is the chart's 5 s.
+pub fn build_webhook_configuration_with(
+    name: &str,
+    endpoint: &WebhookEndpoint,
+    ca_pem: &str,
+    run: &str,
+    failure_policy: FailurePolicy,
 ) -> MutatingWebhookConfiguration {
     let rule = |group: &str, resources: &[&str]| RuleWithOperations {
         api_groups: Some(vec![group.to_owned()]),
@@ -224,7 +255,7 @@ pub fn build_webhook_configuration(
             name: WEBHOOK_NAME.to_owned(),
             admission_review_versions: vec!["v1".to_owned()],
             side_effects: "None".to_owned(),
-            failure_policy: Some("Fail".to_owned()),
+            failure_policy: Some(failure_policy.as_str().to_owned()),
             timeout_seconds: Some(5),
             reinvocation_policy: Some("IfNeeded".to_owned()),
             client_config: WebhookClientConfig {
@@ -256,8 +287,20 @@ pub async fn register_webhook(
     ca_pem: &str,
     run: &str,
 ) -> Result<String, HarnessError> {
+    register_webhook_with(client, cleanup, endpoint, ca_pem, run, FailurePolicy::Fail).await
+}
+
+/// [`register_webhook`] with `failure_policy`.
+pub async fn register_webhook_with(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    ca_pem: &str,
+    run: &str,
+    failure_policy: FailurePolicy,
+) -> Result<String, HarnessError> {
     let name = crate::random_name("tiergate-e2e");
-    let configuration = build_webhook_configuration(&name, endpoint, ca_pem, run);
+    let configuration = build_webhook_configuration_with(&name, endpoint, ca_pem, run, failure_policy);
     Api::<MutatingWebhookConfiguration>::all(client.clone()).create(&PostParams::default(), &configuration).await?;
     cleanup.track(ApiResource::erase::<MutatingWebhookConfiguration>(&()), None, &name);
     Ok(name)
@@ -390,5 +433,13 @@ mod tests {
             })
             .collect();
         assert_eq!(resources, ["/pods", "batch/jobs", "apps/deployments", "apps/statefulsets"]);
+    }
+
+    #[test]
+    fn the_chart_like_configuration_ignores_failures_within_the_charts_timeout() {
+        let found = endpoint("127.0.0.1", None).unwrap().unwrap();
+        let configuration = build_webhook_configuration_with("tg", &found, "PEM", "e2e-1", FailurePolicy::Ignore);
+        let webhook = &configuration.webhooks.unwrap()[0];
+        assert_eq!((webhook.failure_policy.as_deref(), webhook.timeout_seconds), (Some("Ignore"), Some(5)));
     }
 }
