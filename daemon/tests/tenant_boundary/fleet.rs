@@ -117,7 +117,6 @@ fn without_the_mark_the_same_job_from_the_multikueue_user_is_confined_like_any_o
 }
 
 /// The management cluster's snapshot: the sample policy with bronze dispatching to worker `us-east`.
-#[cfg(test)]
 fn management_dispatching_bronze() -> Snapshot {
     let mut policy = load_policy(None).unwrap();
     policy.spec.clusters = vec![
@@ -131,7 +130,6 @@ fn management_dispatching_bronze() -> Snapshot {
 }
 
 /// A bronze Job on its own class, with `spec` merged in.
-#[cfg(test)]
 fn bronze_job(spec: Value) -> Value {
     let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": "train", "namespace": BRONZE},
@@ -143,7 +141,6 @@ fn bronze_job(spec: Value) -> Value {
     job
 }
 
-#[cfg(test)]
 fn managed_by_after(snapshot: &Snapshot, operation: &str, job: &Value, old: Option<&Value>) -> Option<String> {
     let decision = mutate(&tenant_review(operation, job, old, false, &[]), snapshot, &AdmissionInputs::default());
     assert_eq!(decision.verdict, Verdict::Allow);
