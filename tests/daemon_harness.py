@@ -33,6 +33,8 @@ KINDS = [
     ("multikueueconfigs", "MultiKueueConfig", False),
     ("admissionchecks", "AdmissionCheck", False),
     ("clusterqueues", "ClusterQueue", False),
+    ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+    ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ("localqueues", "LocalQueue", True),
 ]
 TIERS = ["gold", "silver", "bronze"]

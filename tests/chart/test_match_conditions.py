@@ -264,3 +264,15 @@ def test_cpu_only_variants_of_the_recorded_kinds_are_not_sent_except_appwrappers
             request["oldObject"] = strip_gpus(request["oldObject"])
         always = request["resource"]["resource"] in {"appwrappers", "sparkapplications"}
         assert sent_to_tiergate(request, configured) is always, path.name
+
+
+# kube-apiserver refuses a matchCondition expression longer than this many code points ("expression code point
+# size exceeds limit"), and with it the whole MutatingWebhookConfiguration: the chart would not install.
+API_SERVER_EXPRESSION_LIMIT = 100_000
+
+
+def test_every_match_condition_fits_the_api_servers_expression_limit() -> None:
+    for webhook in webhooks():
+        for condition in webhook.get("matchConditions", []):
+            size = len(condition["expression"])
+            assert size <= API_SERVER_EXPRESSION_LIMIT, f"{webhook['name']} {condition['name']}: {size} code points"

@@ -149,13 +149,12 @@ any kind) and SparkApplication (GPUs as driver/executor `gpu` fields or template
 {{- $workers := printf "(%s && %s.workerGroupSpecs.exists(g, %s))" (include "tiergate.celGuards" (dict "path" (printf "%s.workerGroupSpecs" $cluster))) $cluster (include "tiergate.celGuardedGpu" (dict "root" $root "spec" "g.template.spec")) }}
 {{- $_ := set $gpu $resource (printf "(%s || %s)" $head $workers) }}
 {{- end }}
-{{- $replicas := list }}
-{{- range list "pytorchReplicaSpecs" "tfReplicaSpecs" "xgbReplicaSpecs" "paddleReplicaSpecs" "jaxReplicaSpecs" "mpiReplicaSpecs" }}
-{{- $map := printf "object.spec.%s" . }}
-{{- $replicas = append $replicas (printf "(%s && %s.exists(k, %s))" (include "tiergate.celGuards" (dict "path" $map)) $map (include "tiergate.celGuardedGpu" (dict "root" $root "spec" (printf "%s[k].template.spec" $map)))) }}
-{{- end }}
-{{- range list "pytorchjobs" "tfjobs" "xgboostjobs" "paddlejobs" "jaxjobs" "mpijobs" }}
-{{- $_ := set $gpu . (printf "(%s)" (join " || " $replicas)) }}
+{{- /* Each Kubeflow kind only its own replica map: the API server prunes another kind's map (unknown to the
+       kind's structural schema) before admission, and one expression for all six maps per kind went past the
+       API server's 100,000-character limit on a matchCondition. */ -}}
+{{- range $resource, $field := dict "pytorchjobs" "pytorchReplicaSpecs" "tfjobs" "tfReplicaSpecs" "xgboostjobs" "xgbReplicaSpecs" "paddlejobs" "paddleReplicaSpecs" "jaxjobs" "jaxReplicaSpecs" "mpijobs" "mpiReplicaSpecs" }}
+{{- $map := printf "object.spec.%s" $field }}
+{{- $_ := set $gpu $resource (printf "(%s && %s.exists(k, %s))" (include "tiergate.celGuards" (dict "path" $map)) $map (include "tiergate.celGuardedGpu" (dict "root" $root "spec" (printf "%s[k].template.spec" $map)))) }}
 {{- end }}
 {{- $perNode := include "tiergate.celGpuRequirements" (dict "root" $root "requirements" "object.spec.trainer.resourcesPerNode") }}
 {{- $_ := set $gpu "trainjobs" (printf "((%s && %s) || %s)" (include "tiergate.celGuards" (dict "path" "object.spec.trainer.resourcesPerNode")) $perNode (include "tiergate.celGuards" (dict "path" "object.spec.runtimePatches"))) }}
