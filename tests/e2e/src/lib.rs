@@ -262,6 +262,29 @@ pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Resul
     Ok(())
 }
 
+/// The user a tenant's requests are made as (impersonated): `edit` in its own namespaces, nothing more, as the
+/// threat model's tenant.
+pub const TENANT_USER: &str = "tiergate-e2e-tenant";
+
+/// A client acting as [`TENANT_USER`] (impersonated, in group `system:authenticated`), bound to the `edit`
+/// ClusterRole in each of `namespaces` (the bindings are tracked for cleanup).
+pub async fn tenant_client(client: &Client, cleanup: &Cleanup, namespaces: &[&str]) -> Result<Client, HarnessError> {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    for namespace in namespaces {
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": TENANT_USER, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT_USER}]}))?;
+        Api::<RoleBinding>::namespaced(client.clone(), namespace).create(&PostParams::default(), &binding).await?;
+        cleanup.track(ApiResource::erase::<RoleBinding>(&()), Some(namespace), TENANT_USER);
+    }
+    let mut config = kube::Config::infer().await?;
+    config.auth_info.impersonate = Some(TENANT_USER.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
+    Ok(Client::try_from(config)?)
+}
+
 /// `<prefix>-<name>`: how the e2e policy renames tiers, GPU classes and priority buckets.
 pub fn prefixed(prefix: &str, name: &str) -> String {
     format!("{prefix}-{name}")

@@ -13,10 +13,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
-use kube::{Client, Config};
 use serde_json::{Value, json};
 use tiergate::plan::gate::gate_name;
 use tiergate::policy::TierPolicy;
@@ -27,7 +26,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, metric_sum, prefixed, random_name, wait_for,
+    ensure, install_tierpolicy_crd, metric_sum, prefixed, random_name, tenant_client, wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -35,8 +34,6 @@ use tiergate_workloads::QUEUE_NAME_LABEL;
 const CONVERGE: Duration = Duration::from_secs(60);
 /// The API server compiles a new policy, or picks up a webhook configuration, asynchronously (seconds).
 const ENFORCEMENT: Duration = Duration::from_secs(120);
-/// The user the tenant's requests are made as (impersonated; `edit` in its namespaces only).
-const TENANT: &str = "tiergate-e2e-tenant";
 /// Concurrent GPU Jobs in the flood (the 150).
 const GPU_JOBS: usize = 150;
 /// Concurrent CPU-only Jobs of the same size in the same flood (counted), and again once it is over (all stored:
@@ -338,24 +335,6 @@ fn job_body(run: &Run, name: &str, selector: &Value, gpu: bool, bytes: usize) ->
         "spec": {"template": {"spec": {"restartPolicy": "Never", "nodeSelector": selector,
             "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "env": env,
                 "resources": resources}]}}}})
-}
-
-/// A client acting as the tenant: the harness's credentials impersonating [`TENANT`], bound to `edit` in each of
-/// `namespaces` only.
-async fn tenant_client(client: &Client, cleanup: &Cleanup, namespaces: &[&str]) -> Result<Client, HarnessError> {
-    for namespace in namespaces {
-        let binding: RoleBinding = serde_json::from_value(json!({
-            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": {"name": "tiergate-e2e-tenant", "namespace": namespace},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]}))?;
-        Api::<RoleBinding>::namespaced(client.clone(), namespace).create(&PostParams::default(), &binding).await?;
-        cleanup.track(ApiResource::erase::<RoleBinding>(&()), Some(namespace), "tiergate-e2e-tenant");
-    }
-    let mut config = Config::infer().await?;
-    config.auth_info.impersonate = Some(TENANT.to_owned());
-    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
-    Ok(Client::try_from(config)?)
 }
 
 /// A `/proc/self/status` field in KiB (`VmHWM:`, `VmRSS:`), where the platform has one.

@@ -10,10 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::core::{ApiResource, DynamicObject};
-use kube::{Client, Config};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -22,7 +21,7 @@ use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, prefixed, random_name, run_cluster_test, wait_for,
+    ensure, install_tierpolicy_crd, prefixed, random_name, run_cluster_test, tenant_client, wait_for,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -30,8 +29,6 @@ use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 const CONVERGE: Duration = Duration::from_secs(60);
 /// The API server compiles a new policy and starts enforcing it asynchronously (seconds).
 const ENFORCEMENT: Duration = Duration::from_secs(120);
-/// The user the tenant's requests are made as (impersonated; `edit` in its namespace only).
-const TENANT: &str = "tiergate-e2e-tenant";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created() {
@@ -79,7 +76,7 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), Har
         api.get_opt(&binding).await.ok().flatten()
     })
     .await?;
-    let tenant = tenant_client(client, cleanup, &run.bronze).await?;
+    let tenant = tenant_client(client, cleanup, &[&run.bronze]).await?;
     let tier_part = format!("tier {}", run.tier);
 
     // The API server enforces a new policy once it has compiled it: wait until a plain GPU Job is refused (dry run).
@@ -134,22 +131,6 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), Har
     create::<Pod>(&tenant, run, pod_body(run, "cpu", cpu.clone())).await?;
     create::<Job>(&tenant, run, job_body(run, "cpu", json!({}), cpu)).await?;
     Ok(())
-}
-
-/// A client acting as the tenant: the harness's credentials impersonating [`TENANT`], bound to `edit` in
-/// `namespace` only.
-async fn tenant_client(client: &Client, cleanup: &Cleanup, namespace: &str) -> Result<Client, HarnessError> {
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "tiergate-e2e-tenant", "namespace": namespace},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}]}))?;
-    Api::<RoleBinding>::namespaced(client.clone(), namespace).create(&PostParams::default(), &binding).await?;
-    cleanup.track(ApiResource::erase::<RoleBinding>(&()), Some(namespace), "tiergate-e2e-tenant");
-    let mut config = Config::infer().await?;
-    config.auth_info.impersonate = Some(TENANT.to_owned());
-    config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
-    Ok(Client::try_from(config)?)
 }
 
 fn gpu_spec(extra: Value) -> Value {
