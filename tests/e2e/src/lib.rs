@@ -240,16 +240,7 @@ pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Resul
     .await?;
     let existed = crds.get_opt(&name).await?.is_some();
     crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
-    wait_for("the TierPolicy CRD to be established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        let name = name.clone();
-        async move {
-            let crd = crds.get_opt(&name).await.ok()??;
-            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
-            established.then_some(())
-        }
-    })
-    .await?;
+    wait_for_crd_established(client, &name, Duration::from_secs(30)).await?;
     let policies: Api<TierPolicy> = Api::all(client.clone());
     wait_for("the API server to serve TierPolicies", Duration::from_secs(30), || {
         let policies = policies.clone();
@@ -283,6 +274,20 @@ pub async fn tenant_client(client: &Client, cleanup: &Cleanup, namespaces: &[&st
     config.auth_info.impersonate = Some(TENANT_USER.to_owned());
     config.auth_info.impersonate_groups = Some(vec!["system:authenticated".to_owned()]);
     Ok(Client::try_from(config)?)
+}
+
+/// Waits until the API server reports CRD `name` `Established`, or fails naming it after `timeout`.
+pub async fn wait_for_crd_established(client: &Client, name: &str, timeout: Duration) -> Result<(), HarnessError> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    wait_for(&format!("CRD {name} to be established"), timeout, || {
+        let crds = crds.clone();
+        async move {
+            let crd = crds.get_opt(name).await.ok()??;
+            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
+            established.then_some(())
+        }
+    })
+    .await
 }
 
 /// `<prefix>-<name>`: how the e2e policy renames tiers, GPU classes and priority buckets.

@@ -24,7 +24,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy,
-    create_namespace, install_tierpolicy_crd, prefixed, random_name, wait_for,
+    create_namespace, install_tierpolicy_crd, prefixed, random_name, wait_for, wait_for_crd_established,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -134,16 +134,7 @@ async fn install_crd_if_absent(client: &Client, cleanup: &Cleanup, case: &KindCa
         serde_saphyr::from_str(&text).map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
     crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
     cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, &name);
-    wait_for(&format!("CRD {name} to be established"), CONVERGE, || {
-        let crds = crds.clone();
-        let name = name.clone();
-        async move {
-            let crd = crds.get_opt(&name).await.ok()??;
-            let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
-            established.then_some(())
-        }
-    })
-    .await
+    wait_for_crd_established(client, &name, CONVERGE).await
 }
 
 /// `shared/workload-crds`, the repository's sibling (also from a worktree one level deeper).

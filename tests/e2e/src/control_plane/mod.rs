@@ -27,7 +27,7 @@ use self::kueue::{
 };
 use self::pki::{Credentials, build_credentials, build_kubeconfig};
 use self::process::Process;
-use crate::{HARNESS_MANAGER, HarnessError, wait_for};
+use crate::{HARNESS_MANAGER, HarnessError, wait_for, wait_for_crd_established};
 
 /// How long each process may take to become ready (a cold start on a small, busy machine).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
@@ -503,16 +503,7 @@ async fn install_crds(client: &Client, dirs: &[PathBuf]) -> Result<(), HarnessEr
         }
     }
     for name in names {
-        wait_for(&format!("CRD {name} to be established"), START_TIMEOUT, || {
-            let (crds, name) = (crds.clone(), name.clone());
-            async move {
-                let crd = crds.get_opt(&name).await.ok()??;
-                let established =
-                    crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
-                established.then_some(())
-            }
-        })
-        .await?;
+        wait_for_crd_established(client, &name, START_TIMEOUT).await?;
     }
     Ok(())
 }
