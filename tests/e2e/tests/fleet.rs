@@ -253,15 +253,14 @@ async fn prune_worker(
         (!exists(worker, KueueKind::ClusterQueue, None, &queue).await).then_some(())
     })
     .await?;
-    // Nothing of the policy is left on the worker (its priority classes and flavors went with the queue).
-    let leftovers = object_api(worker, KueueKind::WorkloadPriorityClass, None)
-        .list(
-            &ListParams::default()
-                .labels(&build_ownership_selector(policy.metadata.name.as_deref().unwrap_or_default())),
-        )
-        .await?;
-    ensure(leftovers.items.is_empty(), || {
-        format!("{} WorkloadPriorityClasses left on the worker", leftovers.items.len())
-    })?;
+    // Nothing of the policy is left on the worker: its priority classes and flavors are pruned after the queue
+    // (prune runs in reverse apply order, in the same or a following pass), so they are waited for too.
+    let priority_classes = object_api(worker, KueueKind::WorkloadPriorityClass, None);
+    let owned =
+        ListParams::default().labels(&build_ownership_selector(policy.metadata.name.as_deref().unwrap_or_default()));
+    wait_for("the worker's WorkloadPriorityClasses of the policy to be pruned", CONVERGE, || async {
+        priority_classes.list(&owned).await.ok()?.items.is_empty().then_some(())
+    })
+    .await?;
     Ok(())
 }
