@@ -26,6 +26,7 @@ import yaml
 from urllib.parse import parse_qs, urlparse
 
 KINDS = [
+    ("topologies", "Topology", False),
     ("resourceflavors", "ResourceFlavor", False),
     ("workloadpriorityclasses", "WorkloadPriorityClass", False),
     ("provisioningrequestconfigs", "ProvisioningRequestConfig", False),

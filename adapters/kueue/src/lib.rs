@@ -60,6 +60,54 @@ pub const MAX_PROVISIONING_PARAMETERS: usize = 100;
 /// Longest value of a ProvisioningRequestConfig parameter.
 pub const MAX_PROVISIONING_PARAMETER_LENGTH: usize = 255;
 
+/// Pod-template annotation: every pod of the pod set must run in one domain of this level (a node label).
+pub const PODSET_REQUIRED_TOPOLOGY_ANNOTATION: &str = "kueue.x-k8s.io/podset-required-topology";
+/// Pod-template annotation: the pod set should run in one domain of this level, else in broader ones.
+pub const PODSET_PREFERRED_TOPOLOGY_ANNOTATION: &str = "kueue.x-k8s.io/podset-preferred-topology";
+/// Pod-template annotation (`"true"`): the pod set has no topology requirement.
+pub const PODSET_UNCONSTRAINED_TOPOLOGY_ANNOTATION: &str = "kueue.x-k8s.io/podset-unconstrained-topology";
+/// Pod-template annotation: each slice of `podset-slice-size` pods must run in one domain of this level.
+pub const PODSET_SLICE_REQUIRED_TOPOLOGY_ANNOTATION: &str = "kueue.x-k8s.io/podset-slice-required-topology";
+/// Pod-template annotation: the pods per slice (an integer from 1 to the pod set's count).
+pub const PODSET_SLICE_SIZE_ANNOTATION: &str = "kueue.x-k8s.io/podset-slice-size";
+/// The topology annotations a pod template may carry (v0.19.2 `apis/kueue/v1beta2/topology_types.go`).
+pub const TOPOLOGY_ANNOTATIONS: [&str; 5] = [
+    PODSET_REQUIRED_TOPOLOGY_ANNOTATION,
+    PODSET_PREFERRED_TOPOLOGY_ANNOTATION,
+    PODSET_UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+    PODSET_SLICE_REQUIRED_TOPOLOGY_ANNOTATION,
+    PODSET_SLICE_SIZE_ANNOTATION,
+];
+/// Most levels one Topology holds.
+pub const MAX_TOPOLOGY_LEVELS: usize = 16;
+/// The node label Kueue allows only as a Topology's last level.
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+
+/// `Topology` spec: the node-label levels of a topology-aware ResourceFlavor, broadest first (cluster-scoped).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "Topology",
+    plural = "topologies",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpec {
+    /// 1..=16 unique levels; `kubernetes.io/hostname` only last. Immutable unless hostname is last before and after.
+    pub levels: Vec<TopologyLevel>,
+}
+
+/// One level of a Topology.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyLevel {
+    /// The node label naming the node's domain at this level.
+    pub node_label: String,
+}
+
 /// `ResourceFlavor` spec: the nodes a flavor stands for (cluster-scoped).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[kube(
@@ -82,6 +130,9 @@ pub struct ResourceFlavorSpec {
     /// Tolerations Kueue adds to admitted pods (max 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
+    /// The Topology of a topology-aware flavor (needs `nodeLabels`; immutable once set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_name: Option<String>,
 }
 
 /// `ClusterQueue` spec (cluster-scoped).

@@ -9,6 +9,7 @@ pub mod fleet;
 pub mod gate;
 pub mod names;
 pub mod quota;
+pub mod topology;
 
 use std::collections::BTreeMap;
 
@@ -21,7 +22,7 @@ use tiergate_kueue::{
     AdmissionCheck, AdmissionCheckParametersReference, AdmissionCheckSpec, AdmissionCheckStrategyRule,
     AdmissionChecksStrategy, BorrowWithinCohort, ClusterQueue, ClusterQueuePreemption, ClusterQueueSpec, FlavorQuotas,
     LocalQueue, LocalQueueSpec, MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig,
-    ProvisioningRequestConfigSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota,
+    ProvisioningRequestConfigSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota, Topology,
     WorkloadPriorityClass, WorkloadPriorityClassFields,
 };
 
@@ -41,8 +42,9 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 11] = [
+pub const OWNED_KINDS: [&str; 12] = [
     "Namespace",
+    "Topology",
     "ResourceFlavor",
     "WorkloadPriorityClass",
     "ProvisioningRequestConfig",
@@ -65,6 +67,8 @@ pub fn owned_label_selector(policy_name: &str) -> String {
 pub struct Desired {
     /// Worker clusters only: the tenant namespaces of the tiers dispatched there, with their tier label, sorted.
     pub namespaces: Vec<Namespace>,
+    /// One per distinct topology level list of the GPU classes the flavors are built for (first-use order).
+    pub topologies: Vec<Topology>,
     /// One per GPU class (declaration order), then one per rule of each tier's placement strategy on the tier's
     /// class (tier order, each once).
     pub resource_flavors: Vec<ResourceFlavor>,
@@ -96,6 +100,8 @@ pub struct Desired {
 pub enum DesiredObject<'a> {
     /// A Namespace (worker clusters).
     Namespace(&'a Namespace),
+    /// A Topology.
+    Topology(&'a Topology),
     /// A ResourceFlavor.
     ResourceFlavor(&'a ResourceFlavor),
     /// A WorkloadPriorityClass.
@@ -158,6 +164,7 @@ impl DesiredObject<'_> {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Namespace(_) => "Namespace",
+            Self::Topology(_) => "Topology",
             Self::ResourceFlavor(_) => "ResourceFlavor",
             Self::WorkloadPriorityClass(_) => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig(_) => "ProvisioningRequestConfig",
@@ -175,6 +182,7 @@ impl DesiredObject<'_> {
     pub fn metadata(&self) -> &ObjectMeta {
         match self {
             Self::Namespace(object) => &object.metadata,
+            Self::Topology(object) => &object.metadata,
             Self::ResourceFlavor(object) => &object.metadata,
             Self::WorkloadPriorityClass(object) => &object.metadata,
             Self::ProvisioningRequestConfig(object) => &object.metadata,
@@ -202,6 +210,7 @@ impl DesiredObject<'_> {
     pub fn to_value(&self) -> Result<Value, PlanError> {
         let result = match self {
             Self::Namespace(object) => serde_json::to_value(object),
+            Self::Topology(object) => serde_json::to_value(object),
             Self::ResourceFlavor(object) => serde_json::to_value(object),
             Self::WorkloadPriorityClass(object) => serde_json::to_value(object),
             Self::ProvisioningRequestConfig(object) => serde_json::to_value(object),
@@ -218,11 +227,12 @@ impl DesiredObject<'_> {
 }
 
 impl Desired {
-    /// Every object in apply order ([`OWNED_KINDS`]): namespaces, flavors, priority classes, provisioning
+    /// Every object in apply order ([`OWNED_KINDS`]): namespaces, topologies, flavors, priority classes, provisioning
     /// configs, MultiKueue clusters and configs, admission checks, ClusterQueues, the gate's policies and bindings, LocalQueues (each refers only to
     /// objects before it).
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
         let namespaces = self.namespaces.iter().map(DesiredObject::Namespace);
+        let topologies = self.topologies.iter().map(DesiredObject::Topology);
         let flavors = self.resource_flavors.iter().map(DesiredObject::ResourceFlavor);
         let classes = self.workload_priority_classes.iter().map(DesiredObject::WorkloadPriorityClass);
         let configs = self.provisioning_request_configs.iter().map(DesiredObject::ProvisioningRequestConfig);
@@ -234,6 +244,7 @@ impl Desired {
         let bindings = self.admission_policy_bindings.iter().map(DesiredObject::ValidatingAdmissionPolicyBinding);
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
         namespaces
+            .chain(topologies)
             .chain(flavors)
             .chain(classes)
             .chain(configs)
@@ -303,6 +314,8 @@ pub struct FlavorSelector {
     pub node_taints: Vec<Taint>,
     /// The flavor's `tolerations` (what pods need).
     pub tolerations: Vec<Toleration>,
+    /// The flavor's `topologyName`: its GPU class's Topology, if the class names levels.
+    pub topology_name: Option<String>,
 }
 
 /// The flavor of GPU class `class`, or `None` when the policy declares no such class.
@@ -312,6 +325,7 @@ pub fn flavor_for_gpu_class(spec: &TierPolicySpec, class: &str) -> Option<Flavor
         node_labels: class.node_labels.clone(),
         node_taints: class.node_taints.clone(),
         tolerations: class.pod_tolerations(),
+        topology_name: topology::class_topology_name(class),
     })
 }
 
@@ -330,6 +344,7 @@ pub fn flavor_for_rule(class: &FlavorSelector, strategy: &PlacementStrategy, rul
         node_labels,
         node_taints: class.node_taints.clone(),
         tolerations,
+        topology_name: class.topology_name.clone(),
     }
 }
 
@@ -462,13 +477,15 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         |tier: &Tier| tier.provisioning.is_some() && !(side == Side::Management && tier.dispatch.is_some());
     let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
 
-    let class_flavors = spec
+    let built_classes: Vec<_> = spec
         .gpu_classes
         .iter()
         .filter(|class| {
             side == Side::Management || tiers.iter().any(|tier| tier.gpu_class_names().any(|name| name == class.name))
         })
-        .filter_map(|class| flavor_for_gpu_class(spec, &class.name));
+        .collect();
+    let topologies = topology::build_topologies(built_classes.iter().copied(), &labels);
+    let class_flavors = built_classes.iter().filter_map(|class| flavor_for_gpu_class(spec, &class.name));
     let mut rule_flavors: Vec<FlavorSelector> = Vec::new();
     for flavor in tiers.iter().flat_map(|tier| tier_flavor_sources(spec, tier)) {
         if flavor.role == FlavorRole::Rule && !rule_flavors.iter().any(|seen| seen.flavor == flavor.selector.flavor) {
@@ -549,6 +566,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         .collect();
 
     Desired {
+        topologies,
         resource_flavors,
         workload_priority_classes,
         provisioning_request_configs,
@@ -572,6 +590,7 @@ fn build_flavor_spec(selector: FlavorSelector) -> ResourceFlavorSpec {
         node_labels: (!selector.node_labels.is_empty()).then_some(selector.node_labels),
         node_taints: (!selector.node_taints.is_empty()).then_some(selector.node_taints),
         tolerations: (!selector.tolerations.is_empty()).then_some(selector.tolerations),
+        topology_name: selector.topology_name,
     }
 }
 
@@ -705,7 +724,7 @@ mod tests {
         // spot-mix has no worker clusters: every kind but the fleet's, in apply order.
         let local_kinds: Vec<&str> = OWNED_KINDS
             .into_iter()
-            .filter(|kind| !matches!(*kind, "Namespace" | "MultiKueueCluster" | "MultiKueueConfig"))
+            .filter(|kind| !matches!(*kind, "Namespace" | "Topology" | "MultiKueueCluster" | "MultiKueueConfig"))
             .collect();
         assert_eq!(kinds, local_kinds);
         let selector = owned_label_selector("spot-mix");

@@ -153,6 +153,12 @@ pub struct GpuClass {
     /// GPU memory per device in GiB, used by the built-in scorer to judge fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_gib: Option<u32>,
+    /// Topology levels of this class's nodes, broadest first (e.g. block, rack, hostname): the class's flavors get
+    /// a Kueue Topology of these node labels, and tiers on the class may state a `topology` rule. See
+    /// docs/configuration.md "Topology".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub topology_levels: Vec<TopologyLevel>,
 }
 
 /// A tenant tier: which namespaces belong to it (by the tier label's value), its GPU class and its quota.
@@ -203,6 +209,38 @@ pub struct Tier {
     /// Run the tier's workloads on worker clusters through Kueue MultiKueue; absent: they run here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatch: Option<Dispatch>,
+    /// Where the pods of the tier's multi-pod GPU workloads must (or should) run together, by a level of its GPU
+    /// classes' `topologyLevels`; absent: Kueue places them anywhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<TopologyRule>,
+}
+
+/// One topology level of a GPU class: a short name people use and the node label that holds it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyLevel {
+    /// DNS label a tier's `topology` rule names, e.g. `rack`.
+    pub name: String,
+    /// The node label whose value names the node's domain at this level, e.g. `topology.example.com/rack`
+    /// (`kubernetes.io/hostname` only as the last level).
+    pub node_label: String,
+}
+
+/// A tier's placement rule for multi-pod workloads: exactly one of `required` or `preferred`, naming a level.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyRule {
+    /// Each pod set must fit in one domain of this level (Kueue `podset-required-topology`), or the workload waits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required: Option<String>,
+    /// Each pod set should fit in one domain of this level, else Kueue tries broader ones
+    /// (`podset-preferred-topology`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred: Option<String>,
+    /// The rule applies to workloads of at least this many pods (all pod sets together, as Kueue counts them).
+    #[serde(default = "default_topology_min_pods")]
+    #[schemars(range(min = 2))]
+    pub min_pods: u32,
 }
 
 /// Quota of one resource in a tier's ClusterQueue.
@@ -486,6 +524,9 @@ fn default_tier_label() -> String {
 }
 fn default_gpu_resource() -> String {
     DEFAULT_GPU_RESOURCE.to_owned()
+}
+fn default_topology_min_pods() -> u32 {
+    2
 }
 fn default_scoring_timeout_ms() -> u64 {
     250

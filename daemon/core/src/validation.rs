@@ -11,6 +11,7 @@ pub mod fleet;
 pub use crate::syntax as names;
 pub mod quantity;
 pub mod quota;
+pub mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -188,6 +189,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     }
     check_scoring(spec, problems);
     fleet::check_fleet(spec, problems);
+    topology::check_topology(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

@@ -31,6 +31,8 @@ pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
 /// A Kueue kind tiergate creates, in apply order (dependencies first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KueueKind {
+    /// `Topology`, one per distinct topology level list of the GPU classes (cluster-scoped).
+    Topology,
     /// `ResourceFlavor`, one per GPU class or placement rule (cluster-scoped).
     ResourceFlavor,
     /// `WorkloadPriorityClass`, one per priority bucket (cluster-scoped).
@@ -55,7 +57,8 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
+        Self::Topology,
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
@@ -71,6 +74,7 @@ impl KueueKind {
     /// The kind's name, e.g. `ClusterQueue`.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Topology => "Topology",
             Self::ResourceFlavor => "ResourceFlavor",
             Self::WorkloadPriorityClass => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig => "ProvisioningRequestConfig",
@@ -87,6 +91,7 @@ impl KueueKind {
     /// The lower-case plural used in API paths and RBAC rules.
     pub fn plural(self) -> &'static str {
         match self {
+            Self::Topology => "topologies",
             Self::ResourceFlavor => "resourceflavors",
             Self::WorkloadPriorityClass => "workloadpriorityclasses",
             Self::ProvisioningRequestConfig => "provisioningrequestconfigs",
@@ -172,8 +177,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn apply_order_puts_flavors_first_and_local_queues_last() {
-        assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::ResourceFlavor));
+    fn apply_order_puts_topologies_first_and_local_queues_last() {
+        assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::Topology));
+        assert_eq!(KueueKind::ALL.get(1), Some(&KueueKind::ResourceFlavor));
         assert_eq!(KueueKind::ALL.last(), Some(&KueueKind::LocalQueue));
         let mut sorted = KueueKind::ALL;
         sorted.sort();

@@ -11,6 +11,7 @@
 //! | MultiKueueCluster of a worker | the worker's `name` |
 //! | MultiKueueConfig of a list of workers | `tiergate-fleet-<worker>-<worker>...-<hash>` (in the tier's order) |
 //! | MultiKueue AdmissionCheck of a tier | `tiergate-<tier>-multikueue` |
+//! | Topology of a list of level node labels | `tiergate-<last segment>-...-<hash>` ([`super::topology`]) |
 //!
 //! A name longer than 63 characters is cut to 54, stripped of trailing `-`, and suffixed with `-` and the
 //! 8-hex-digit FNV-1a hash of the full name, so it stays unique and stable across runs and versions.
@@ -77,7 +78,7 @@ pub fn multikueue_config_name(clusters: &[String]) -> String {
 }
 
 /// 32-bit FNV-1a: tiny, stable across platforms and releases (unlike `std`'s hasher).
-fn fnv1a(text: &str) -> u32 {
+pub(crate) fn fnv1a(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5_u32, |hash, byte| (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193))
 }
 

@@ -137,6 +137,7 @@ mod tests {
             provisioning: None,
             quota_shares: Default::default(),
             dispatch: None,
+            topology: None,
         }
     }
 

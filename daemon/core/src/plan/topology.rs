@@ -1,0 +1,187 @@
+//! Topology-aware scheduling in the plan: one Kueue `Topology` per distinct level list of the GPU classes, its
+//! name, and a tier's `topology` rule resolved against its classes' levels (what the webhook applies); pure.
+//!
+//! A class's levels are its nodes' label keys, broadest first. Two classes with the same node-label list share one
+//! Topology: its name is made of the labels alone (the last segment of each, and a hash of the whole list), so
+//! renaming a class or a level, or reordering the classes, never renames it; Kueue keeps a flavor's
+//! `topologyName` immutable.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use tiergate_kueue::{Topology, TopologyLevel as KueueTopologyLevel, TopologySpec};
+
+use super::names::{bounded_name, fnv1a};
+use crate::policy::{GpuClass, Tier, TierPolicySpec, TopologyLevel};
+
+/// The Topology of the level list `node_labels`: `tiergate-<last segments>-<hash>`, a DNS label.
+pub fn topology_name(node_labels: &[&str]) -> String {
+    let segments: Vec<String> = node_labels
+        .iter()
+        .map(|label| {
+            let segment = label.rsplit('/').next().unwrap_or(label).to_ascii_lowercase();
+            let cleaned: String = segment.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+            cleaned.trim_matches('-').to_owned()
+        })
+        .filter(|segment| !segment.is_empty())
+        .collect();
+    let hash = fnv1a(&node_labels.join(" "));
+    bounded_name(&format!("tiergate-{}-{hash:08x}", segments.join("-")))
+}
+
+/// The Topology name of `class`, or `None` when it names no levels.
+pub fn class_topology_name(class: &GpuClass) -> Option<String> {
+    (!class.topology_levels.is_empty()).then(|| topology_name(&node_labels(&class.topology_levels)))
+}
+
+/// The node labels of `levels`, in order.
+pub fn node_labels(levels: &[TopologyLevel]) -> Vec<&str> {
+    levels.iter().map(|level| level.node_label.as_str()).collect()
+}
+
+/// One Topology per distinct level list of `classes` (first-use order), labelled with `labels`.
+pub fn build_topologies<'a>(
+    classes: impl IntoIterator<Item = &'a GpuClass>,
+    labels: &BTreeMap<String, String>,
+) -> Vec<Topology> {
+    let mut topologies: Vec<Topology> = Vec::new();
+    for class in classes {
+        let Some(name) = class_topology_name(class) else { continue };
+        if topologies.iter().any(|topology| topology.metadata.name.as_deref() == Some(name.as_str())) {
+            continue;
+        }
+        let levels = class
+            .topology_levels
+            .iter()
+            .map(|level| KueueTopologyLevel { node_label: level.node_label.clone() })
+            .collect();
+        topologies.push(Topology {
+            metadata: ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() },
+            spec: TopologySpec { levels },
+        });
+    }
+    topologies
+}
+
+/// Whether a rule asks for one domain (`required`) or tries it first (`preferred`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TopologyMode {
+    /// Kueue `podset-preferred-topology`.
+    Preferred,
+    /// Kueue `podset-required-topology` (stricter).
+    Required,
+}
+
+impl TopologyMode {
+    /// `required` or `preferred`, as the policy spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Required => "required",
+            Self::Preferred => "preferred",
+        }
+    }
+}
+
+/// A tier's topology rule resolved against its GPU classes: what the webhook writes on each pod set.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResolvedRule {
+    /// Required or preferred.
+    pub mode: TopologyMode,
+    /// The level's short name, e.g. `rack`.
+    pub level: String,
+    /// The level's node label, e.g. `topology.example.com/rack`.
+    pub node_label: String,
+    /// The level's depth in the primary class's levels (0 = broadest).
+    pub depth: usize,
+    /// The rule applies to workloads of at least this many pods.
+    pub min_pods: u32,
+}
+
+/// The levels a tenant may name in a tier: those of the tier's primary class, then the fallbacks' (first
+/// occurrence of each node label), with the class they come from.
+pub fn tier_levels<'p>(spec: &'p TierPolicySpec, tier: &Tier) -> Vec<&'p TopologyLevel> {
+    let mut levels: Vec<&TopologyLevel> = Vec::new();
+    for class in tier.gpu_class_names().filter_map(|name| spec.gpu_class(name)) {
+        for level in &class.topology_levels {
+            if !levels.iter().any(|seen| seen.node_label == level.node_label) {
+                levels.push(level);
+            }
+        }
+    }
+    levels
+}
+
+/// The tier's rule, resolved against its primary class's levels; `None` without a rule or when the rule names no
+/// level of the class (an invalid policy, refused by validation).
+pub fn resolve_rule(spec: &TierPolicySpec, tier: &Tier) -> Option<ResolvedRule> {
+    let rule = tier.topology.as_ref()?;
+    let (mode, level) = match (&rule.required, &rule.preferred) {
+        (Some(level), None) => (TopologyMode::Required, level),
+        (None, Some(level)) => (TopologyMode::Preferred, level),
+        _ => return None,
+    };
+    let class = spec.gpu_class(&tier.gpu_class)?;
+    let depth = class.topology_levels.iter().position(|candidate| &candidate.name == level)?;
+    Some(ResolvedRule {
+        mode,
+        level: level.clone(),
+        node_label: class.topology_levels[depth].node_label.clone(),
+        depth,
+        min_pods: rule.min_pods,
+    })
+}
+
+/// `rack (topology.example.com/rack), ...`: how levels are listed to people.
+pub fn describe_levels(levels: &[&TopologyLevel]) -> String {
+    if levels.is_empty() {
+        return "none".to_owned();
+    }
+    levels.iter().map(|level| format!("{} ({})", level.name, level.node_label)).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syntax::is_dns_label;
+
+    #[test]
+    fn topology_names_come_from_the_labels_alone_and_are_dns_labels() {
+        let name =
+            topology_name(&["topology.example.com/block", "topology.example.com/rack", "kubernetes.io/hostname"]);
+        assert!(name.starts_with("tiergate-block-rack-hostname-"), "{name}");
+        assert!(is_dns_label(&name), "{name}");
+        let other = topology_name(&["other.example.com/block", "topology.example.com/rack", "kubernetes.io/hostname"]);
+        assert_ne!(name, other);
+        let odd = topology_name(&["Example.COM/Weird_Level.x"]);
+        assert!(is_dns_label(&odd), "{odd}");
+        let long: Vec<String> = (0..16).map(|index| format!("topology.example.com/level-number-{index}")).collect();
+        let long: Vec<&str> = long.iter().map(String::as_str).collect();
+        assert!(is_dns_label(&topology_name(&long)));
+    }
+
+    #[test]
+    fn classes_with_the_same_levels_share_one_topology() {
+        let level = |name: &str, label: &str| TopologyLevel { name: name.into(), node_label: label.into() };
+        let class = |name: &str, levels: Vec<TopologyLevel>| GpuClass {
+            name: name.into(),
+            node_labels: BTreeMap::from([("gpu".into(), name.into())]),
+            node_taints: vec![],
+            tolerations: vec![],
+            resource_name: "nvidia.com/gpu".into(),
+            resource_names: vec![],
+            memory_gib: None,
+            topology_levels: levels,
+        };
+        let classes = [
+            class("h100", vec![level("rack", "example.com/rack"), level("host", "kubernetes.io/hostname")]),
+            class("a100", vec![level("r", "example.com/rack"), level("node", "kubernetes.io/hostname")]),
+            class("l4", vec![]),
+            class("b200", vec![level("block", "example.com/block")]),
+        ];
+        let topologies = build_topologies(&classes, &BTreeMap::new());
+        assert_eq!(topologies.len(), 2);
+        assert_eq!(topologies[0].metadata.name, class_topology_name(&classes[1]));
+        assert_eq!(topologies[0].spec.levels.len(), 2);
+        assert_eq!(class_topology_name(&classes[2]), None);
+    }
+}
