@@ -124,6 +124,53 @@ pub struct WorkloadAdapter {
     pub immutable_on_update: &'static [&'static str],
     /// Where the kind names the controller that runs it, when Kueue's MultiKueue can dispatch it to a worker.
     pub managed_by: Option<ManagedBy>,
+    /// The kind's pod sets as Kueue counts them for topology-aware scheduling: each a template pattern of
+    /// [`Self::templates`] and how many pods it stands for. Empty: Kueue places the kind's pods one by one (or
+    /// tiergate does not place them by topology).
+    pub pod_sets: &'static [PodSetAt],
+}
+
+/// One pod set of a kind: a template pattern of the kind's layout (`*` as there) and its pod count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodSetAt {
+    /// The template pattern (also one of the layout's), e.g. `/spec/pytorchReplicaSpecs/*/template`.
+    pub template: &'static str,
+    /// How many pods the set holds in one Kueue workload.
+    pub count: PodCount,
+}
+
+/// How many pods one pod set holds, as Kueue v0.19.2 counts them (`PodSets()` of each integration). Pointers may
+/// hold the template pattern's `*`s, which stand for the same element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodCount {
+    /// A Job spec at the pointer: `parallelism` (default 1), at most `completions` (Kueue's `podsCount`).
+    Job(&'static str),
+    /// `replicas` at the first pointer (default 1) times the pods of the Job spec at the second (JobSet).
+    ReplicatedJob(&'static str, &'static str),
+    /// The integer at the pointer (default 1), times the one at the second pointer when given (default 1): replica
+    /// counts, RayCluster `replicas` × `numOfHosts`.
+    Replicas(&'static str, Option<&'static str>),
+    /// A single pod (a Ray head).
+    One,
+    /// One LeaderWorkerSet group's members in the worker template: `size` (default 1), less the leader when the
+    /// leader template is present. Kueue makes one workload per group, so this pod set is the whole group.
+    GroupWorkers {
+        /// Pointer to `size`.
+        size: &'static str,
+        /// Pointer to the leader template.
+        leader: &'static str,
+    },
+}
+
+/// One pod set found in an object: its template and pod count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodSet {
+    /// Where its template is.
+    pub template: PodTemplatePointers,
+    /// Pods in the set.
+    pub count: u64,
+    /// A LeaderWorkerSet group: Kueue places it with the slice annotations.
+    pub group: bool,
 }
 
 /// The kind's `managedBy` field: MultiKueue dispatches an object only when it names
@@ -148,6 +195,11 @@ impl WorkloadAdapter {
     /// This row with its `managedBy` field.
     const fn dispatched_through(self, managed_by: Option<ManagedBy>) -> Self {
         Self { managed_by, ..self }
+    }
+
+    /// This row with its pod sets.
+    const fn in_pod_sets(self, pod_sets: &'static [PodSetAt]) -> Self {
+        Self { pod_sets, ..self }
     }
 }
 
@@ -178,6 +230,7 @@ const fn kubeflow(kind: &'static str, templates: &'static [TemplateAt]) -> Workl
         resources_outside_templates: &[],
         immutable_on_update: &["/spec/runPolicy/suspend", QUEUE_LABEL_POINTER],
         managed_by: managed_by("/spec/runPolicy/managedBy", "kubeflow.org/training-operator"),
+        pod_sets: &[],
     }
 }
 
@@ -199,6 +252,7 @@ const fn plain(
         resources_outside_templates: &[],
         immutable_on_update,
         managed_by: None,
+        pod_sets: &[],
     }
 }
 
@@ -215,7 +269,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         suspended_at("/spec/suspend"),
         &["/spec/template", "/spec/suspend", QUEUE_LABEL_POINTER],
     )
-    .dispatched_through(managed_by("/spec/managedBy", "kubernetes.io/job-controller")),
+    .dispatched_through(managed_by("/spec/managedBy", "kubernetes.io/job-controller"))
+    .in_pod_sets(&[PodSetAt { template: "/spec/template", count: PodCount::Job("/spec") }]),
     plain(
         "jobset.x-k8s.io",
         "v1alpha2",
@@ -224,7 +279,11 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         suspended_at("/spec/suspend"),
         &["/spec/replicatedJobs", "/spec/suspend", QUEUE_LABEL_POINTER],
     )
-    .dispatched_through(managed_by("/spec/managedBy", "jobset.sigs.k8s.io/jobset-controller")),
+    .dispatched_through(managed_by("/spec/managedBy", "jobset.sigs.k8s.io/jobset-controller"))
+    .in_pod_sets(&[PodSetAt {
+        template: "/spec/replicatedJobs/*/template/spec/template",
+        count: PodCount::ReplicatedJob("/spec/replicatedJobs/*/replicas", "/spec/replicatedJobs/*/template/spec"),
+    }]),
     // A Pod's spec is immutable apart from image, activeDeadlineSeconds, added tolerations and removed
     // scheduling gates; tiergate changes none of it after creation.
     plain("", "v1", "Pod", TemplateLayout::Pod, Queueing::NotQueued, &["/spec"]),
@@ -244,6 +303,10 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         immutable_on_update: &[],
         // The Jobs it spawns carry the queue label from the start, so Kueue's own webhook dispatches them.
         managed_by: None,
+        pod_sets: &[PodSetAt {
+            template: "/spec/jobTemplate/spec/template",
+            count: PodCount::Job("/spec/jobTemplate/spec"),
+        }],
     },
     // KubeRay: a RayJob runs once (its cluster spec is left alone on UPDATE, as a Job's template); a RayCluster
     // and a RayService live on and may change their worker groups, which then get the same decision.
@@ -258,7 +321,17 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         suspended_at("/spec/suspend"),
         &["/spec/rayClusterSpec", "/spec/suspend", QUEUE_LABEL_POINTER],
     )
-    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator"))
+    .in_pod_sets(&[
+        PodSetAt { template: "/spec/rayClusterSpec/headGroupSpec/template", count: PodCount::One },
+        PodSetAt {
+            template: "/spec/rayClusterSpec/workerGroupSpecs/*/template",
+            count: PodCount::Replicas(
+                "/spec/rayClusterSpec/workerGroupSpecs/*/replicas",
+                Some("/spec/rayClusterSpec/workerGroupSpecs/*/numOfHosts"),
+            ),
+        },
+    ]),
     plain(
         "ray.io",
         "v1",
@@ -270,7 +343,14 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         suspended_at("/spec/suspend"),
         &["/spec/suspend", QUEUE_LABEL_POINTER],
     )
-    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator"))
+    .in_pod_sets(&[
+        PodSetAt { template: "/spec/headGroupSpec/template", count: PodCount::One },
+        PodSetAt {
+            template: "/spec/workerGroupSpecs/*/template",
+            count: PodCount::Replicas("/spec/workerGroupSpecs/*/replicas", Some("/spec/workerGroupSpecs/*/numOfHosts")),
+        },
+    ]),
     plain(
         "ray.io",
         "v1",
@@ -282,16 +362,47 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         suspended_at("/spec/rayClusterConfig/suspend"),
         &["/spec/rayClusterConfig/suspend", QUEUE_LABEL_POINTER],
     )
-    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator")),
-    kubeflow("PyTorchJob", &[TemplateAt::ReplicaMap("/spec/pytorchReplicaSpecs/*/template")]),
-    kubeflow("TFJob", &[TemplateAt::ReplicaMap("/spec/tfReplicaSpecs/*/template")]),
-    kubeflow("XGBoostJob", &[TemplateAt::ReplicaMap("/spec/xgbReplicaSpecs/*/template")]),
-    kubeflow("PaddleJob", &[TemplateAt::ReplicaMap("/spec/paddleReplicaSpecs/*/template")]),
-    kubeflow("JAXJob", &[TemplateAt::ReplicaMap("/spec/jaxReplicaSpecs/*/template")]),
+    .dispatched_through(managed_by("/spec/managedBy", "ray.io/kuberay-operator"))
+    .in_pod_sets(&[
+        PodSetAt { template: "/spec/rayClusterConfig/headGroupSpec/template", count: PodCount::One },
+        PodSetAt {
+            template: "/spec/rayClusterConfig/workerGroupSpecs/*/template",
+            count: PodCount::Replicas(
+                "/spec/rayClusterConfig/workerGroupSpecs/*/replicas",
+                Some("/spec/rayClusterConfig/workerGroupSpecs/*/numOfHosts"),
+            ),
+        },
+    ]),
+    kubeflow("PyTorchJob", &[TemplateAt::ReplicaMap("/spec/pytorchReplicaSpecs/*/template")]).in_pod_sets(&[
+        PodSetAt {
+            template: "/spec/pytorchReplicaSpecs/*/template",
+            count: PodCount::Replicas("/spec/pytorchReplicaSpecs/*/replicas", None),
+        },
+    ]),
+    kubeflow("TFJob", &[TemplateAt::ReplicaMap("/spec/tfReplicaSpecs/*/template")]).in_pod_sets(&[PodSetAt {
+        template: "/spec/tfReplicaSpecs/*/template",
+        count: PodCount::Replicas("/spec/tfReplicaSpecs/*/replicas", None),
+    }]),
+    kubeflow("XGBoostJob", &[TemplateAt::ReplicaMap("/spec/xgbReplicaSpecs/*/template")]).in_pod_sets(&[PodSetAt {
+        template: "/spec/xgbReplicaSpecs/*/template",
+        count: PodCount::Replicas("/spec/xgbReplicaSpecs/*/replicas", None),
+    }]),
+    kubeflow("PaddleJob", &[TemplateAt::ReplicaMap("/spec/paddleReplicaSpecs/*/template")]).in_pod_sets(&[PodSetAt {
+        template: "/spec/paddleReplicaSpecs/*/template",
+        count: PodCount::Replicas("/spec/paddleReplicaSpecs/*/replicas", None),
+    }]),
+    kubeflow("JAXJob", &[TemplateAt::ReplicaMap("/spec/jaxReplicaSpecs/*/template")]).in_pod_sets(&[PodSetAt {
+        template: "/spec/jaxReplicaSpecs/*/template",
+        count: PodCount::Replicas("/spec/jaxReplicaSpecs/*/replicas", None),
+    }]),
     WorkloadAdapter {
         version: "v2beta1",
         kind: "MPIJob",
         managed_by: managed_by("/spec/runPolicy/managedBy", "kubeflow.org/mpi-operator"),
+        pod_sets: &[PodSetAt {
+            template: "/spec/mpiReplicaSpecs/*/template",
+            count: PodCount::Replicas("/spec/mpiReplicaSpecs/*/replicas", None),
+        }],
         ..kubeflow("MPIJob", &[TemplateAt::ReplicaMap("/spec/mpiReplicaSpecs/*/template")])
     },
     // Kubeflow Trainer v2: the pod template lives in the referenced (Cluster)TrainingRuntime, which tiergate does
@@ -311,6 +422,8 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         resources_outside_templates: &["/spec/trainer/resourcesPerNode"],
         immutable_on_update: &["/spec/suspend", QUEUE_LABEL_POINTER],
         managed_by: managed_by("/spec/managedBy", "trainer.kubeflow.org/trainjob-controller"),
+        // Its pod sets are the runtime's replicated jobs, which tiergate does not read.
+        pod_sets: &[],
     },
     // Multi-host inference: Kueue gates the pods of each group (no suspend field); leader and worker templates.
     plain(
@@ -323,7 +436,17 @@ pub static ADAPTERS: &[WorkloadAdapter] = &[
         ]),
         Queueing::PodGroupWithQueueLabel { template_annotations: LWS_TEMPLATE_ANNOTATIONS },
         &[QUEUE_LABEL_POINTER],
-    ),
+    )
+    .in_pod_sets(&[
+        PodSetAt { template: "/spec/leaderWorkerTemplate/leaderTemplate", count: PodCount::One },
+        PodSetAt {
+            template: "/spec/leaderWorkerTemplate/workerTemplate",
+            count: PodCount::GroupWorkers {
+                size: "/spec/leaderWorkerTemplate/size",
+                leader: "/spec/leaderWorkerTemplate/leaderTemplate",
+            },
+        },
+    ]),
     // The AppWrapper webhook refuses changes to `spec.components` after creation.
     plain(
         "workload.codeflare.dev",
@@ -555,6 +678,25 @@ impl WorkloadAdapter {
         format!("{}s", self.kind.to_ascii_lowercase())
     }
 
+    /// The pod sets present in `object` ([`Self::pod_sets`] matched to its templates), in pod-set order.
+    pub fn pod_sets(&self, object: &Value) -> Vec<PodSet> {
+        let templates = self.pod_templates(object);
+        self.pod_sets
+            .iter()
+            .flat_map(|at| {
+                templates.iter().filter_map(move |template| {
+                    let concrete = template.metadata.strip_suffix("/metadata")?;
+                    let stars = pattern_captures(at.template, concrete)?;
+                    Some(PodSet {
+                        template: template.clone(),
+                        count: at.count.count(object, &stars),
+                        group: matches!(at.count, PodCount::GroupWorkers { .. }),
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// Whether tiergate queues this kind in Kueue itself (queue label, and `suspend` or pod groups): the kinds
     /// Kueue manages as one workload, whose children are left to them.
     pub fn is_queued(&self) -> bool {
@@ -604,6 +746,63 @@ fn embedded_templates(at: &str, embedded: &Value) -> Vec<PodTemplatePointers> {
             prefixed(PodTemplatePointers { metadata: format!("{parent}/metadata"), spec })
         })
         .collect()
+}
+
+impl PodCount {
+    /// The pods of this set in `object`, the pattern's `*`s standing for `stars`.
+    fn count(self, object: &Value, stars: &[&str]) -> u64 {
+        let integer = |pattern: &str, default: u64| {
+            object.pointer(&fill_pattern(pattern, stars)).and_then(Value::as_u64).unwrap_or(default)
+        };
+        let job = |spec: &str| {
+            let parallelism = integer(&format!("{spec}/parallelism"), 1);
+            let completions = integer(&format!("{spec}/completions"), parallelism);
+            parallelism.min(completions)
+        };
+        match self {
+            Self::Job(spec) => job(spec),
+            Self::ReplicatedJob(replicas, spec) => integer(replicas, 1).saturating_mul(job(spec)),
+            Self::Replicas(first, second) => integer(first, 1).saturating_mul(second.map_or(1, |at| integer(at, 1))),
+            Self::One => 1,
+            Self::GroupWorkers { size, leader } => {
+                let size = integer(size, 1);
+                match object.pointer(leader).is_some_and(Value::is_object) {
+                    true => size.saturating_sub(1),
+                    false => size,
+                }
+            }
+        }
+    }
+}
+
+/// The tokens of `concrete` that the `*`s of `pattern` stand for, or `None` when it does not match.
+fn pattern_captures<'c>(pattern: &str, concrete: &'c str) -> Option<Vec<&'c str>> {
+    let (pattern, concrete): (Vec<&str>, Vec<&str>) = (pattern.split('/').collect(), concrete.split('/').collect());
+    if pattern.len() != concrete.len() {
+        return None;
+    }
+    let mut stars = Vec::new();
+    for (expected, found) in pattern.iter().zip(concrete) {
+        match *expected {
+            "*" => stars.push(found),
+            _ if *expected == found => {}
+            _ => return None,
+        }
+    }
+    Some(stars)
+}
+
+/// `pattern` with its `*`s replaced by `stars`, in order.
+fn fill_pattern(pattern: &str, stars: &[&str]) -> String {
+    let mut stars = stars.iter();
+    pattern
+        .split('/')
+        .map(|token| match token {
+            "*" => stars.next().copied().unwrap_or(token),
+            _ => token,
+        })
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 fn template_pointers(template: &str) -> PodTemplatePointers {
@@ -965,5 +1164,69 @@ mod tests {
         assert!(lws.is_queued());
         assert!(!lws.is_suspended(&json!({"spec": {"suspend": true}})));
         assert!(!adapter_for("apps", "v1", "Deployment").unwrap().is_queued());
+    }
+
+    #[test]
+    fn every_pod_set_pattern_is_one_of_its_kinds_template_patterns() {
+        for adapter in ADAPTERS {
+            let patterns: Vec<&str> = match adapter.templates {
+                TemplateLayout::Single(template) => vec![template],
+                TemplateLayout::PerItem { list, item } => vec![format!("{list}/*{item}").leak()],
+                TemplateLayout::Patterns(patterns) => patterns
+                    .iter()
+                    .filter_map(|at| match at {
+                        TemplateAt::PodTemplate(pattern) | TemplateAt::ReplicaMap(pattern) => Some(*pattern),
+                        TemplateAt::Flat(_) => None,
+                    })
+                    .collect(),
+                TemplateLayout::Pod | TemplateLayout::Embedded { .. } => vec![],
+            };
+            for pod_set in adapter.pod_sets {
+                assert!(patterns.contains(&pod_set.template), "{} pod set {}", adapter.kind, pod_set.template);
+            }
+        }
+    }
+
+    #[test]
+    fn pod_sets_count_pods_as_kueue_does() {
+        let job = adapter_for("batch", "v1", "Job").unwrap();
+        let sets = job.pod_sets(&json!({"spec": {"parallelism": 4, "completions": 8, "template": {"spec": {}}}}));
+        assert_eq!(sets.iter().map(|set| set.count).collect::<Vec<_>>(), [4]);
+        let capped = job.pod_sets(&json!({"spec": {"parallelism": 4, "completions": 2, "template": {"spec": {}}}}));
+        assert_eq!(capped[0].count, 2);
+        assert_eq!(job.pod_sets(&json!({"spec": {"template": {"spec": {}}}}))[0].count, 1);
+
+        let jobset = adapter_for("jobset.x-k8s.io", "v1alpha2", "JobSet").unwrap();
+        let sets = jobset.pod_sets(&json!({"spec": {"replicatedJobs": [
+            {"name": "driver", "template": {"spec": {"template": {"spec": {}}}}},
+            {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "template": {"spec": {}}}}},
+        ]}}));
+        assert_eq!(sets.iter().map(|set| set.count).collect::<Vec<_>>(), [1, 8]);
+        assert_eq!(sets[1].template.metadata, "/spec/replicatedJobs/1/template/spec/template/metadata");
+
+        let pytorch = adapter_for("kubeflow.org", "v1", "PyTorchJob").unwrap();
+        let sets = pytorch.pod_sets(&json!({"spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {}}},
+            "Worker": {"replicas": 7, "template": {"spec": {}}},
+        }}}));
+        assert_eq!(sets.iter().map(|set| set.count).collect::<Vec<_>>(), [1, 7]);
+
+        let ray = adapter_for("ray.io", "v1", "RayCluster").unwrap();
+        let sets = ray.pod_sets(&json!({"spec": {
+            "headGroupSpec": {"template": {"spec": {}}},
+            "workerGroupSpecs": [{"replicas": 2, "numOfHosts": 4, "template": {"spec": {}}}],
+        }}));
+        assert_eq!(sets.iter().map(|set| set.count).collect::<Vec<_>>(), [1, 8]);
+
+        let lws = adapter_for("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet").unwrap();
+        let with_leader = lws.pod_sets(&json!({"spec": {"replicas": 3, "leaderWorkerTemplate": {
+            "size": 4, "leaderTemplate": {"spec": {}}, "workerTemplate": {"spec": {}}}}}));
+        assert_eq!(with_leader.iter().map(|set| (set.count, set.group)).collect::<Vec<_>>(), [(1, false), (3, true)]);
+        let workers_only =
+            lws.pod_sets(&json!({"spec": {"leaderWorkerTemplate": {"size": 4, "workerTemplate": {"spec": {}}}}}));
+        assert_eq!(workers_only.iter().map(|set| set.count).collect::<Vec<_>>(), [4]);
+
+        let deployment = adapter_for("apps", "v1", "Deployment").unwrap();
+        assert!(deployment.pod_sets(&json!({"spec": {"replicas": 5, "template": {"spec": {}}}})).is_empty());
     }
 }

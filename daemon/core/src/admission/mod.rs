@@ -14,6 +14,7 @@ mod owners;
 mod patch;
 pub mod podspec;
 mod priority;
+mod topology;
 mod update;
 
 pub use crate::request::{Request, metadata_of, owner_references};

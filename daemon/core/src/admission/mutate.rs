@@ -24,6 +24,7 @@ use super::owners::{OwnerCheck, check_owner};
 use super::patch::{Lookup, child_pointer, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
+use super::topology::build_topology_outcome;
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, JsonEntries, PlacementOutcome};
 use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
@@ -208,6 +209,9 @@ fn decide(
         }
     }
     if let Some(denial) = work.apply_unknown_kinds(&context, &resources)? {
+        return Ok(denial);
+    }
+    if let Some(denial) = work.apply_topology(&context)? {
         return Ok(denial);
     }
     if let Some(score) = &inputs.score {
@@ -626,6 +630,33 @@ impl Work<'_> {
                 return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
             }
         }
+        Ok(None)
+    }
+
+    /// The tier's topology rule on the object's pod sets (`admission::topology`); `Some` is a denial. An object
+    /// Kueue admits through its owner is left to the owner's decision.
+    fn apply_topology(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
+        if self.left_to_owner().is_some() {
+            return Ok(None);
+        }
+        let pod_sets = self.adapter.pod_sets(&self.after);
+        let outcome = match build_topology_outcome(context.policy, context.tier, &pod_sets, &self.after) {
+            Ok(outcome) => outcome,
+            Err(denial) => {
+                let verdict = Verdict::Deny { reason: "topology_level_unknown", message: denial.message.clone() };
+                return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![denial.message])));
+            }
+        };
+        for edit in &outcome.edits {
+            for key in &edit.remove {
+                self.set(&child_pointer(&format!("{}/annotations", edit.metadata), key), None);
+            }
+            let set: BTreeMap<String, String> =
+                edit.set.iter().map(|(key, value)| ((*key).to_owned(), value.clone())).collect();
+            self.edit(&edit.metadata, |metadata| podspec::merge_string_map(metadata, "annotations", set))?;
+        }
+        self.warnings.extend(outcome.warnings);
+        self.reasons.extend(outcome.reasons);
         Ok(None)
     }
 
