@@ -412,6 +412,69 @@ pub struct MultiKueueConfigSpec {
     pub clusters: Vec<String>,
 }
 
+/// One domain of a Workload's `status.admission.podSetAssignments[].topologyAssignment`: its value at each of the
+/// assignment's `levels` and the pods placed there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AssignedDomain {
+    /// The domain's value per level (the assignment's `levels`, broadest first).
+    pub values: Vec<String>,
+    /// Pods Kueue placed in the domain.
+    pub pods: u64,
+}
+
+/// The domains of a v1beta2 `topologyAssignment` (`levels` and compressed `slices`: per slice `domainCount`, per
+/// level a `universal` value or `individual` `prefix` + `roots[i]` + `suffix`, and `podCounts` `universal` or
+/// `individual`), with the assignment's levels. Values that are not there decode as empty strings.
+pub fn decode_topology_assignment(assignment: &serde_json::Value) -> (Vec<String>, Vec<AssignedDomain>) {
+    use serde_json::Value;
+    let levels: Vec<String> = assignment
+        .get("levels")
+        .and_then(Value::as_array)
+        .map(|levels| levels.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+    let mut domains = Vec::new();
+    for slice in assignment.get("slices").and_then(Value::as_array).into_iter().flatten() {
+        let count = slice.get("domainCount").and_then(Value::as_u64).unwrap_or(0);
+        let per_level: Vec<&Value> = slice
+            .get("valuesPerLevel")
+            .and_then(Value::as_array)
+            .map(|values| values.iter().collect())
+            .unwrap_or_default();
+        let pods = slice.get("podCounts").unwrap_or(&Value::Null);
+        for index in 0..count {
+            let position = usize::try_from(index).unwrap_or(usize::MAX);
+            let values = per_level
+                .iter()
+                .map(|level| match level.get("universal").and_then(Value::as_str) {
+                    Some(universal) => universal.to_owned(),
+                    None => {
+                        let individual = level.get("individual").unwrap_or(&Value::Null);
+                        let root = individual
+                            .get("roots")
+                            .and_then(Value::as_array)
+                            .and_then(|roots| roots.get(position))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default();
+                        format!("{}{root}{}", text(individual, "prefix"), text(individual, "suffix"))
+                    }
+                })
+                .collect();
+            let pod_count = match pods.get("universal").and_then(Value::as_u64) {
+                Some(universal) => universal,
+                None => pods
+                    .get("individual")
+                    .and_then(Value::as_array)
+                    .and_then(|counts| counts.get(position))
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+            };
+            domains.push(AssignedDomain { values, pods: pod_count });
+        }
+    }
+    (levels, domains)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,5 +517,22 @@ mod tests {
     fn stop_policy_uses_kueue_spelling() {
         let spec = LocalQueueSpec { cluster_queue: "q".into(), stop_policy: Some(StopPolicy::HoldAndDrain) };
         assert_eq!(serde_json::to_value(&spec).unwrap(), json!({"clusterQueue": "q", "stopPolicy": "HoldAndDrain"}));
+    }
+
+    #[test]
+    fn a_compressed_topology_assignment_decodes_into_its_domains() {
+        let assignment = json!({
+            "levels": ["kubernetes.io/hostname"],
+            "slices": [
+                {"domainCount": 2, "valuesPerLevel": [{"individual": {"prefix": "node-", "roots": ["a", "b"]}}],
+                 "podCounts": {"individual": [3, 1]}},
+                {"domainCount": 1, "valuesPerLevel": [{"universal": "node-c"}], "podCounts": {"universal": 2}},
+            ],
+        });
+        let (levels, domains) = decode_topology_assignment(&assignment);
+        assert_eq!(levels, ["kubernetes.io/hostname"]);
+        let found: Vec<(String, u64)> =
+            domains.into_iter().map(|domain| (domain.values.join("/"), domain.pods)).collect();
+        assert_eq!(found, [("node-a".to_owned(), 3), ("node-b".to_owned(), 1), ("node-c".to_owned(), 2)]);
     }
 }

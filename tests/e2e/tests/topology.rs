@@ -1,0 +1,388 @@
+//! End-to-end test of topology-aware placement by tier (issue 29) against a real API server with Kueue v0.19+:
+//! eight fake GPU nodes in two racks of four (one block), a GPU class naming the block, rack and hostname levels,
+//! gold with `topology: {required: rack, minPods: 4}` and bronze without a rule, Jobs through the real webhook.
+//! - A gold 4-pod Job is admitted with all four pods on nodes of one rack (read from the Workload's
+//!   `topologyAssignment`).
+//! - A gold 6-pod Job waits (no rack has 6 GPUs), and `why` shows Kueue's topology message.
+//! - A bronze 6-pod Job is admitted across racks.
+//!
+//! Node objects stand in for machines: the control plane runs without node lifecycle, so the Ready condition set
+//! through the status subresource stays. Skipped (and passing) without a reachable cluster, Kueue's v1beta2 CRDs
+//! or `TIERGATE_E2E_WEBHOOK_HOST`. Nodes and namespaces are deleted at the end.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tiergate::admission::{build_request, decide_review};
+use tiergate::answers::why::{build_live_snapshot, parse_target};
+use tiergate::answers::{WhyInputs, build_why_answer};
+use tiergate::live::fetch::workload_resource;
+use tiergate::live::{KubectlConnection, connect, fetch_why_inputs};
+use tiergate::placement::PlacementLedger;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate::scoring::Scorer;
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
+    install_tierpolicy_crd, random_name, wait_for,
+};
+use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
+use tiergate_workloads::QUEUE_NAME_LABEL;
+
+/// Kueue objects after the policy is applied.
+const CONVERGE: Duration = Duration::from_secs(60);
+/// The API server picks up a new webhook configuration within a few seconds.
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+/// Kueue reads the nodes into its topology cache and schedules in cycles; every Job is decided well within this.
+const SCHEDULED: Duration = Duration::from_secs(120);
+const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+const BLOCK_LABEL: &str = "e2e.tiergate.io/block";
+const RACK_LABEL: &str = "e2e.tiergate.io/rack";
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+const RACKS: usize = 2;
+const NODES_PER_RACK: usize = 4;
+
+struct Run {
+    prefix: String,
+    system: String,
+    gold: String,
+    bronze: String,
+    policy: TierPolicy,
+}
+
+impl Run {
+    fn new() -> Result<Self, HarnessError> {
+        let prefix = random_name("e2e");
+        Ok(Self {
+            system: format!("{prefix}-system"),
+            gold: format!("{prefix}-gold"),
+            bronze: format!("{prefix}-bronze"),
+            policy: build_policy(&prefix)?,
+            prefix,
+        })
+    }
+
+    fn class(&self) -> String {
+        format!("{}-h100", self.prefix)
+    }
+
+    fn node(&self, rack: usize, index: usize) -> String {
+        format!("{}-r{rack}-n{index}", self.prefix)
+    }
+
+    fn rack(&self, rack: usize) -> String {
+        format!("{}-rack-{rack}", self.prefix)
+    }
+}
+
+/// Gold (required rack from 4 pods) and bronze (no rule) on one GPU class with block, rack and hostname levels.
+fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
+    let name = |base: &str| format!("{prefix}-{base}");
+    let quotas = json!({"nvidia.com/gpu": {"nominal": "8"}, "cpu": {"nominal": "64"}, "memory": {"nominal": "64Gi"}});
+    let policy = json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [{
+                "name": name("h100"),
+                "nodeLabels": {CLASS_LABEL: name("h100")},
+                "topologyLevels": [
+                    {"name": "block", "nodeLabel": BLOCK_LABEL},
+                    {"name": "rack", "nodeLabel": RACK_LABEL},
+                    {"name": "host", "nodeLabel": HOSTNAME_LABEL},
+                ],
+            }],
+            "priorityBuckets": [{"name": name("default"), "minScore": 0, "value": 100}],
+            "scoring": {"enabled": false},
+            "tiers": [
+                {"name": name("gold"), "gpuClass": name("h100"), "quotas": quotas,
+                 "topology": {"required": "rack", "minPods": 4}},
+                {"name": name("bronze"), "gpuClass": name("h100"), "quotas": quotas},
+            ],
+        }
+    });
+    Ok(serde_json::from_value(policy)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gold_jobs_stay_in_one_rack_or_wait_and_bronze_jobs_spread_across_racks() {
+    const TEST: &str = "gold_jobs_stay_in_one_rack_or_wait_and_bronze_jobs_spread_across_racks";
+    if let Err(error) = run_webhook_test(TEST, run_scenario).await {
+        panic!("{error}");
+    }
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    let run = Run::new()?;
+    create_nodes(client, cleanup, &run).await?;
+    let daemon = start_daemon(client, cleanup, &run).await?;
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        check_placements(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
+}
+
+/// 2 racks × 4 nodes, one GPU each, Ready.
+async fn create_nodes(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), HarnessError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    for rack in 0..RACKS {
+        for index in 0..NODES_PER_RACK {
+            let name = run.node(rack, index);
+            let node: Node = serde_json::from_value(json!({
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    CLASS_LABEL: run.class(),
+                    BLOCK_LABEL: format!("{}-block-0", run.prefix),
+                    RACK_LABEL: run.rack(rack),
+                    HOSTNAME_LABEL: name,
+                }},
+            }))?;
+            nodes.create(&PostParams::default(), &node).await?;
+            cleanup.track(ApiResource::erase::<Node>(&()), None, &name);
+            let resources = json!({"nvidia.com/gpu": "1", "cpu": "8", "memory": "32Gi", "pods": "110"});
+            let status = json!({"status": {
+                "capacity": resources,
+                "allocatable": resources,
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                "message": "fake node of the topology e2e test"}],
+            }});
+            nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+            // The API server's TaintNodesByCondition admission taints a new node not-ready; the node lifecycle
+            // controller that would lift it once Ready is off in the control plane, so lift it here.
+            nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": []}}))).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
+    install_tierpolicy_crd(client, cleanup).await?;
+    create_namespace(client, cleanup, &run.system, &[]).await?;
+    for tenant in [&run.gold, &run.bronze] {
+        create_namespace(client, cleanup, tenant, &[(E2E_TIER_LABEL, tenant), (RUN_LABEL, &run.prefix)]).await?;
+    }
+    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
+    apply_policy(client, &run.policy).await?;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let topologies = KueueKind::Topology.api_resource();
+    let flavors = KueueKind::ResourceFlavor.api_resource();
+    let local_queues = KueueKind::LocalQueue.api_resource();
+    wait_for("the Topology, the TAS flavor and both LocalQueues", CONVERGE, || async {
+        let topology: Api<DynamicObject> = Api::all_with(client.clone(), &topologies);
+        let found = topology.list(&ListParams::default().labels(&format!("tiergate.io/policy={}", run.prefix))).await;
+        let name = found.ok()?.items.first()?.name_any();
+        let flavor: Api<DynamicObject> = Api::all_with(client.clone(), &flavors);
+        let flavor = flavor.get_opt(&run.class()).await.ok()??;
+        (flavor.data["spec"]["topologyName"].as_str() == Some(name.as_str())).then_some(())?;
+        for (tenant, tier) in [(&run.gold, &run.policy.spec.tiers[0]), (&run.bronze, &run.policy.spec.tiers[1])] {
+            let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), tenant, &local_queues);
+            queues.get_opt(&tier.local_queue()).await.ok()??;
+        }
+        Some(())
+    })
+    .await?;
+    Ok(daemon)
+}
+
+/// A Job of `pods` one-GPU pods (parallelism = completions = `pods`).
+fn build_job(namespace: &str, name: &str, pods: u32) -> Result<Job, HarnessError> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": "1"},
+                    },
+                }],
+            }},
+        },
+    }))?)
+}
+
+/// Waits until a dry-run gold Job comes back queued with the rack rule.
+async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.gold);
+    let job = build_job(&run.gold, "probe", 4)?;
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
+        let stored = jobs.create(&dry_run, &job).await.ok()?;
+        stored.labels().contains_key(QUEUE_NAME_LABEL).then_some(())
+    })
+    .await
+}
+
+/// The Workload of Job `name` in `namespace`, as JSON.
+async fn workload_of(client: &Client, namespace: &str, job: &str) -> Option<Value> {
+    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &workload_resource());
+    let list = workloads.list(&ListParams::default()).await.ok()?;
+    let workload = list.items.into_iter().find(|workload| {
+        workload.metadata.owner_references.iter().flatten().any(|owner| owner.kind == "Job" && owner.name == job)
+    })?;
+    serde_json::to_value(workload).ok()
+}
+
+fn condition<'a>(workload: &'a Value, type_: &str) -> Option<&'a Value> {
+    workload["status"]["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)
+}
+
+fn is_admitted(workload: &Value) -> bool {
+    condition(workload, "Admitted").is_some_and(|condition| condition["status"] == "True")
+}
+
+/// Pods per node of the first pod set's topology assignment (`None` when there is none).
+fn pods_per_node(workload: &Value) -> Option<BTreeMap<String, u64>> {
+    let assignment = workload["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment")?;
+    let (levels, domains) = decode_topology_assignment(assignment);
+    let host = levels.iter().position(|level| level == HOSTNAME_LABEL)?;
+    let mut nodes = BTreeMap::new();
+    for domain in domains {
+        *nodes.entry(domain.values.get(host)?.clone()).or_insert(0) += domain.pods;
+    }
+    Some(nodes)
+}
+
+/// The Workload's status, for a failure message.
+async fn last_status_text(client: &Client, namespace: &str, job: &str) -> String {
+    workload_of(client, namespace, job)
+        .await
+        .map_or("no Workload".to_owned(), |workload| workload["status"].to_string())
+}
+
+/// The racks of `nodes` (the test's own node names).
+fn racks_of(run: &Run, nodes: &BTreeMap<String, u64>) -> BTreeSet<String> {
+    (0..RACKS)
+        .filter(|rack| (0..NODES_PER_RACK).any(|index| nodes.contains_key(&run.node(*rack, index))))
+        .map(|rack| run.rack(rack))
+        .collect()
+}
+
+async fn create_job(client: &Client, namespace: &str, name: &str, pods: u32) -> Result<Job, HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
+    Ok(jobs.create(&PostParams::default(), &build_job(namespace, name, pods)?).await?)
+}
+
+async fn check_placements(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
+    wait_until_mutating(client, run).await?;
+    let rack_label = RACK_LABEL.to_owned();
+
+    // Gold, 4 pods: the webhook writes the rack rule; Kueue admits it inside one rack.
+    let stored = create_job(client, &run.gold, "gold-4", 4).await?;
+    let written = stored
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.template.metadata.as_ref())
+        .and_then(|metadata| metadata.annotations.as_ref())
+        .and_then(|annotations| annotations.get(PODSET_REQUIRED_TOPOLOGY_ANNOTATION));
+    ensure(written == Some(&rack_label), || format!("gold-4 carries {written:?}, expected {RACK_LABEL}"))?;
+    let gold_four = wait_for("Kueue to admit gold-4 with a topology assignment", SCHEDULED, || async {
+        let workload = workload_of(client, &run.gold, "gold-4").await?;
+        (is_admitted(&workload) && pods_per_node(&workload).is_some()).then_some(workload)
+    })
+    .await
+    .map_err(|error| format!("{error}; last status:"));
+    let gold_four = match gold_four {
+        Ok(workload) => workload,
+        Err(error) => return Err(format!("{error} {}", last_status_text(client, &run.gold, "gold-4").await).into()),
+    };
+    let nodes = pods_per_node(&gold_four).unwrap_or_default();
+    let racks = racks_of(run, &nodes);
+    println!("gold-4 admitted on {nodes:?} (racks {racks:?})");
+    ensure(nodes.values().sum::<u64>() == 4 && racks.len() == 1, || {
+        format!("gold-4 is not 4 pods within one rack: {nodes:?} in racks {racks:?}")
+    })?;
+
+    // Free the rack again: the Job and its Workload go.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.gold);
+    jobs.delete("gold-4", &DeleteParams::foreground()).await?;
+    wait_for("gold-4's Workload to be deleted", SCHEDULED, || async {
+        workload_of(client, &run.gold, "gold-4").await.is_none().then_some(())
+    })
+    .await?;
+
+    // Gold, 6 pods: no rack has 6 GPUs, so it waits, and Kueue says why.
+    create_job(client, &run.gold, "gold-6", 6).await?;
+    let message = wait_for("Kueue to leave gold-6 pending with a topology message", SCHEDULED, || async {
+        let workload = workload_of(client, &run.gold, "gold-6").await?;
+        let reserved = condition(&workload, "QuotaReserved")?;
+        let message = reserved["message"].as_str()?.to_owned();
+        (reserved["status"] == "False" && message.to_ascii_lowercase().contains("topology")).then_some(message)
+    })
+    .await?;
+    println!("gold-6 pending: {message}");
+    check_why_shows_pending(run, &message).await?;
+
+    // Bronze, 6 pods, no rule: admitted, across racks.
+    let stored = create_job(client, &run.bronze, "bronze-6", 6).await?;
+    let annotations =
+        stored.spec.as_ref().and_then(|spec| spec.template.metadata.as_ref()).and_then(|m| m.annotations.clone());
+    ensure(annotations.unwrap_or_default().keys().all(|key| !key.contains("topology")), || {
+        "bronze-6 got a topology annotation although bronze has no rule".to_owned()
+    })?;
+    let bronze = wait_for("Kueue to admit bronze-6", SCHEDULED, || async {
+        let workload = workload_of(client, &run.bronze, "bronze-6").await?;
+        is_admitted(&workload).then_some(workload)
+    })
+    .await?;
+    let nodes = pods_per_node(&bronze).ok_or("bronze-6 was admitted without a topology assignment")?;
+    let racks = racks_of(run, &nodes);
+    println!("bronze-6 admitted on {nodes:?} (racks {racks:?})");
+    ensure(nodes.values().sum::<u64>() == 6 && racks.len() == RACKS, || {
+        format!("bronze-6 is not 6 pods across both racks: {nodes:?} in racks {racks:?}")
+    })?;
+    let still = workload_of(client, &run.gold, "gold-6").await.ok_or("gold-6's Workload is gone")?;
+    ensure(!is_admitted(&still), || "gold-6 was admitted although no rack holds 6 GPUs".to_owned())
+}
+
+/// `why job/gold-6 -n GOLD`, built by the library calls the plugin makes, shows Kueue's pending message.
+async fn check_why_shows_pending(run: &Run, message: &str) -> Result<(), HarnessError> {
+    let (live, _) = connect(&KubectlConnection::default()).await?;
+    let (adapter, name) = parse_target("job/gold-6")?;
+    let fetched = fetch_why_inputs(&live, adapter, &run.gold, &name, &run.prefix).await?;
+    let live_policy = fetched.policy.clone().ok_or("the TierPolicy was not read")?;
+    let snapshot = build_live_snapshot(live_policy, &run.gold, &fetched.namespace_labels, &fetched.local_queues);
+    let request = build_request(fetched.object.clone())?;
+    let decision = decide_review(&request, &snapshot, &PlacementLedger::default(), &Scorer::default()).await;
+    let answer = build_why_answer(&WhyInputs {
+        adapter,
+        object: &fetched.object,
+        policy: fetched.policy.as_ref(),
+        policy_name: &run.prefix,
+        namespace_labels: &fetched.namespace_labels,
+        local_queues: &fetched.local_queues,
+        decision: Some(&decision),
+        workloads: &fetched.workloads,
+    });
+    let table = answer.to_table();
+    println!("why job/gold-6:\n{table}");
+    ensure(table.contains(message), || format!("why does not show Kueue's message {message:?}:\n{table}"))?;
+    ensure(table.contains("required rack"), || format!("why does not show the tier's topology rule:\n{table}"))
+}
