@@ -40,6 +40,7 @@ const CRD_FILES: &[&str] = &[
     "kueue.x-k8s.io_provisioningrequestconfigs.yaml",
     "kueue.x-k8s.io_multikueueclusters.yaml",
     "kueue.x-k8s.io_multikueueconfigs.yaml",
+    "kueue.x-k8s.io_topologies.yaml",
 ];
 
 fn crd_dir() -> PathBuf {
@@ -242,7 +243,7 @@ fn sample_objects_of(name: &str) -> Vec<Value> {
 
 /// The objects of every sample.
 fn all_sample_objects() -> Vec<Value> {
-    ["kubenexus", "spot-mix", "shared-quota", "fleet"].into_iter().flat_map(sample_objects_of).collect()
+    ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology"].into_iter().flat_map(sample_objects_of).collect()
 }
 
 /// The spot-mix sample uses every feature (cohorts, borrowing, preemption, provisioning, placement).
@@ -259,7 +260,7 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 11, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 12, "the samples should exercise every generated kind, got {kinds:?}");
     for object in &objects {
         if object["kind"] == "ValidatingAdmissionPolicy" || object["kind"] == "ValidatingAdmissionPolicyBinding" {
             let errors = metadata_errors(object);
