@@ -96,6 +96,10 @@ pub struct PodSetAssignment {
     /// Resource name -> ResourceFlavor.
     #[serde(default)]
     pub flavors: BTreeMap<String, String>,
+    /// Where Kueue's topology-aware scheduling put the pods (compressed v1beta2 form, see
+    /// [`tiergate_kueue::decode_topology_assignment`]).
+    #[serde(default, rename = "topologyAssignment")]
+    pub topology_assignment: Option<serde_json::Value>,
 }
 
 /// `Workload.status.admissionChecks[]`.

@@ -218,6 +218,9 @@ pub struct WorkloadFacts {
     /// Admission checks (e.g. the tier's ProvisioningRequest check).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admission_checks: Vec<AdmissionCheckState>,
+    /// Per pod set placed by topology: each domain Kueue assigned, as `level=value,...` and its pod count.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub topology: BTreeMap<String, Vec<(String, u64)>>,
 }
 
 /// What holds the workload.
@@ -292,6 +295,13 @@ pub enum Hold {
         /// ClusterQueue (from the tier), when known.
         cluster_queue: Option<String>,
         /// Kueue's pending message.
+        message: String,
+    },
+    /// Waiting for one domain of the topology level its pods require to have room for them all.
+    PendingTopology {
+        /// ClusterQueue (from the tier), when known.
+        cluster_queue: Option<String>,
+        /// Kueue's pending message (names the Topology and how many pods fit).
         message: String,
     },
     /// Kueue finds the workload inadmissible as it is.
@@ -408,6 +418,30 @@ fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
             })
             .unwrap_or_default(),
         admission_checks: workload.status.admission_checks.clone(),
+        topology: admission
+            .map(|admission| {
+                admission
+                    .pod_set_assignments
+                    .iter()
+                    .filter_map(|assignment| {
+                        let (levels, domains) =
+                            tiergate_kueue::decode_topology_assignment(assignment.topology_assignment.as_ref()?);
+                        let domains = domains
+                            .into_iter()
+                            .map(|domain| {
+                                let at: Vec<String> = levels
+                                    .iter()
+                                    .zip(&domain.values)
+                                    .map(|(level, value)| format!("{level}={value}"))
+                                    .collect();
+                                (at.join(","), domain.pods)
+                            })
+                            .collect();
+                        Some((assignment.name.clone(), domains))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -465,7 +499,13 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
         if reserved.is_some_and(|condition| condition.reason == INADMISSIBLE_REASON) {
             return Hold::Inadmissible { message };
         }
-        return Hold::PendingQuota { cluster_queue: tier.tier.as_deref().map(cluster_queue_name), message };
+        let cluster_queue = tier.tier.as_deref().map(cluster_queue_name);
+        // Kueue v0.19.2's TAS messages: `topology "T" allows to fit only N out of M pod(s)` or `... doesn't allow
+        // to fit any of M pod(s)`.
+        if message.contains("topology \"") && message.contains("fit") {
+            return Hold::PendingTopology { cluster_queue, message };
+        }
+        return Hold::PendingQuota { cluster_queue, message };
     }
     match inputs.adapter.queueing {
         Queueing::NotQueued => Hold::NotQueued,
@@ -542,6 +582,12 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
         Hold::PendingQuota { cluster_queue, message } => format!(
             "Pending: quota is full{in_tier}{} (Kueue: {message}); it is admitted when running workloads{in_tier} \
              finish or the tier's quota is raised in the TierPolicy.",
+            cluster_queue.as_deref().map(|name| format!(" (ClusterQueue {name})")).unwrap_or_default()
+        ),
+        Hold::PendingTopology { cluster_queue, message } => format!(
+            "Pending: no domain of the topology level its pods must share has room for all of them{in_tier}{} \
+             (Kueue: {message}); it is admitted when enough GPUs free up inside one domain, or run fewer pods per \
+             pod set.",
             cluster_queue.as_deref().map(|name| format!(" (ClusterQueue {name})")).unwrap_or_default()
         ),
         Hold::Inadmissible { message } => {

@@ -74,6 +74,17 @@ impl WhyAnswer {
                         .collect();
                     out.push_str(&render_table(&["POD SET", "RESOURCE", "FLAVOR"], &rows));
                 }
+                if !workload.topology.is_empty() {
+                    out.push('\n');
+                    let rows: Vec<Vec<String>> = workload
+                        .topology
+                        .iter()
+                        .flat_map(|(pod_set, domains)| {
+                            domains.iter().map(move |(at, pods)| vec![pod_set.clone(), at.clone(), pods.to_string()])
+                        })
+                        .collect();
+                    out.push_str(&render_table(&["POD SET", "TOPOLOGY DOMAIN", "PODS"], &rows));
+                }
                 if !workload.admission_checks.is_empty() {
                     out.push('\n');
                     let rows: Vec<Vec<String>> = workload

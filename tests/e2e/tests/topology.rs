@@ -358,17 +358,20 @@ async fn check_placements(
     ensure(nodes.values().sum::<u64>() == 6 && racks.len() == RACKS, || {
         format!("bronze-6 is not 6 pods across both racks: {nodes:?} in racks {racks:?}")
     })?;
+    let (_, table) = why(run, &run.bronze, "bronze-6").await?;
+    let shown = nodes.keys().all(|node| table.contains(&format!("{HOSTNAME_LABEL}={node}")));
+    ensure(shown, || format!("why does not show bronze-6's topology assignment {nodes:?}:\n{table}"))?;
     let still = workload_of(client, &run.gold, "gold-6").await.ok_or("gold-6's Workload is gone")?;
     ensure(!is_admitted(&still), || "gold-6 was admitted although no rack holds 6 GPUs".to_owned())
 }
 
-/// `why job/gold-6 -n GOLD`, built by the library calls the plugin makes, shows Kueue's pending message.
-async fn check_why_shows_pending(run: &Run, message: &str) -> Result<(), HarnessError> {
+/// `why job/NAME -n NAMESPACE`, built by the library calls the plugin makes: the summary and the table.
+async fn why(run: &Run, namespace: &str, job: &str) -> Result<(String, String), HarnessError> {
     let (live, _) = connect(&KubectlConnection::default()).await?;
-    let (adapter, name) = parse_target("job/gold-6")?;
-    let fetched = fetch_why_inputs(&live, adapter, &run.gold, &name, &run.prefix).await?;
+    let (adapter, name) = parse_target(&format!("job/{job}"))?;
+    let fetched = fetch_why_inputs(&live, adapter, namespace, &name, &run.prefix).await?;
     let live_policy = fetched.policy.clone().ok_or("the TierPolicy was not read")?;
-    let snapshot = build_live_snapshot(live_policy, &run.gold, &fetched.namespace_labels, &fetched.local_queues);
+    let snapshot = build_live_snapshot(live_policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
     let request = build_request(fetched.object.clone())?;
     let decision = decide_review(&request, &snapshot, &PlacementLedger::default(), &Scorer::default()).await;
     let answer = build_why_answer(&WhyInputs {
@@ -382,7 +385,16 @@ async fn check_why_shows_pending(run: &Run, message: &str) -> Result<(), Harness
         workloads: &fetched.workloads,
     });
     let table = answer.to_table();
-    println!("why job/gold-6:\n{table}");
+    println!("why job/{job}:\n{table}");
+    Ok((answer.summary, table))
+}
+
+/// `why` on the waiting gold Job: Kueue's message, the tier's rule, and a sentence saying no domain fits.
+async fn check_why_shows_pending(run: &Run, message: &str) -> Result<(), HarnessError> {
+    let (summary, table) = why(run, &run.gold, "gold-6").await?;
     ensure(table.contains(message), || format!("why does not show Kueue's message {message:?}:\n{table}"))?;
-    ensure(table.contains("required rack"), || format!("why does not show the tier's topology rule:\n{table}"))
+    ensure(table.contains("required rack"), || format!("why does not show the tier's topology rule:\n{table}"))?;
+    ensure(summary.starts_with("Pending: no domain of the topology level"), || {
+        format!("why does not say no domain fits: {summary}")
+    })
 }
