@@ -10,5 +10,6 @@ mod owners_and_updates;
 mod policy_mistakes;
 mod quota_cap;
 mod tenant;
+mod topology;
 mod webhook_down;
 mod webhook_limits;
