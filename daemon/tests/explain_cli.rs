@@ -68,3 +68,27 @@ fn explain_queues_every_kind_kueue_manages_from_the_samples_in_the_bronze_queue(
         assert!(out.contains("queued in LocalQueue tiergate-bronze"), "{sample}: {out}");
     }
 }
+
+#[test]
+fn explain_shows_the_tiers_topology_rule_applied_to_a_multi_pod_job() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples/topology");
+    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("explain")
+        .arg("--policy")
+        .arg(root.join("policy.yaml"))
+        .arg("--cluster")
+        .arg(root.join("cluster.yaml"))
+        .arg(root.join("job-gold-8.yaml"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("topology: pod set spec.template (8 pods) gets kueue.x-k8s.io/podset-required-topology=topology.example.com/rack (tier gold's rule: required rack)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("kueue.x-k8s.io~1podset-required-topology") || out.contains("podset-required-topology"),
+        "{out}"
+    );
+}
