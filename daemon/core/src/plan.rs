@@ -396,6 +396,7 @@ pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
             NamespaceQueue::Skipped(note) => desired.notes.push(note),
         }
     }
+    desired.notes.extend(topology::missing_level_notes(&policy.spec, view.nodes.iter().map(AsRef::as_ref)));
     desired
 }
 

@@ -13,6 +13,7 @@ use tiergate_kueue::{Topology, TopologyLevel as KueueTopologyLevel, TopologySpec
 
 use super::names::{bounded_name, fnv1a};
 use crate::policy::{GpuClass, Tier, TierPolicySpec, TopologyLevel};
+use crate::view::NodeView;
 
 /// The Topology of the level list `node_labels`: `tiergate-<last segments>-<hash>`, a DNS label.
 pub fn topology_name(node_labels: &[&str]) -> String {
@@ -139,6 +140,46 @@ pub fn describe_levels(levels: &[&TopologyLevel]) -> String {
     levels.iter().map(|level| format!("{} ({})", level.name, level.node_label)).collect::<Vec<_>>().join(", ")
 }
 
+/// One note per GPU class level that some of the class's nodes in `nodes` lack: Kueue leaves a node without a
+/// level's label out of the class's Topology, so its GPUs are never assigned to topology-placed workloads.
+pub fn missing_level_notes<'a>(
+    spec: &TierPolicySpec,
+    nodes: impl IntoIterator<Item = &'a NodeView> + Clone,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    for class in spec.gpu_classes.iter().filter(|class| !class.topology_levels.is_empty()) {
+        let members: Vec<&NodeView> =
+            nodes.clone().into_iter().filter(|node| class.is_selected_by(&node.labels)).collect();
+        for level in &class.topology_levels {
+            let lacking: Vec<&str> = members
+                .iter()
+                .filter(|node| !node.labels.contains_key(&level.node_label))
+                .map(|node| node.name.as_str())
+                .collect();
+            if lacking.is_empty() {
+                continue;
+            }
+            let shown: Vec<&str> = lacking.iter().copied().take(5).collect();
+            let more = if lacking.len() > shown.len() {
+                format!(" and {} more", lacking.len() - shown.len())
+            } else {
+                String::new()
+            };
+            notes.push(format!(
+                "{} of {} nodes of GPU class {} lack topology level {} ({}): {}{more}; Kueue's Topology leaves them out, \
+                 so topology-placed workloads never use their GPUs; label them or fix the level's nodeLabel",
+                lacking.len(),
+                members.len(),
+                class.name,
+                level.name,
+                level.node_label,
+                shown.join(", ")
+            ));
+        }
+    }
+    notes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +224,31 @@ mod tests {
         assert_eq!(topologies[0].metadata.name, class_topology_name(&classes[1]));
         assert_eq!(topologies[0].spec.levels.len(), 2);
         assert_eq!(class_topology_name(&classes[2]), None);
+    }
+
+    #[test]
+    fn nodes_of_a_class_without_a_level_label_are_noted() {
+        let mut spec = crate::inputs::load_policy(None).unwrap().spec;
+        spec.gpu_classes[0].topology_levels =
+            vec![TopologyLevel { name: "rack".into(), node_label: "example.com/rack".into() }];
+        let class_labels = spec.gpu_classes[0].node_labels.clone();
+        let node = |name: &str, rack: bool| {
+            let mut labels = class_labels.clone();
+            if rack {
+                labels.insert("example.com/rack".into(), "r1".into());
+            }
+            NodeView { name: name.into(), labels, ..NodeView::default() }
+        };
+        let nodes = [node("a", true), node("b", false), NodeView { name: "other".into(), ..NodeView::default() }];
+        let notes = missing_level_notes(&spec, &nodes);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert!(
+            notes[0].starts_with(&format!(
+                "1 of 2 nodes of GPU class {} lack topology level rack",
+                spec.gpu_classes[0].name
+            ))
+        );
+        assert!(notes[0].contains(": b;"), "{}", notes[0]);
+        assert!(missing_level_notes(&spec, &nodes[..1]).is_empty());
     }
 }
