@@ -15,5 +15,6 @@ pub mod policy;
 pub mod request;
 pub mod scoring;
 pub mod syntax;
+pub mod topology;
 pub mod validation;
 pub mod view;

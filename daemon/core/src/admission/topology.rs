@@ -20,8 +20,8 @@ use tiergate_kueue::{
 };
 use tiergate_workloads::PodSet;
 
-use crate::plan::topology::{ResolvedRule, TopologyMode, describe_levels, resolve_rule, tier_levels};
 use crate::policy::{Tier, TierPolicySpec, TopologyLevel};
+use crate::topology::{ResolvedRule, TopologyMode, describe_levels, resolve_rule, tier_levels};
 
 /// The annotations that name a level, checked against the tier's levels.
 const LEVEL_ANNOTATIONS: [&str; 3] = [

@@ -1,5 +1,6 @@
 //! Topology-aware scheduling in the plan: one Kueue `Topology` per distinct level list of the GPU classes, its
-//! name, and a tier's `topology` rule resolved against its classes' levels (what the webhook applies); pure.
+//! name, and notes on nodes that lack a level; pure. A tier's rule resolved against its classes is
+//! [`crate::topology`].
 //!
 //! A class's levels are its nodes' label keys, broadest first. Two classes with the same node-label list share one
 //! Topology: its name is made of the labels alone (the last segment of each, and a hash of the whole list), so
@@ -12,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use tiergate_kueue::{Topology, TopologyLevel as KueueTopologyLevel, TopologySpec};
 
 use super::names::{bounded_name, fnv1a};
-use crate::policy::{GpuClass, Tier, TierPolicySpec, TopologyLevel};
+use crate::policy::{GpuClass, TierPolicySpec, TopologyLevel};
 use crate::view::NodeView;
 
 /// The Topology of the level list `node_labels`: `tiergate-<last segments>-<hash>`, a DNS label.
@@ -62,82 +63,6 @@ pub fn build_topologies<'a>(
         });
     }
     topologies
-}
-
-/// Whether a rule asks for one domain (`required`) or tries it first (`preferred`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum TopologyMode {
-    /// Kueue `podset-preferred-topology`.
-    Preferred,
-    /// Kueue `podset-required-topology` (stricter).
-    Required,
-}
-
-impl TopologyMode {
-    /// `required` or `preferred`, as the policy spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Required => "required",
-            Self::Preferred => "preferred",
-        }
-    }
-}
-
-/// A tier's topology rule resolved against its GPU classes: what the webhook writes on each pod set.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ResolvedRule {
-    /// Required or preferred.
-    pub mode: TopologyMode,
-    /// The level's short name, e.g. `rack`.
-    pub level: String,
-    /// The level's node label, e.g. `topology.example.com/rack`.
-    pub node_label: String,
-    /// The level's depth in the primary class's levels (0 = broadest).
-    pub depth: usize,
-    /// The rule applies to workloads of at least this many pods.
-    pub min_pods: u32,
-}
-
-/// The levels a tenant may name in a tier: those of the tier's primary class, then the fallbacks' (first
-/// occurrence of each node label), with the class they come from.
-pub fn tier_levels<'p>(spec: &'p TierPolicySpec, tier: &Tier) -> Vec<&'p TopologyLevel> {
-    let mut levels: Vec<&TopologyLevel> = Vec::new();
-    for class in tier.gpu_class_names().filter_map(|name| spec.gpu_class(name)) {
-        for level in &class.topology_levels {
-            if !levels.iter().any(|seen| seen.node_label == level.node_label) {
-                levels.push(level);
-            }
-        }
-    }
-    levels
-}
-
-/// The tier's rule, resolved against its primary class's levels; `None` without a rule or when the rule names no
-/// level of the class (an invalid policy, refused by validation).
-pub fn resolve_rule(spec: &TierPolicySpec, tier: &Tier) -> Option<ResolvedRule> {
-    let rule = tier.topology.as_ref()?;
-    let (mode, level) = match (&rule.required, &rule.preferred) {
-        (Some(level), None) => (TopologyMode::Required, level),
-        (None, Some(level)) => (TopologyMode::Preferred, level),
-        _ => return None,
-    };
-    let class = spec.gpu_class(&tier.gpu_class)?;
-    let depth = class.topology_levels.iter().position(|candidate| &candidate.name == level)?;
-    Some(ResolvedRule {
-        mode,
-        level: level.clone(),
-        node_label: class.topology_levels[depth].node_label.clone(),
-        depth,
-        min_pods: rule.min_pods,
-    })
-}
-
-/// `rack (topology.example.com/rack), ...`: how levels are listed to people.
-pub fn describe_levels(levels: &[&TopologyLevel]) -> String {
-    if levels.is_empty() {
-        return "none".to_owned();
-    }
-    levels.iter().map(|level| format!("{} ({})", level.name, level.node_label)).collect::<Vec<_>>().join(", ")
 }
 
 /// One note per GPU class level that some of the class's nodes in `nodes` lack: Kueue leaves a node without a
