@@ -259,9 +259,12 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 11, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 13, "the samples should exercise every generated kind, got {kinds:?}");
     for object in &objects {
-        if object["kind"] == "ValidatingAdmissionPolicy" || object["kind"] == "ValidatingAdmissionPolicyBinding" {
+        if object["kind"]
+            .as_str()
+            .is_some_and(|kind| kind.ends_with("AdmissionPolicy") || kind.ends_with("AdmissionPolicyBinding"))
+        {
             let errors = metadata_errors(object);
             assert!(errors.is_empty(), "{}: {errors:#?}", object["metadata"]["name"]);
             assert_gate_object_is_well_formed(object);
@@ -280,7 +283,10 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
 /// The in-server gate's objects are built-in kinds (no CRD): each reads back into its typed
 /// `admissionregistration.k8s.io/v1` struct unchanged, with the fields the API server requires.
 fn assert_gate_object_is_well_formed(object: &Value) {
-    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+        ValidatingAdmissionPolicyBinding,
+    };
     assert_eq!(object["apiVersion"], "admissionregistration.k8s.io/v1");
     let name = object["metadata"]["name"].as_str().unwrap();
     if object["kind"] == "ValidatingAdmissionPolicy" {
@@ -300,6 +306,39 @@ fn assert_gate_object_is_well_formed(object: &Value) {
             spec.match_constraints
                 .and_then(|constraints| constraints.resource_rules)
                 .is_some_and(|rules| !rules.is_empty())
+        );
+    } else if object["kind"] == "MutatingAdmissionPolicy" {
+        let typed: MutatingAdmissionPolicy = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        let spec = typed.spec.unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Ignore"), "{name}: the validating half holds the gate");
+        assert_eq!(spec.reinvocation_policy.as_deref(), Some("Never"), "{name}");
+        let mutations = spec.mutations.unwrap_or_default();
+        assert!(!mutations.is_empty(), "{name}");
+        assert!(mutations.iter().all(|mutation| {
+            mutation.patch_type == "JSONPatch"
+                && mutation
+                    .json_patch
+                    .as_ref()
+                    .and_then(|patch| patch.expression.as_deref())
+                    .is_some_and(|e| !e.is_empty())
+        }));
+        let variables = spec.variables.unwrap_or_default();
+        let names: std::collections::BTreeSet<&str> = variables.iter().map(|variable| variable.name.as_str()).collect();
+        assert_eq!(names.len(), variables.len(), "{name}: variable names must be unique");
+        assert!(spec.match_conditions.unwrap_or_default().len() <= 64, "{name}");
+        let rules = spec.match_constraints.and_then(|constraints| constraints.resource_rules).unwrap_or_default();
+        assert!(
+            !rules.is_empty()
+                && rules.iter().all(|rule| rule.operations.as_deref() == Some(&["CREATE".to_owned()][..]))
+        );
+    } else if object["kind"] == "MutatingAdmissionPolicyBinding" {
+        let typed: MutatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        assert_eq!(
+            typed.spec.and_then(|spec| spec.policy_name).as_deref(),
+            Some(name),
+            "a binding is named after its policy"
         );
     } else {
         let typed: ValidatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();

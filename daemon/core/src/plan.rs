@@ -12,7 +12,10 @@ pub mod quota;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{Namespace, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -41,7 +44,7 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 11] = [
+pub const OWNED_KINDS: [&str; 13] = [
     "Namespace",
     "ResourceFlavor",
     "WorkloadPriorityClass",
@@ -52,6 +55,8 @@ pub const OWNED_KINDS: [&str; 11] = [
     "ClusterQueue",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "LocalQueue",
 ];
 
@@ -85,6 +90,11 @@ pub struct Desired {
     pub admission_policies: Vec<ValidatingAdmissionPolicy>,
     /// Management cluster only: one binding per tier, to the tier's namespaces (tier order).
     pub admission_policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
+    /// Management cluster only: the gate's MutatingAdmissionPolicies, one per tier (tier order); the daemon
+    /// applies them only where the API server serves the kind.
+    pub mutating_policies: Vec<MutatingAdmissionPolicy>,
+    /// Management cluster only: their bindings (tier order).
+    pub mutating_policy_bindings: Vec<MutatingAdmissionPolicyBinding>,
     /// One per namespace of each tier, sorted by namespace.
     pub local_queues: Vec<LocalQueue>,
     /// Things in the cluster view the translation could not use (e.g. a tier label naming no tier).
@@ -114,6 +124,10 @@ pub enum DesiredObject<'a> {
     ValidatingAdmissionPolicy(&'a ValidatingAdmissionPolicy),
     /// Its binding.
     ValidatingAdmissionPolicyBinding(&'a ValidatingAdmissionPolicyBinding),
+    /// A MutatingAdmissionPolicy of the in-server gate.
+    MutatingAdmissionPolicy(&'a MutatingAdmissionPolicy),
+    /// Its binding.
+    MutatingAdmissionPolicyBinding(&'a MutatingAdmissionPolicyBinding),
     /// A LocalQueue.
     LocalQueue(&'a LocalQueue),
 }
@@ -167,6 +181,8 @@ impl DesiredObject<'_> {
             Self::ClusterQueue(_) => "ClusterQueue",
             Self::ValidatingAdmissionPolicy(_) => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding(_) => "ValidatingAdmissionPolicyBinding",
+            Self::MutatingAdmissionPolicy(_) => "MutatingAdmissionPolicy",
+            Self::MutatingAdmissionPolicyBinding(_) => "MutatingAdmissionPolicyBinding",
             Self::LocalQueue(_) => "LocalQueue",
         }
     }
@@ -184,6 +200,8 @@ impl DesiredObject<'_> {
             Self::ClusterQueue(object) => &object.metadata,
             Self::ValidatingAdmissionPolicy(object) => &object.metadata,
             Self::ValidatingAdmissionPolicyBinding(object) => &object.metadata,
+            Self::MutatingAdmissionPolicy(object) => &object.metadata,
+            Self::MutatingAdmissionPolicyBinding(object) => &object.metadata,
             Self::LocalQueue(object) => &object.metadata,
         }
     }
@@ -211,6 +229,8 @@ impl DesiredObject<'_> {
             Self::ClusterQueue(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicy(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
+            Self::MutatingAdmissionPolicy(object) => serde_json::to_value(object),
+            Self::MutatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
             Self::LocalQueue(object) => serde_json::to_value(object),
         };
         result.map_err(|source| PlanError::SerializeObject { kind: self.kind(), name: self.name().to_owned(), source })
@@ -232,6 +252,8 @@ impl Desired {
         let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
         let policies = self.admission_policies.iter().map(DesiredObject::ValidatingAdmissionPolicy);
         let bindings = self.admission_policy_bindings.iter().map(DesiredObject::ValidatingAdmissionPolicyBinding);
+        let mutating = self.mutating_policies.iter().map(DesiredObject::MutatingAdmissionPolicy);
+        let mutating_bindings = self.mutating_policy_bindings.iter().map(DesiredObject::MutatingAdmissionPolicyBinding);
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
         namespaces
             .chain(flavors)
@@ -243,6 +265,8 @@ impl Desired {
             .chain(cluster_queues)
             .chain(policies)
             .chain(bindings)
+            .chain(mutating)
+            .chain(mutating_bindings)
             .chain(local_queues)
             .collect()
     }
@@ -441,6 +465,8 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let gate = gate::build_gate(&policy.spec, &labels);
     desired.admission_policies = gate.policies;
     desired.admission_policy_bindings = gate.bindings;
+    desired.mutating_policies = gate.mutating_policies;
+    desired.mutating_policy_bindings = gate.mutating_bindings;
     desired
 }
 

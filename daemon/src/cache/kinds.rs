@@ -28,7 +28,9 @@ pub const POLICY_LABEL: &str = "tiergate.io/policy";
 /// annotation, so cached objects need no annotation map at all (memory with 10,000 LocalQueues).
 pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
 
-/// A Kueue kind tiergate creates, in apply order (dependencies first).
+/// A Kueue kind tiergate creates, in apply order (dependencies first). The in-server gate's policies come last:
+/// nothing refers to them, and each takes the API server seconds to compile, so tenants' LocalQueues are not kept
+/// waiting behind them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KueueKind {
     /// `ResourceFlavor`, one per GPU class or placement rule (cluster-scoped).
@@ -45,17 +47,21 @@ pub enum KueueKind {
     AdmissionCheck,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
+    /// `LocalQueue`, one per tiered namespace (namespaced).
+    LocalQueue,
     /// `ValidatingAdmissionPolicy` of the in-server gate, one per tier (cluster-scoped).
     ValidatingAdmissionPolicy,
     /// `ValidatingAdmissionPolicyBinding` of the in-server gate, one per tier (cluster-scoped).
     ValidatingAdmissionPolicyBinding,
-    /// `LocalQueue`, one per tiered namespace (namespaced).
-    LocalQueue,
+    /// `MutatingAdmissionPolicy` of the in-server gate, one per tier where served (cluster-scoped).
+    MutatingAdmissionPolicy,
+    /// `MutatingAdmissionPolicyBinding` of the in-server gate, one per tier where served (cluster-scoped).
+    MutatingAdmissionPolicyBinding,
 }
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 12] = [
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
@@ -63,9 +69,11 @@ impl KueueKind {
         Self::MultiKueueConfig,
         Self::AdmissionCheck,
         Self::ClusterQueue,
+        Self::LocalQueue,
         Self::ValidatingAdmissionPolicy,
         Self::ValidatingAdmissionPolicyBinding,
-        Self::LocalQueue,
+        Self::MutatingAdmissionPolicy,
+        Self::MutatingAdmissionPolicyBinding,
     ];
 
     /// The kind's name, e.g. `ClusterQueue`.
@@ -80,6 +88,8 @@ impl KueueKind {
             Self::ClusterQueue => "ClusterQueue",
             Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
+            Self::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
+            Self::MutatingAdmissionPolicyBinding => "MutatingAdmissionPolicyBinding",
             Self::LocalQueue => "LocalQueue",
         }
     }
@@ -96,13 +106,27 @@ impl KueueKind {
             Self::ClusterQueue => "clusterqueues",
             Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
             Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
+            Self::MutatingAdmissionPolicy => "mutatingadmissionpolicies",
+            Self::MutatingAdmissionPolicyBinding => "mutatingadmissionpolicybindings",
             Self::LocalQueue => "localqueues",
         }
     }
 
     /// Whether the kind is Kueue's (the rest belong to the in-server gate).
     pub fn is_kueue(self) -> bool {
-        !matches!(self, Self::ValidatingAdmissionPolicy | Self::ValidatingAdmissionPolicyBinding)
+        !matches!(
+            self,
+            Self::ValidatingAdmissionPolicy
+                | Self::ValidatingAdmissionPolicyBinding
+                | Self::MutatingAdmissionPolicy
+                | Self::MutatingAdmissionPolicyBinding
+        )
+    }
+
+    /// Whether the API server may not serve the kind (MutatingAdmissionPolicy is GA in Kubernetes 1.36): its
+    /// watch asks discovery first and stays empty where it is not served.
+    pub fn is_optional(self) -> bool {
+        matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding)
     }
 
     /// The kind's API group.
@@ -172,9 +196,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn apply_order_puts_flavors_first_and_local_queues_last() {
+    fn apply_order_puts_flavors_first_and_the_gate_after_local_queues() {
         assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::ResourceFlavor));
-        assert_eq!(KueueKind::ALL.last(), Some(&KueueKind::LocalQueue));
+        let queues = KueueKind::ALL.iter().position(|kind| *kind == KueueKind::LocalQueue).unwrap();
+        assert!(KueueKind::ALL[queues + 1..].iter().all(|kind| !kind.is_kueue()), "only the gate after LocalQueues");
+        assert!(KueueKind::ALL[..queues].iter().all(|kind| kind.is_kueue()));
         let mut sorted = KueueKind::ALL;
         sorted.sort();
         assert_eq!(sorted, KueueKind::ALL, "Ord must follow apply order");

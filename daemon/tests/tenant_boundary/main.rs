@@ -2,6 +2,7 @@
 //! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
 
 mod fleet;
+mod gate_marks;
 #[path = "../gate_support/mod.rs"]
 mod gate_support;
 mod gpu_classes;
