@@ -43,6 +43,8 @@ pub enum KueueKind {
     MultiKueueConfig,
     /// `AdmissionCheck`, one per tier with provisioning or dispatch (cluster-scoped).
     AdmissionCheck,
+    /// `Cohort`, one per `spec.cohorts` entry, parents first (cluster-scoped).
+    Cohort,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
     /// `ValidatingAdmissionPolicy` of the in-server gate, one per tier (cluster-scoped).
@@ -55,13 +57,14 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
         Self::MultiKueueCluster,
         Self::MultiKueueConfig,
         Self::AdmissionCheck,
+        Self::Cohort,
         Self::ClusterQueue,
         Self::ValidatingAdmissionPolicy,
         Self::ValidatingAdmissionPolicyBinding,
@@ -77,6 +80,7 @@ impl KueueKind {
             Self::MultiKueueCluster => "MultiKueueCluster",
             Self::MultiKueueConfig => "MultiKueueConfig",
             Self::AdmissionCheck => "AdmissionCheck",
+            Self::Cohort => "Cohort",
             Self::ClusterQueue => "ClusterQueue",
             Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
@@ -93,6 +97,7 @@ impl KueueKind {
             Self::MultiKueueCluster => "multikueueclusters",
             Self::MultiKueueConfig => "multikueueconfigs",
             Self::AdmissionCheck => "admissionchecks",
+            Self::Cohort => "cohorts",
             Self::ClusterQueue => "clusterqueues",
             Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
             Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
