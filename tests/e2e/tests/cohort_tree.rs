@@ -15,6 +15,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use tiergate::answers::why::parse_target;
+use tiergate::answers::{StatusInputs, WhyInputs, build_status_answer, build_why_answer};
+use tiergate::live::{fetch_status_inputs, fetch_why_inputs};
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
 use tiergate::validation::validate_policy;
@@ -342,6 +345,9 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
     wait_for_states(client, run, "bronze to borrow the rest of what gold lends, not its floor", &expected).await?;
     let gold = tier_state(client, run, "gold").await?;
     ensure(gold.h100_used == 0, || format!("gold's floor is untouched while idle: {gold:?}"))?;
+    // `status` shows it from Kueue's own status: gold lends 4, silver borrows 3, bronze 1.
+    let table = status_shows(client, run, &[("gold", "0", "4"), ("silver", "3", "0"), ("bronze", "1", "0")]).await?;
+    println!("{table}");
 
     // 3. Gold submits 6: its floor admits 2 at once, and Kueue preempts every borrowed workload (silver's 3,
     //    bronze's 1) to admit the other 4. The preempted Jobs go back to pending; silver and bronze keep their own.
@@ -350,7 +356,67 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
     expected.insert("silver", state(OWN_GPUS, silver_jobs - OWN_GPUS, 0, 0, BORROWING_CAP));
     expected.insert("bronze", state(OWN_GPUS, bronze_jobs - OWN_GPUS, 0, 0, bronze_borrowed));
     wait_for_states(client, run, "gold to reclaim every lent GPU by preemption", &expected).await?;
+    // `why` on a preempted silver Job names the reclaim.
+    let preempted = preempted_job(client, run, "silver").await?;
+    let (adapter, name) = parse_target(&format!("job/{preempted}"))?;
+    let prefix = run.prefix.as_str();
+    let fetched = fetch_why_inputs(client, adapter, &run.namespace("silver"), &name, prefix).await?;
+    let answer = build_why_answer(&WhyInputs {
+        adapter,
+        object: &fetched.object,
+        policy: fetched.policy.as_ref(),
+        policy_name: prefix,
+        namespace_labels: &fetched.namespace_labels,
+        local_queues: &fetched.local_queues,
+        decision: None,
+        workloads: &fetched.workloads,
+    });
+    println!("why job/{preempted}: {}", answer.summary);
+    ensure(answer.summary.contains("preempted by reclaim"), || {
+        format!("why does not name the reclaim: {}", answer.to_table())
+    })?;
     Ok(())
+}
+
+/// `kubectl tiergate status` for the run's policy shows, per tier, `(tier, borrowed, lent)` on the h100 flavor.
+async fn status_shows(client: &Client, run: &Run, expected: &[(&str, &str, &str)]) -> Result<String, HarnessError> {
+    let h100 = run.name("h100");
+    wait_for("status to show what each tier borrows and lends", SCHEDULED, || async {
+        let fetched = fetch_status_inputs(client, Some(&run.prefix)).await.ok()?;
+        let answer = build_status_answer(&StatusInputs {
+            policy: &fetched.policy,
+            other_policies: &fetched.other_policies,
+            cluster_queues: &fetched.cluster_queues,
+            cohorts: &fetched.cohorts,
+            pools: &[],
+            tier: None,
+        })
+        .ok()?;
+        let shows = |(tier, borrowed, lent): &(&str, &str, &str)| {
+            let tier = answer.tiers.iter().find(|status| status.tier == run.name(tier))?;
+            let row = tier.flavors.iter().find(|flavor| flavor.flavor == h100 && flavor.resource == GPU)?;
+            (row.borrowed == *borrowed && row.lent == *lent).then_some(())
+        };
+        let cohorts = answer.cohorts.iter().filter(|cohort| cohort.resource == GPU).count();
+        (expected.iter().all(|row| shows(row).is_some()) && cohorts == run.policy.spec.cohorts.len())
+            .then(|| answer.to_table())
+    })
+    .await
+}
+
+/// A Job of `tier` whose Workload Kueue preempted.
+async fn preempted_job(client: &Client, run: &Run, tier: &str) -> Result<String, HarnessError> {
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &run.namespace(tier), &workload_resource());
+    let found = workloads.list(&ListParams::default()).await?.items.into_iter().find_map(|workload| {
+        let preempted = workload.data["status"]["schedulingStats"]["evictions"]
+            .as_array()
+            .is_some_and(|evictions| evictions.iter().any(|eviction| eviction["reason"] == "Preempted"));
+        let owner =
+            workload.metadata.owner_references.unwrap_or_default().into_iter().find(|owner| owner.kind == "Job");
+        owner.filter(|_| preempted).map(|owner| owner.name)
+    });
+    found.ok_or_else(|| format!("no preempted Job in tier {tier}").into())
 }
 
 /// Deletes every Job of `tiers` and waits until Kueue has dropped their Workloads.
