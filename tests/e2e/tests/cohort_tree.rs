@@ -109,7 +109,7 @@ fn org_tree_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
         ]),
         json!([
             {"name": name("gold"), "gpuClass": name("h100"), "cohort": name("research"),
-             "quotas": {GPU: {"nominal": GOLD_GPUS.to_string()}},
+             "quotas": {GPU: {"nominal": GOLD_GPUS.to_string(), "borrowingLimit": "0"}},
              "sharing": {"floor": {GPU: GOLD_FLOOR.to_string()}, "weight": "2", "reclaim": "Always"}},
             borrower("silver", "a100", "research"),
             borrower("bronze", "l4", "batch"),

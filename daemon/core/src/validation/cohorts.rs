@@ -15,6 +15,7 @@ use super::names::{DNS_SUBDOMAIN_RULE, is_dns_subdomain};
 use super::quantity::parse_quantity;
 use crate::plan::quota::parse_millis;
 use crate::policy::{CohortNode, ResourceQuota, Tier, TierPolicySpec};
+use crate::scoring::buckets::priority_ceiling;
 
 /// Most cohorts from a tier's cohort up to its root, inclusive (tiergate's bound; Kueue has none).
 pub const MAX_COHORT_DEPTH: usize = 6;
@@ -245,13 +246,16 @@ fn check_tier_sharing(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: 
     }
 }
 
-/// Whether `tier` may borrow: it has a cohort and its GPU borrowing limit (if any) is not 0.
-fn borrows(tier: &Tier) -> bool {
+/// Whether `tier` may borrow GPUs: it has a cohort and the borrowing limit of its GPU class's resource (if any)
+/// is not 0.
+fn borrows(spec: &TierPolicySpec, tier: &Tier) -> bool {
+    let resource =
+        spec.gpu_class(&tier.gpu_class).map_or(crate::policy::DEFAULT_GPU_RESOURCE, |class| class.primary_resource());
     tier.cohort.is_some()
         && tier
             .quotas
-            .values()
-            .any(|quota| quota.borrowing_limit.as_ref().is_none_or(|limit| parse_millis(&limit.0) != Some(0)))
+            .get(resource)
+            .is_some_and(|quota| quota.borrowing_limit.as_ref().is_none_or(|limit| parse_millis(&limit.0) != Some(0)))
 }
 
 /// Whether `tier` lends something: it has a cohort and some resource's nominal quota is above its floor and
@@ -268,8 +272,20 @@ fn lends(tier: &Tier) -> bool {
         })
 }
 
-/// In a declared tree, a tier that borrows must be reclaimable: some other tier of its tree that lends it quota
-/// reclaims (`reclaim` other than `Never`). Otherwise its workloads on borrowed quota could never be preempted,
+/// Whether `lender`'s workloads can preempt every workload of `borrower` to take back lent quota: `Always`
+/// (Kueue `Any`) can; `LowerPriority` only when the borrower's priority ceiling is below the lender's (a
+/// borrower may label its workloads up to its ceiling, and Kueue preempts strictly lower priorities only).
+fn reclaims_from(spec: &TierPolicySpec, lender: &Tier, borrower: &Tier) -> bool {
+    let ceiling = |tier: &Tier| priority_ceiling(tier, &spec.priority_buckets).map(|bucket| bucket.value);
+    match lender.reclaim_value() {
+        "Any" => true,
+        "LowerPriority" => matches!((ceiling(borrower), ceiling(lender)), (Some(b), Some(l)) if b < l),
+        _ => false,
+    }
+}
+
+/// In a declared tree, a tier that borrows must be reclaimable: some other tier of its tree that lends quota
+/// reclaims from it ([`reclaims_from`]). Otherwise its workloads on borrowed quota could never be preempted,
 /// and the lenders would wait for them to finish, however long. Flat cohorts (no `spec.cohorts`) keep today's
 /// behaviour and are not checked.
 fn check_reclaimable(spec: &TierPolicySpec, problems: &mut Problems) {
@@ -278,7 +294,7 @@ fn check_reclaimable(spec: &TierPolicySpec, problems: &mut Problems) {
     }
     for (index, tier) in spec.tiers.iter().enumerate() {
         let Some(cohort) = tier.cohort.as_deref() else { continue };
-        if !borrows(tier) || spec.cohort(cohort).is_none() {
+        if !borrows(spec, tier) || spec.cohort(cohort).is_none() {
             continue;
         }
         let root = spec.cohort_root(cohort);
@@ -289,18 +305,20 @@ fn check_reclaimable(spec: &TierPolicySpec, problems: &mut Problems) {
         let lender_names: Vec<&str> = lenders.map(|lender| lender.name.as_str()).collect();
         let reclaims = spec
             .tiers_under(root)
-            .any(|other| other.name != tier.name && lends(other) && other.reclaim_value() != "Never");
+            .any(|other| other.name != tier.name && lends(other) && reclaims_from(spec, other, tier));
         if !reclaims {
             problems.push(
                 format!("spec.tiers[{index}].cohort"),
                 format!(
                     "tier {:?} borrows in the tree of cohort {root:?}, but none of the tiers lending there ({lender_names:?}) \
-                     reclaims: what it borrows could never be taken back",
+                     reclaims from it (reclaim Never, or LowerPriority with a priority ceiling not above its own): \
+                     what it borrows could never be taken back",
                     tier.name
                 ),
                 format!(
-                    "set sharing.reclaim: Always or LowerPriority on a lending tier, or set the borrowingLimit of {:?} to \"0\"",
-                    tier.name
+                    "set sharing.reclaim: Always on a lending tier (or LowerPriority with a maxPriorityClass above {:?}'s), \
+                     or set the borrowingLimit of {:?} to \"0\"",
+                    tier.name, tier.name
                 ),
             );
         }
@@ -434,6 +452,20 @@ mod tests {
         }
         let found = problems(&policy);
         assert!(found.iter().any(|p| p.contains("could never be taken back") && p.contains("\"silver\"")), "{found:?}");
+    }
+
+    #[test]
+    fn a_lender_reclaiming_only_lower_priorities_cannot_reclaim_from_a_borrower_with_the_same_ceiling() {
+        let mut policy = org_tree();
+        let gold = policy.spec.tiers.iter_mut().find(|tier| tier.name == "gold").unwrap();
+        gold.sharing.as_mut().unwrap().reclaim = Some(crate::policy::Reclaim::LowerPriority);
+        // No ceilings: every tier may label its workloads with the top bucket, so gold's cannot outrank silver's.
+        let found = problems(&policy);
+        assert!(found.iter().any(|p| p.contains("could never be taken back") && p.contains("\"silver\"")), "{found:?}");
+        for tier in policy.spec.tiers.iter_mut().filter(|tier| tier.name != "gold") {
+            tier.max_priority_class = Some("gpu-high".into());
+        }
+        assert_eq!(problems(&policy), Vec::<String>::new(), "gold's top bucket is above the others' ceiling");
     }
 
     #[test]
