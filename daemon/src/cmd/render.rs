@@ -61,6 +61,7 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     }
     // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
+    eprint!("{}", crate::plan::cohorts::cohort_summary(&policy.spec));
     eprint!(
         "{}",
         crate::plan::gate::gate_summary(&crate::plan::gate::build_gate(

@@ -163,7 +163,10 @@ pub fn cohort_summary(spec: &TierPolicySpec) -> String {
         let parent = cohort.parent.as_deref().map_or_else(|| "root".to_owned(), |parent| format!("under {parent}"));
         let totals: Vec<String> = cohort_nominal(spec, &cohort.name)
             .into_iter()
-            .map(|(resource, millis)| format!("{resource} {}", format_millis(millis, "")))
+            .map(|(resource, millis)| {
+                let like = if resource == "memory" { "Gi" } else { "" };
+                format!("{resource} {}", format_millis(millis, like))
+            })
             .collect();
         text.push_str(&format!("cohort {} ({parent}): {}\n", bounded_name(&cohort.name), totals.join(", ")));
     }
@@ -226,6 +229,17 @@ mod tests {
         let borrow = preemption.borrow_within_cohort.unwrap();
         assert_eq!(borrow.policy.as_deref(), Some("LowerPriority"));
         assert_eq!(borrow.max_priority_threshold, Some(500));
+    }
+
+    #[test]
+    fn the_summary_gives_each_cohort_its_parent_and_totals() {
+        let summary = cohort_summary(&org_tree().spec);
+        let line = |cohort: &str| {
+            summary.lines().find(|line| line.starts_with(&format!("cohort {cohort} "))).unwrap().to_owned()
+        };
+        assert_eq!(line("org"), "cohort org (root): cpu 288, memory 1920Gi, nvidia.com/gpu 36");
+        assert_eq!(line("research"), "cohort research (under org): cpu 192, memory 1536Gi, nvidia.com/gpu 24");
+        assert_eq!(line("batch"), "cohort batch (under org): cpu 96, memory 384Gi, nvidia.com/gpu 12");
     }
 
     #[test]
