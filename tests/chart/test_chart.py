@@ -33,6 +33,7 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
             "provisioningrequestconfigs",
             "multikueueclusters",
             "multikueueconfigs",
+            "cohorts",
         ]
     },
     # The in-server gate's admission policies and bindings (docs/admission.md, The in-server gate).

@@ -45,6 +45,8 @@ pub enum KueueKind {
     MultiKueueConfig,
     /// `AdmissionCheck`, one per tier with provisioning or dispatch (cluster-scoped).
     AdmissionCheck,
+    /// `Cohort`, one per `spec.cohorts` entry, parents first (cluster-scoped).
+    Cohort,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
     /// `LocalQueue`, one per tiered namespace (namespaced).
@@ -61,13 +63,14 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
         Self::MultiKueueCluster,
         Self::MultiKueueConfig,
         Self::AdmissionCheck,
+        Self::Cohort,
         Self::ClusterQueue,
         Self::LocalQueue,
         Self::ValidatingAdmissionPolicy,
@@ -85,6 +88,7 @@ impl KueueKind {
             Self::MultiKueueCluster => "MultiKueueCluster",
             Self::MultiKueueConfig => "MultiKueueConfig",
             Self::AdmissionCheck => "AdmissionCheck",
+            Self::Cohort => "Cohort",
             Self::ClusterQueue => "ClusterQueue",
             Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
@@ -103,6 +107,7 @@ impl KueueKind {
             Self::MultiKueueCluster => "multikueueclusters",
             Self::MultiKueueConfig => "multikueueconfigs",
             Self::AdmissionCheck => "admissionchecks",
+            Self::Cohort => "cohorts",
             Self::ClusterQueue => "clusterqueues",
             Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
             Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
