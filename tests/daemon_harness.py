@@ -33,6 +33,7 @@ KINDS = [
     ("multikueueclusters", "MultiKueueCluster", False),
     ("multikueueconfigs", "MultiKueueConfig", False),
     ("admissionchecks", "AdmissionCheck", False),
+    ("cohorts", "Cohort", False),
     ("clusterqueues", "ClusterQueue", False),
     ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
     ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),

@@ -172,6 +172,29 @@ pub struct RenderArgs {
         value_parser = parse_named_path
     )]
     pub worker_views: Vec<(String, PathBuf)>,
+    /// The in-server gate to render: `validate-and-mutate` for Kubernetes 1.36+ (ValidatingAdmissionPolicies and
+    /// MutatingAdmissionPolicies), `validate-only` for older API servers, which do not serve MutatingAdmissionPolicy.
+    #[arg(long = "gate", env = "TIERGATE_GATE", value_enum, default_value_t = GateArg::ValidateAndMutate)]
+    pub gate: GateArg,
+}
+
+/// `tiergate render --gate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GateArg {
+    /// ValidatingAdmissionPolicies only (Kubernetes before 1.36).
+    ValidateOnly,
+    /// ValidatingAdmissionPolicies and MutatingAdmissionPolicies (Kubernetes 1.36+).
+    ValidateAndMutate,
+}
+
+impl GateArg {
+    /// The gate mode this argument names.
+    pub fn mode(self) -> crate::plan::gate::GateMode {
+        match self {
+            Self::ValidateOnly => crate::plan::gate::GateMode::ValidateOnly,
+            Self::ValidateAndMutate => crate::plan::gate::GateMode::ValidateAndMutate,
+        }
+    }
 }
 
 /// `NAME=PATH`, as `--worker-view` and `--worker-nodepools` take it.

@@ -38,10 +38,23 @@ fn render_without_a_cluster_view_prints_cluster_scoped_objects_and_a_note() {
     assert!(stdout(&output).contains("kind: ClusterQueue"));
     assert!(stderr(&output).contains("LocalQueues need a cluster view"), "{}", stderr(&output));
     assert!(
-        stderr(&output)
-            .contains("in-server gate: validate only (3 ValidatingAdmissionPolicies and bindings: tiergate-gate-gold"),
+        stderr(&output).contains(
+            "in-server gate: validate and mutate (3 ValidatingAdmissionPolicies, 3 MutatingAdmissionPolicies and \
+             their bindings: tiergate-gate-gold"
+        ),
         "{}",
         stderr(&output)
+    );
+    assert!(stdout(&output).contains("kind: MutatingAdmissionPolicy\n"));
+    let older = tiergate(&["render", "--policy", &sample("kubenexus/policy.yaml"), "--gate", "validate-only"]);
+    assert!(older.status.success(), "{}", stderr(&older));
+    assert!(!stdout(&older).contains("kind: MutatingAdmissionPolicy"));
+    assert!(stdout(&older).contains("kind: ValidatingAdmissionPolicy\n"));
+    assert!(
+        stderr(&older)
+            .contains("in-server gate: validate only (3 ValidatingAdmissionPolicies and bindings: tiergate-gate-gold"),
+        "{}",
+        stderr(&older)
     );
 }
 

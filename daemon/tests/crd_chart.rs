@@ -29,7 +29,7 @@ fn every_sample_policy_is_valid_against_the_tierpolicy_crd_schema() {
     let crd = serde_json::to_value(TierPolicy::crd()).unwrap();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     let validator = jsonschema::validator_for(schema).unwrap();
-    for sample in ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology"] {
+    for sample in ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology", "org-tree"] {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples").join(sample).join("policy.yaml");
         let policy: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let errors: Vec<String> = validator.iter_errors(&policy).map(|error| error.to_string()).collect();

@@ -3,6 +3,10 @@
 //! No false denial: what the webhook admits, the policies admit as the webhook left it. No escape: what the
 //! webhook denies or constrains (selector, affinity, queue, suspend, priority), the policies refuse as sent, unless
 //! the request is one the gate exempts by design (a controller writing what a gated template says).
+//!
+//! The MutatingAdmissionPolicies run first on every CREATE too, as the API server runs them: the webhook then
+//! decides exactly as on the object as sent (same verdict, same final object); with the webhook down, what the
+//! webhook would deny stays refused, and what the validating policies admit after them reaches no foreign class.
 #![cfg(test)]
 
 mod gate_support;
@@ -68,6 +72,8 @@ struct Tally {
     webhook_constrained: usize,
     gate_denied_as_sent: usize,
     gate_admitted_as_webhook_left_it: usize,
+    mutated_by_policies: usize,
+    webhook_down_admitted_constrained: usize,
     exempt_controllers: usize,
     cpu_only_out_of_scope: usize,
     unmatched_cpu_or_untiered: usize,
@@ -183,6 +189,17 @@ fn check_agreement(name: &str, request: &Value, snapshot: &Snapshot, gate: &Comp
         );
         tally.gate_denied_as_sent += 1;
     }
+    if request["operation"] == "CREATE" {
+        check_mutating_agreement(
+            name,
+            request,
+            snapshot,
+            gate,
+            &decision,
+            webhook_denied && !exempt && !cpu_only,
+            tally,
+        );
+    }
     if matches!(decision.verdict, Verdict::Allow | Verdict::Skip { .. }) && !request["object"].is_null() {
         let mut object = request["object"].clone();
         json_patch::patch(&mut object, &decision.patch).unwrap_or_else(|error| panic!("{name}: {error}"));
@@ -194,26 +211,80 @@ fn check_agreement(name: &str, request: &Value, snapshot: &Snapshot, gate: &Comp
     }
 }
 
+/// The MutatingAdmissionPolicies on one CREATE: the webhook after them decides as on the object as sent, and with
+/// the webhook down they neither admit what it denies nor leave an admitted object reaching a foreign class.
+fn check_mutating_agreement(
+    name: &str,
+    request: &Value,
+    snapshot: &Snapshot,
+    gate: &CompiledGate,
+    decision: &tiergate::admission::Decision,
+    must_stay_refused: bool,
+    tally: &mut Tally,
+) {
+    let labels = namespace_labels(snapshot, request);
+    let Some(mutated) = gate.run_mutating(request, &labels) else { return };
+    tally.mutated_by_policies += 1;
+    let mut after_policies = request.clone();
+    after_policies["object"] = mutated.clone();
+    let review = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": after_policies});
+    let parsed =
+        parse_review(&serde_json::to_vec(&review).unwrap()).unwrap_or_else(|(_, error)| panic!("{name}: {error}"));
+    let second = mutate(&parsed, snapshot, &AdmissionInputs::default());
+    let same_verdict = std::mem::discriminant(&decision.verdict) == std::mem::discriminant(&second.verdict);
+    assert!(
+        same_verdict,
+        "{name}: the webhook decides {:?} as sent but {:?} after the policies",
+        decision.verdict, second.verdict
+    );
+    if decision.verdict == Verdict::Allow {
+        let mut as_sent = request["object"].clone();
+        json_patch::patch(&mut as_sent, &decision.patch).unwrap();
+        let mut after = mutated.clone();
+        json_patch::patch(&mut after, &second.patch).unwrap_or_else(|error| panic!("{name}: {error}"));
+        pretty_assertions::assert_eq!(as_sent, after, "{name}: the webhook's result differs after the policies");
+    }
+    let down = gate.run(&after_policies, &labels);
+    if must_stay_refused {
+        assert!(
+            down.is_denied(),
+            "{name}: escape with the webhook down: the webhook denies it, the policies give {down:?}"
+        );
+    }
+    if down == GateOutcome::Admitted {
+        assert!(
+            !reaches_foreign_node(snapshot, request, &mutated),
+            "{name}: escape with the webhook down: admitted after the policies, still reaching a foreign class"
+        );
+        tally.webhook_down_admitted_constrained += 1;
+    }
+}
+
 #[test]
 fn generated_expressions_stay_inside_the_api_servers_limits() {
     let gate = gate_of(snapshot().policy.as_ref().unwrap());
+    let mut expressions: Vec<&String> = Vec::new();
     for policy in &gate.policies {
         let spec = policy.spec.as_ref().unwrap();
-        let conditions = spec.match_conditions.iter().flatten().map(|condition| &condition.expression);
-        for expression in conditions.chain(spec.validations.iter().flatten().map(|validation| &validation.expression)) {
-            // cel-go's defaults in kube-apiserver: 100,000 code points per expression, 250 levels of recursion.
-            assert!(
-                expression.chars().count() < 100_000,
-                "{} code points: {}",
-                expression.chars().count(),
-                &expression[..200]
-            );
-            assert!(
-                gate_support::nesting_depth(expression) < 100,
-                "nesting {}",
-                gate_support::nesting_depth(expression)
-            );
-        }
+        expressions.extend(spec.match_conditions.iter().flatten().map(|condition| &condition.expression));
+        expressions.extend(spec.validations.iter().flatten().map(|validation| &validation.expression));
+    }
+    for policy in &gate.mutating_policies {
+        let spec = policy.spec.as_ref().unwrap();
+        expressions.extend(spec.match_conditions.iter().flatten().map(|condition| &condition.expression));
+        expressions.extend(spec.variables.iter().flatten().map(|variable| &variable.expression));
+        let patches = spec.mutations.iter().flatten().filter_map(|mutation| mutation.json_patch.as_ref());
+        expressions.extend(patches.filter_map(|patch| patch.expression.as_ref()));
+    }
+    for expression in expressions {
+        // cel-go's defaults in kube-apiserver: 100,000 code points per expression, 250 levels of recursion.
+        assert!(
+            expression.chars().count() < 100_000,
+            "{} code points: {}",
+            expression.chars().count(),
+            &expression[..200]
+        );
+        assert!(gate_support::nesting_depth(expression) < 100, "nesting {}", gate_support::nesting_depth(expression));
     }
 }
 
@@ -243,6 +314,8 @@ fn every_recorded_review_and_sample_workload() {
     assert!(tally.reviews >= 60, "{tally:?}");
     assert!(tally.gate_denied_as_sent >= 20, "too few escapes tried to prove anything: {tally:?}");
     assert!(tally.gate_admitted_as_webhook_left_it >= 20, "too few admissions compared: {tally:?}");
+    assert!(tally.mutated_by_policies >= 20, "too few objects edited by the mutating policies: {tally:?}");
+    assert!(tally.webhook_down_admitted_constrained >= 10, "too few admitted with the webhook down: {tally:?}");
 }
 
 /// A tenant's GPU-ish object of a common kind: every field the gate reads, drawn at random.

@@ -10,7 +10,8 @@
 //!    update only; `every_cel_rule_compiles` proves no rule is skipped for want of a function.
 //! 3. Kueue's Go webhook checks that are not CEL, as Rust equivalents (see `kueue_webhook_errors`):
 //!    a flavor's resources are the covered resources in the same order; a resource or flavor appears in one
-//!    resource group only; lendingLimit needs a cohort and is at most nominalQuota.
+//!    resource group only; on a ClusterQueue lendingLimit needs a cohort and is at most nominalQuota; on a
+//!    Cohort borrowing and lending limits need a parent (and lendingLimit may exceed nominalQuota).
 //!
 //! Metadata is checked too: names and namespaces are DNS-1123 labels, label keys and values are valid. The fleet sample's worker side
 //! is included; its Namespaces (a core kind, no Kueue CRD) get the metadata checks only.
@@ -41,6 +42,7 @@ const CRD_FILES: &[&str] = &[
     "kueue.x-k8s.io_multikueueclusters.yaml",
     "kueue.x-k8s.io_multikueueconfigs.yaml",
     "kueue.x-k8s.io_topologies.yaml",
+    "kueue.x-k8s.io_cohorts.yaml",
 ];
 
 fn crd_dir() -> PathBuf {
@@ -154,12 +156,14 @@ fn apply_defaults(schema: &Value, value: &Value) -> Value {
 /// Rust equivalents of Kueue's Go webhook checks on a ClusterQueue that are not written as CEL.
 fn kueue_webhook_errors(object: &Value) -> Vec<String> {
     let mut errors = Vec::new();
-    if object["kind"] != "ClusterQueue" {
+    let is_cohort = object["kind"] == "Cohort";
+    if object["kind"] != "ClusterQueue" && !is_cohort {
         return errors;
     }
     let spec = &object["spec"];
-    let has_cohort =
-        spec.get("cohortName").is_some_and(|cohort| cohort.as_str().is_some_and(|cohort| !cohort.is_empty()));
+    // A ClusterQueue lends to its cohort, a Cohort to its parent.
+    let up = if is_cohort { "parentName" } else { "cohortName" };
+    let has_cohort = spec.get(up).is_some_and(|cohort| cohort.as_str().is_some_and(|cohort| !cohort.is_empty()));
     let mut seen_resources = Vec::new();
     let mut seen_flavors = Vec::new();
     for (group_index, group) in spec["resourceGroups"].as_array().into_iter().flatten().enumerate() {
@@ -184,7 +188,16 @@ fn kueue_webhook_errors(object: &Value) -> Vec<String> {
                 errors.push(format!("{path}: resources {names:?} must be the covered resources {covered:?} in order"));
             }
             for resource in resources {
+                if is_cohort && !has_cohort && resource.get("borrowingLimit").is_some() {
+                    errors.push(format!("{path}: borrowingLimit must be nil when parent is empty"));
+                }
                 let Some(lending) = resource.get("lendingLimit") else { continue };
+                if is_cohort {
+                    if !has_cohort {
+                        errors.push(format!("{path}: lendingLimit must be nil when parent is empty"));
+                    }
+                    continue;
+                }
                 if !has_cohort {
                     errors.push(format!("{path}: lendingLimit must be nil when cohort is empty"));
                 }
@@ -243,7 +256,10 @@ fn sample_objects_of(name: &str) -> Vec<Value> {
 
 /// The objects of every sample.
 fn all_sample_objects() -> Vec<Value> {
-    ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology"].into_iter().flat_map(sample_objects_of).collect()
+    ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology", "org-tree"]
+        .into_iter()
+        .flat_map(sample_objects_of)
+        .collect()
 }
 
 /// The spot-mix sample uses every feature (cohorts, borrowing, preemption, provisioning, placement).
@@ -260,9 +276,12 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 12, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 15, "the samples should exercise every generated kind, got {kinds:?}");
     for object in &objects {
-        if object["kind"] == "ValidatingAdmissionPolicy" || object["kind"] == "ValidatingAdmissionPolicyBinding" {
+        if object["kind"]
+            .as_str()
+            .is_some_and(|kind| kind.ends_with("AdmissionPolicy") || kind.ends_with("AdmissionPolicyBinding"))
+        {
             let errors = metadata_errors(object);
             assert!(errors.is_empty(), "{}: {errors:#?}", object["metadata"]["name"]);
             assert_gate_object_is_well_formed(object);
@@ -281,7 +300,10 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
 /// The in-server gate's objects are built-in kinds (no CRD): each reads back into its typed
 /// `admissionregistration.k8s.io/v1` struct unchanged, with the fields the API server requires.
 fn assert_gate_object_is_well_formed(object: &Value) {
-    use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+        ValidatingAdmissionPolicyBinding,
+    };
     assert_eq!(object["apiVersion"], "admissionregistration.k8s.io/v1");
     let name = object["metadata"]["name"].as_str().unwrap();
     if object["kind"] == "ValidatingAdmissionPolicy" {
@@ -301,6 +323,39 @@ fn assert_gate_object_is_well_formed(object: &Value) {
             spec.match_constraints
                 .and_then(|constraints| constraints.resource_rules)
                 .is_some_and(|rules| !rules.is_empty())
+        );
+    } else if object["kind"] == "MutatingAdmissionPolicy" {
+        let typed: MutatingAdmissionPolicy = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        let spec = typed.spec.unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Ignore"), "{name}: the validating half holds the gate");
+        assert_eq!(spec.reinvocation_policy.as_deref(), Some("Never"), "{name}");
+        let mutations = spec.mutations.unwrap_or_default();
+        assert!(!mutations.is_empty(), "{name}");
+        assert!(mutations.iter().all(|mutation| {
+            mutation.patch_type == "JSONPatch"
+                && mutation
+                    .json_patch
+                    .as_ref()
+                    .and_then(|patch| patch.expression.as_deref())
+                    .is_some_and(|e| !e.is_empty())
+        }));
+        let variables = spec.variables.unwrap_or_default();
+        let names: std::collections::BTreeSet<&str> = variables.iter().map(|variable| variable.name.as_str()).collect();
+        assert_eq!(names.len(), variables.len(), "{name}: variable names must be unique");
+        assert!(spec.match_conditions.unwrap_or_default().len() <= 64, "{name}");
+        let rules = spec.match_constraints.and_then(|constraints| constraints.resource_rules).unwrap_or_default();
+        assert!(
+            !rules.is_empty()
+                && rules.iter().all(|rule| rule.operations.as_deref() == Some(&["CREATE".to_owned()][..]))
+        );
+    } else if object["kind"] == "MutatingAdmissionPolicyBinding" {
+        let typed: MutatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
+        assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
+        assert_eq!(
+            typed.spec.and_then(|spec| spec.policy_name).as_deref(),
+            Some(name),
+            "a binding is named after its policy"
         );
     } else {
         let typed: ValidatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
@@ -446,4 +501,24 @@ fn a_multikueue_cluster_without_a_cluster_source_is_caught_by_the_crd() {
     assert_eq!(checker.all_errors(&cluster), Vec::<String>::new());
     cluster["spec"]["clusterSource"] = json!({});
     assert!(!checker.all_errors(&cluster).is_empty(), "exactly one of kubeConfig or clusterProfileRef");
+}
+
+#[test]
+fn the_org_tree_cohorts_and_queues_are_accepted_and_a_root_pool_with_limits_is_caught() {
+    let checker = Checker::new();
+    let objects = sample_objects_of("org-tree");
+    let cohorts: Vec<&Value> = objects.iter().filter(|object| object["kind"] == "Cohort").collect();
+    assert_eq!(cohorts.len(), 3, "org, research, batch");
+    for object in objects.iter().filter(|object| object["kind"] == "Cohort" || object["kind"] == "ClusterQueue") {
+        assert_eq!(checker.all_errors(object), Vec::<String>::new(), "{}", object["metadata"]["name"]);
+    }
+    let mut batch = object_of_kind(&objects, "Cohort", "batch");
+    batch["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["lendingLimit"] = json!("1");
+    assert_eq!(checker.all_errors(&batch), Vec::<String>::new(), "a cohort with a parent may lend");
+    batch["spec"].as_object_mut().unwrap().remove("parentName");
+    let errors = checker.all_errors(&batch);
+    assert!(errors.iter().any(|error| error.contains("lendingLimit must be nil when parent is empty")), "{errors:?}");
+    let mut gold = object_of_kind(&objects, "ClusterQueue", "tiergate-gold");
+    gold["spec"]["fairSharing"]["weight"] = json!("heavy");
+    assert!(!checker.structural_errors(&gold).is_empty(), "a weight is a quantity");
 }

@@ -399,6 +399,7 @@ fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys
         policy: &policy,
         other_policies: &[],
         cluster_queues: &queues,
+        cohorts: &[],
         pools: &[],
         tier: None,
     })
@@ -406,15 +407,15 @@ fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys
     assert_eq!(
         answer.to_table(),
         "\
-TIER     CLUSTERQUEUE                COHORT   PENDING   RESERVING   ADMITTED
-gold     tiergate-gold (missing)     -        0         0           0
-silver   tiergate-silver (missing)   -        0         0           0
-bronze   tiergate-bronze             -        3         7           7
+TIER     CLUSTERQUEUE                COHORT   PENDING   RESERVING   ADMITTED   WEIGHTED SHARE
+gold     tiergate-gold (missing)     -        0         0           0          -
+silver   tiergate-silver (missing)   -        0         0           0          -
+bronze   tiergate-bronze             -        3         7           7          -
 
-TIER     FLAVOR   RESOURCE         USED    RESERVED   QUOTA   BORROWED   BORROW LIMIT   NODEPOOL
-bronze   l4       cpu              56      56         128     0          -              gpu.nvidia.com/class=l4
-bronze   l4       memory           224Gi   224Gi      512Gi   0          -              gpu.nvidia.com/class=l4
-bronze   l4       nvidia.com/gpu   14      14         16      0          -              gpu.nvidia.com/class=l4
+TIER     FLAVOR   RESOURCE         USED    RESERVED   QUOTA   BORROWED   BORROW LIMIT   LENT   NODEPOOL
+bronze   l4       cpu              56      56         128     0          -              0      gpu.nvidia.com/class=l4
+bronze   l4       memory           224Gi   224Gi      512Gi   0          -              0      gpu.nvidia.com/class=l4
+bronze   l4       nvidia.com/gpu   14      14         16      0          -              0      gpu.nvidia.com/class=l4
 
 TierPolicy default:
   Ready=False (ApplyFailed): 1 of 9 objects failed
@@ -441,6 +442,7 @@ fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
         policy: &policy,
         other_policies: &[],
         cluster_queues: &queues,
+        cohorts: &[],
         pools: &pools,
         tier: Some("bronze"),
     };
@@ -613,6 +615,7 @@ async fn status_of_a_policy_no_instance_serves_says_so_and_names_the_one_served(
         policy: &fetched.policy,
         other_policies: &fetched.other_policies,
         cluster_queues: &fetched.cluster_queues,
+        cohorts: &fetched.cohorts,
         pools: &[],
         tier: None,
     })

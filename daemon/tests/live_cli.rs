@@ -202,7 +202,7 @@ fn status_prints_usage_per_tier_and_flavor_with_the_live_nodepool_and_as_yaml() 
     let table = text(&output.stdout);
     assert!(table.contains("bronze   tiergate-bronze"), "{table}");
     assert!(
-        table.contains("bronze   l4       nvidia.com/gpu   14      14         16      0          -              eks.amazonaws.com/nodegroup=gpu-l4 (2 nodes)"),
+        table.contains("bronze   l4       nvidia.com/gpu   14      14         16      0          -              0      eks.amazonaws.com/nodegroup=gpu-l4 (2 nodes)"),
         "{table}"
     );
     let output = run(&plugin(dir.path()), &["status", "-o", "yaml"], &[("KUBECONFIG", &config)]);

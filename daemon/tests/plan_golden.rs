@@ -207,3 +207,68 @@ fn a_worker_missing_the_nodes_of_a_dispatched_class_is_noted() {
         ]
     );
 }
+
+/// Nominal quota per resource a ClusterQueue or Cohort spec offers, summed over its flavors (milli-units).
+fn offered(groups: &[tiergate_kueue::ResourceGroup]) -> BTreeMap<String, i128> {
+    let mut total = BTreeMap::new();
+    for quota in groups.iter().flat_map(|group| group.flavors.iter()).flat_map(|flavor| flavor.resources.iter()) {
+        *total.entry(quota.name.clone()).or_insert(0) +=
+            tiergate::plan::quota::parse_millis(&quota.nominal_quota.0).unwrap();
+    }
+    total
+}
+
+#[test]
+fn every_sample_cohort_holds_exactly_its_pools_and_its_children_and_no_tier_lends_its_floor() {
+    use tiergate::plan::cohorts::cohort_nominal;
+    use tiergate::plan::quota::parse_millis;
+    for dir in sample_dirs() {
+        let policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
+        let desired = desired(&policy, &ClusterView::default());
+        // Per cohort, from the rendered objects: its own groups, the queues naming it, and its child cohorts.
+        fn subtree(desired: &tiergate::plan::Desired, name: &str) -> BTreeMap<String, i128> {
+            let cohort = desired.cohorts.iter().find(|cohort| cohort.metadata.name.as_deref() == Some(name)).unwrap();
+            let mut total = offered(&cohort.spec.resource_groups);
+            let queues = desired.cluster_queues.iter().filter(|queue| queue.spec.cohort_name.as_deref() == Some(name));
+            let children = desired.cohorts.iter().filter(|child| child.spec.parent_name.as_deref() == Some(name));
+            let parts = queues
+                .map(|queue| offered(&queue.spec.resource_groups))
+                .chain(children.map(|child| subtree(desired, child.metadata.name.as_deref().unwrap())));
+            for part in parts.collect::<Vec<_>>() {
+                for (resource, amount) in part {
+                    *total.entry(resource).or_insert(0) += amount;
+                }
+            }
+            total
+        }
+        for cohort in &policy.spec.cohorts {
+            let rendered: BTreeMap<String, i128> =
+                subtree(&desired, &cohort.name).into_iter().filter(|(_, amount)| *amount > 0).collect();
+            let planned: BTreeMap<String, i128> =
+                cohort_nominal(&policy.spec, &cohort.name).into_iter().filter(|(_, amount)| *amount > 0).collect();
+            assert_eq!(rendered, planned, "{}: cohort {}", dir.display(), cohort.name);
+        }
+        for tier in policy.spec.tiers.iter().filter(|tier| tier.sharing.is_some()) {
+            let queue = desired
+                .cluster_queues
+                .iter()
+                .find(|queue| queue.metadata.name.as_deref() == Some(&format!("tiergate-{}", tier.name)))
+                .unwrap();
+            for (resource, floor) in &tier.sharing.as_ref().unwrap().floor {
+                let quotas = queue.spec.resource_groups[0].flavors.iter().flat_map(|flavor| flavor.resources.iter());
+                let lendable: i128 = quotas
+                    .filter(|quota| &quota.name == resource)
+                    .map(|quota| parse_millis(&quota.lending_limit.as_ref().unwrap().0).unwrap())
+                    .sum();
+                let nominal = parse_millis(&tier.quotas[resource].nominal.0).unwrap();
+                assert_eq!(
+                    lendable,
+                    nominal - parse_millis(&floor.0).unwrap(),
+                    "{}: tier {} {resource}",
+                    dir.display(),
+                    tier.name
+                );
+            }
+        }
+    }
+}

@@ -34,6 +34,7 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
             "multikueueclusters",
             "multikueueconfigs",
             "topologies",
+            "cohorts",
         ]
     },
     # The in-server gate's admission policies and bindings (docs/admission.md, The in-server gate).

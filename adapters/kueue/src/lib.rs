@@ -55,6 +55,8 @@ pub const TOLERATION_OPERATOR_VALUES: &[&str] = &["Equal", "Exists"];
 pub const MAX_FLAVOR_ENTRIES: usize = 8;
 /// Most covered resources in one resource group, and most flavors in one resource group.
 pub const MAX_RESOURCE_GROUP_ENTRIES: usize = 64;
+/// Most resource groups of one ClusterQueue or Cohort (tiergate writes one).
+pub const MAX_RESOURCE_GROUPS: usize = 16;
 /// Most `parameters` of a ProvisioningRequestConfig, and the longest value.
 pub const MAX_PROVISIONING_PARAMETERS: usize = 100;
 /// Longest value of a ProvisioningRequestConfig parameter.
@@ -166,6 +168,42 @@ pub struct ClusterQueueSpec {
     /// `None` (default), `Hold` or `HoldAndDrain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_policy: Option<StopPolicy>,
+    /// Fair-sharing weight within the cohort (used when Kueue's fair sharing is enabled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
+}
+
+/// `fairSharing` of a ClusterQueue or Cohort.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FairSharing {
+    /// Weight against siblings (Kueue default 1); a share of borrowed quota is divided by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<Quantity>,
+}
+
+/// `Cohort` spec (cluster-scoped): a node of a cohort tree, with an optional quota pool of its own.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "kueue.x-k8s.io",
+    version = "v1beta2",
+    kind = "Cohort",
+    plural = "cohorts",
+    schema = "disabled",
+    derive = "PartialEq",
+    crates(kube_core = "::kube_core", k8s_openapi = "::k8s_openapi", serde = "::serde", serde_json = "::serde_json")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortSpec {
+    /// The parent cohort; absent at a tree's root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_name: Option<String>,
+    /// Quota the cohort owns (at most 16 groups); limits only with a parent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_groups: Vec<ResourceGroup>,
+    /// Fair-sharing weight against the parent's other children.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
 }
 
 /// A ClusterQueue resource group.
@@ -494,6 +532,19 @@ mod tests {
     }
 
     #[test]
+    fn cohort_serializes_parent_name_and_weight_and_skips_unset_fields() {
+        let spec = CohortSpec {
+            parent_name: Some("org".into()),
+            fair_sharing: Some(FairSharing { weight: Some(Quantity("2".into())) }),
+            ..CohortSpec::default()
+        };
+        let value = serde_json::to_value(Cohort::new("research", spec)).unwrap();
+        assert_eq!(value["apiVersion"], API_VERSION);
+        assert_eq!(value["kind"], "Cohort");
+        assert_eq!(value["spec"], json!({"parentName": "org", "fairSharing": {"weight": "2"}}));
+    }
+
+    #[test]
     fn workload_priority_class_has_value_at_top_level() {
         let class =
             WorkloadPriorityClass::new("gpu-high", WorkloadPriorityClassFields { value: 700, description: None });
@@ -511,6 +562,7 @@ mod tests {
         assert_eq!(scope_of::<LocalQueue>(), std::any::type_name::<NamespaceResourceScope>());
         assert_eq!(scope_of::<ClusterQueue>(), std::any::type_name::<ClusterResourceScope>());
         assert_eq!(scope_of::<WorkloadPriorityClass>(), std::any::type_name::<ClusterResourceScope>());
+        assert_eq!(scope_of::<Cohort>(), std::any::type_name::<ClusterResourceScope>());
     }
 
     #[test]

@@ -615,6 +615,27 @@ pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
 
 impl TemplateLayout {
     /// The pod templates present in `object`, in document order.
+    /// The pod specs this layout holds at pointers without a `*` (a Pod's own spec, a Job's template, the leader
+    /// and worker templates of a LeaderWorkerSet, a SparkApplication's driver and executor), in layout order:
+    /// the templates an edit can name by a fixed JSON pointer (the in-server gate's MutatingAdmissionPolicies
+    /// edit these, and the webhook reads their marks back).
+    pub fn fixed_spec_pointers(self) -> Vec<String> {
+        let fixed = |pointer: &str| !pointer.contains('*');
+        match self {
+            TemplateLayout::Pod => vec!["/spec".to_owned()],
+            TemplateLayout::Single(template) => vec![format!("{template}/spec")],
+            TemplateLayout::Patterns(patterns) => patterns
+                .iter()
+                .filter_map(|pattern| match pattern {
+                    TemplateAt::PodTemplate(template) if fixed(template) => Some(format!("{template}/spec")),
+                    TemplateAt::Flat(at) if fixed(at) => Some((*at).to_owned()),
+                    _ => None,
+                })
+                .collect(),
+            TemplateLayout::PerItem { .. } | TemplateLayout::Embedded { .. } => Vec::new(),
+        }
+    }
+
     pub fn pod_templates(self, object: &Value) -> Vec<PodTemplatePointers> {
         match self {
             TemplateLayout::Pod => {

@@ -5,6 +5,7 @@
 //! Object names are explained in [`names`]; every object carries [`MANAGED_BY_LABEL`] and [`POLICY_LABEL`] so
 //! the daemon prunes exactly what it owns.
 
+pub mod cohorts;
 pub mod fleet;
 pub mod gate;
 pub mod names;
@@ -13,17 +14,19 @@ pub mod topology;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::core::v1::{Namespace, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_json::Value;
 use tiergate_kueue::{
     AdmissionCheck, AdmissionCheckParametersReference, AdmissionCheckSpec, AdmissionCheckStrategyRule,
-    AdmissionChecksStrategy, BorrowWithinCohort, ClusterQueue, ClusterQueuePreemption, ClusterQueueSpec, FlavorQuotas,
-    LocalQueue, LocalQueueSpec, MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig,
-    ProvisioningRequestConfigSpec, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota, Topology,
-    WorkloadPriorityClass, WorkloadPriorityClassFields,
+    AdmissionChecksStrategy, ClusterQueue, ClusterQueueSpec, Cohort, FlavorQuotas, LocalQueue, LocalQueueSpec,
+    MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig, ProvisioningRequestConfigSpec, ResourceFlavor,
+    ResourceFlavorSpec, ResourceGroup, ResourceQuota, Topology, WorkloadPriorityClass, WorkloadPriorityClassFields,
 };
 
 use self::names::{
@@ -31,7 +34,7 @@ use self::names::{
     provisioning_name,
 };
 use self::quota::{FlavorRole, FlavorSource, tier_quota};
-use crate::policy::{PlacementRule, PlacementStrategy, Preemption, Tier, TierPolicy, TierPolicySpec};
+use crate::policy::{PlacementRule, PlacementStrategy, Tier, TierPolicy, TierPolicySpec};
 use crate::view::{ClusterView, NamespaceView};
 
 /// Label every generated object carries.
@@ -42,7 +45,7 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 12] = [
+pub const OWNED_KINDS: [&str; 15] = [
     "Namespace",
     "Topology",
     "ResourceFlavor",
@@ -51,9 +54,12 @@ pub const OWNED_KINDS: [&str; 12] = [
     "MultiKueueCluster",
     "MultiKueueConfig",
     "AdmissionCheck",
+    "Cohort",
     "ClusterQueue",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "LocalQueue",
 ];
 
@@ -83,12 +89,19 @@ pub struct Desired {
     /// Per tier (tier order): its MultiKueue check when it dispatches (management cluster), else its
     /// ProvisioningRequest check when it has `provisioning` and runs in this cluster.
     pub admission_checks: Vec<AdmissionCheck>,
+    /// One per `spec.cohorts` entry, parents first (worker clusters: those above their tiers; [`cohorts`]).
+    pub cohorts: Vec<Cohort>,
     /// One per tier (tier order).
     pub cluster_queues: Vec<ClusterQueue>,
     /// Management cluster only: the in-server gate, one per tier (tier order; [`gate`]).
     pub admission_policies: Vec<ValidatingAdmissionPolicy>,
     /// Management cluster only: one binding per tier, to the tier's namespaces (tier order).
     pub admission_policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
+    /// Management cluster only: the gate's MutatingAdmissionPolicies, one per tier (tier order); the daemon
+    /// applies them only where the API server serves the kind.
+    pub mutating_policies: Vec<MutatingAdmissionPolicy>,
+    /// Management cluster only: their bindings (tier order).
+    pub mutating_policy_bindings: Vec<MutatingAdmissionPolicyBinding>,
     /// One per namespace of each tier, sorted by namespace.
     pub local_queues: Vec<LocalQueue>,
     /// Things in the cluster view the translation could not use (e.g. a tier label naming no tier).
@@ -114,12 +127,18 @@ pub enum DesiredObject<'a> {
     MultiKueueConfig(&'a MultiKueueConfig),
     /// An AdmissionCheck.
     AdmissionCheck(&'a AdmissionCheck),
+    /// A Cohort.
+    Cohort(&'a Cohort),
     /// A ClusterQueue.
     ClusterQueue(&'a ClusterQueue),
     /// A ValidatingAdmissionPolicy of the in-server gate.
     ValidatingAdmissionPolicy(&'a ValidatingAdmissionPolicy),
     /// Its binding.
     ValidatingAdmissionPolicyBinding(&'a ValidatingAdmissionPolicyBinding),
+    /// A MutatingAdmissionPolicy of the in-server gate.
+    MutatingAdmissionPolicy(&'a MutatingAdmissionPolicy),
+    /// Its binding.
+    MutatingAdmissionPolicyBinding(&'a MutatingAdmissionPolicyBinding),
     /// A LocalQueue.
     LocalQueue(&'a LocalQueue),
 }
@@ -171,9 +190,12 @@ impl DesiredObject<'_> {
             Self::MultiKueueCluster(_) => "MultiKueueCluster",
             Self::MultiKueueConfig(_) => "MultiKueueConfig",
             Self::AdmissionCheck(_) => "AdmissionCheck",
+            Self::Cohort(_) => "Cohort",
             Self::ClusterQueue(_) => "ClusterQueue",
             Self::ValidatingAdmissionPolicy(_) => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding(_) => "ValidatingAdmissionPolicyBinding",
+            Self::MutatingAdmissionPolicy(_) => "MutatingAdmissionPolicy",
+            Self::MutatingAdmissionPolicyBinding(_) => "MutatingAdmissionPolicyBinding",
             Self::LocalQueue(_) => "LocalQueue",
         }
     }
@@ -189,9 +211,12 @@ impl DesiredObject<'_> {
             Self::MultiKueueCluster(object) => &object.metadata,
             Self::MultiKueueConfig(object) => &object.metadata,
             Self::AdmissionCheck(object) => &object.metadata,
+            Self::Cohort(object) => &object.metadata,
             Self::ClusterQueue(object) => &object.metadata,
             Self::ValidatingAdmissionPolicy(object) => &object.metadata,
             Self::ValidatingAdmissionPolicyBinding(object) => &object.metadata,
+            Self::MutatingAdmissionPolicy(object) => &object.metadata,
+            Self::MutatingAdmissionPolicyBinding(object) => &object.metadata,
             Self::LocalQueue(object) => &object.metadata,
         }
     }
@@ -217,9 +242,12 @@ impl DesiredObject<'_> {
             Self::MultiKueueCluster(object) => serde_json::to_value(object),
             Self::MultiKueueConfig(object) => serde_json::to_value(object),
             Self::AdmissionCheck(object) => serde_json::to_value(object),
+            Self::Cohort(object) => serde_json::to_value(object),
             Self::ClusterQueue(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicy(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
+            Self::MutatingAdmissionPolicy(object) => serde_json::to_value(object),
+            Self::MutatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
             Self::LocalQueue(object) => serde_json::to_value(object),
         };
         result.map_err(|source| PlanError::SerializeObject { kind: self.kind(), name: self.name().to_owned(), source })
@@ -228,7 +256,7 @@ impl DesiredObject<'_> {
 
 impl Desired {
     /// Every object in apply order ([`OWNED_KINDS`]): namespaces, topologies, flavors, priority classes, provisioning
-    /// configs, MultiKueue clusters and configs, admission checks, ClusterQueues, the gate's policies and bindings, LocalQueues (each refers only to
+    /// configs, MultiKueue clusters and configs, admission checks, Cohorts, ClusterQueues, the gate's policies and bindings, LocalQueues (each refers only to
     /// objects before it).
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
         let namespaces = self.namespaces.iter().map(DesiredObject::Namespace);
@@ -239,9 +267,12 @@ impl Desired {
         let workers = self.multi_kueue_clusters.iter().map(DesiredObject::MultiKueueCluster);
         let worker_sets = self.multi_kueue_configs.iter().map(DesiredObject::MultiKueueConfig);
         let checks = self.admission_checks.iter().map(DesiredObject::AdmissionCheck);
+        let cohorts = self.cohorts.iter().map(DesiredObject::Cohort);
         let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
         let policies = self.admission_policies.iter().map(DesiredObject::ValidatingAdmissionPolicy);
         let bindings = self.admission_policy_bindings.iter().map(DesiredObject::ValidatingAdmissionPolicyBinding);
+        let mutating = self.mutating_policies.iter().map(DesiredObject::MutatingAdmissionPolicy);
+        let mutating_bindings = self.mutating_policy_bindings.iter().map(DesiredObject::MutatingAdmissionPolicyBinding);
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
         namespaces
             .chain(topologies)
@@ -251,9 +282,12 @@ impl Desired {
             .chain(workers)
             .chain(worker_sets)
             .chain(checks)
+            .chain(cohorts)
             .chain(cluster_queues)
             .chain(policies)
             .chain(bindings)
+            .chain(mutating)
+            .chain(mutating_bindings)
             .chain(local_queues)
             .collect()
     }
@@ -457,6 +491,8 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let gate = gate::build_gate(&policy.spec, &labels);
     desired.admission_policies = gate.policies;
     desired.admission_policy_bindings = gate.bindings;
+    desired.mutating_policies = gate.mutating_policies;
+    desired.mutating_policy_bindings = gate.mutating_bindings;
     desired
 }
 
@@ -550,6 +586,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         })
         .collect();
 
+    let cohorts = cohorts::build_cohorts(spec, &labels, &tiers, side == Side::Management);
     let cluster_queues = tiers
         .iter()
         .map(|tier| {
@@ -572,6 +609,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         workload_priority_classes,
         provisioning_request_configs,
         admission_checks,
+        cohorts,
         cluster_queues,
         ..Desired::default()
     }
@@ -596,6 +634,7 @@ fn build_flavor_spec(selector: FlavorSelector) -> ResourceFlavorSpec {
 }
 
 fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueSpec {
+    let tier = &cohorts::with_floor(tier);
     let has_cohort = tier.cohort.is_some();
     let covered_resources: Vec<String> = tier.quotas.keys().cloned().collect();
     let flavors = tier_quota(spec, tier)
@@ -626,21 +665,11 @@ fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueS
             match_expressions: None,
         }),
         resource_groups: vec![ResourceGroup { covered_resources, flavors }],
-        preemption: tier.preemption.as_ref().map(build_preemption),
+        preemption: cohorts::build_preemption(spec, tier),
         // Set by the caller, which knows which cluster the queue is for.
         admission_checks_strategy: None,
         stop_policy: None,
-    }
-}
-
-fn build_preemption(preemption: &Preemption) -> ClusterQueuePreemption {
-    ClusterQueuePreemption {
-        reclaim_within_cohort: preemption.reclaim_within_cohort.clone(),
-        within_cluster_queue: preemption.within_cluster_queue.clone(),
-        borrow_within_cohort: preemption.borrow_within_cohort.as_ref().map(|borrow| BorrowWithinCohort {
-            policy: Some(borrow.policy.clone()),
-            max_priority_threshold: borrow.max_priority_threshold,
-        }),
+        fair_sharing: cohorts::build_fair_sharing(tier),
     }
 }
 
@@ -725,7 +754,9 @@ mod tests {
         // spot-mix has no worker clusters: every kind but the fleet's, in apply order.
         let local_kinds: Vec<&str> = OWNED_KINDS
             .into_iter()
-            .filter(|kind| !matches!(*kind, "Namespace" | "Topology" | "MultiKueueCluster" | "MultiKueueConfig"))
+            .filter(|kind| {
+                !matches!(*kind, "Namespace" | "Topology" | "MultiKueueCluster" | "MultiKueueConfig" | "Cohort")
+            })
             .collect();
         assert_eq!(kinds, local_kinds);
         let selector = owned_label_selector("spot-mix");

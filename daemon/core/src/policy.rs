@@ -1,7 +1,9 @@
 //! The `TierPolicy` custom resource (`tiergate.io/v1alpha1`, cluster-scoped): its types, defaults and the
 //! selectors/tolerations every other module derives from a GPU class; no I/O.
 //!
-//! The checks a policy must pass live in [`crate::validation`].
+//! The checks a policy must pass live in [`crate::validation`]. The cohort tree (issue 28) is in [`cohorts`].
+
+pub mod cohorts;
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 
 /// Namespace label that names a namespace's tier when the policy does not say otherwise.
 pub const DEFAULT_TIER_LABEL: &str = "tiergate.io/tier";
@@ -74,6 +78,10 @@ pub struct TierPolicySpec {
     /// tier runs in this cluster. See docs/fleet.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<WorkerCluster>,
+    /// The organisation's cohort tree (one Kueue Cohort each); tiers join it with `cohort`. Empty: a tier's
+    /// `cohort` is a flat, implicit Kueue cohort. See docs/configuration.md "Cohort tree".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cohorts: Vec<CohortNode>,
 }
 
 /// A worker cluster, in the shape of a Kueue v0.19.2 MultiKueueCluster: a name and where its kubeconfig is.
@@ -175,9 +183,13 @@ pub struct Tier {
     pub fallback_gpu_classes: Vec<String>,
     /// Quota per resource name (the GPU resource is required; `cpu` and `memory` are usual).
     pub quotas: BTreeMap<String, ResourceQuota>,
-    /// Kueue cohort the tier's ClusterQueue joins (required for borrowing).
+    /// Kueue cohort the tier's ClusterQueue joins (required for borrowing): a `spec.cohorts` entry, or any name
+    /// when `spec.cohorts` is empty (a flat cohort).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cohort: Option<String>,
+    /// Floor, fair-sharing weight and reclaim policy within the cohort tree (needs `cohort`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharing: Option<TierSharing>,
     /// Kueue preemption settings of the tier's ClusterQueue.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<Preemption>,

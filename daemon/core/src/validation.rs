@@ -5,6 +5,7 @@
 //! and the ClusterQueue CEL rules) plus tiergate's own rules (known classes, one bucket per score range...).
 
 mod boundary;
+pub mod cohorts;
 pub mod fields;
 pub mod fleet;
 /// Kubernetes name and label syntax, where validation has always offered it.
@@ -190,6 +191,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     check_scoring(spec, problems);
     fleet::check_fleet(spec, problems);
     topology::check_topology(spec, problems);
+    cohorts::check_cohorts(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

@@ -195,6 +195,9 @@ pub struct ResourceQuota {
     /// Borrowing limit, as written.
     #[serde(default)]
     pub borrowing_limit: Option<serde_json::Value>,
+    /// Lending limit, as written (a tier's floor is nominal minus this).
+    #[serde(default)]
+    pub lending_limit: Option<serde_json::Value>,
 }
 
 /// `ClusterQueue.status` fields read.
@@ -219,6 +222,38 @@ pub struct ClusterQueueStatus {
     /// Active and others.
     #[serde(default)]
     pub conditions: Vec<KueueCondition>,
+    /// Kueue's fair-sharing state (present when fair sharing is enabled).
+    #[serde(default)]
+    pub fair_sharing: Option<FairSharingStatus>,
+}
+
+/// A Kueue Cohort as `status` reads it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct KueueCohort {
+    /// Name.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The weighted share.
+    #[serde(default)]
+    pub status: CohortStatusRead,
+}
+
+/// `Cohort.status` fields read.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CohortStatusRead {
+    /// Kueue's fair-sharing state (present when fair sharing is enabled).
+    #[serde(default)]
+    pub fair_sharing: Option<FairSharingStatus>,
+}
+
+/// `status.fairSharing` of a ClusterQueue or Cohort.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FairSharingStatus {
+    /// Usage above nominal over what the tree can lend, per mille, divided by the weight (0: not borrowing).
+    #[serde(default)]
+    pub weighted_share: Option<i64>,
 }
 
 /// One flavor's usage.

@@ -1,12 +1,15 @@
 //! The answer to `kubectl tiergate status [--tier T]`: per tier, its ClusterQueue's usage against quota per
 //! flavor, pending and admitted workload counts, borrowing, the nodepool each flavor maps to, and the
-//! TierPolicy's status conditions with the last error; pure, built from recorded objects.
+//! TierPolicy's status conditions with the last error; with a cohort tree, what each tier lends, its weighted
+//! share, and one row per cohort ([`super::sharing`]); pure, built from recorded objects.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use super::kueue::KueueCohort;
 use super::kueue::{KueueClusterQueue, quantity_text};
+use super::sharing::{CohortStatus, amount_text, build_cohort_statuses, lent_by_tier};
 use super::table::render_table;
 use crate::check::{NodePool, pool_rejection};
 use crate::plan::names::cluster_queue_name;
@@ -23,6 +26,8 @@ pub struct StatusInputs<'a> {
     pub other_policies: &'a [TierPolicy],
     /// The cluster's ClusterQueues (those of other owners are ignored).
     pub cluster_queues: &'a [KueueClusterQueue],
+    /// The cluster's Cohorts (their fair-sharing status); empty when the policy declares none.
+    pub cohorts: &'a [KueueCohort],
     /// Live nodepools (Karpenter NodePools, node groups); empty when they could not be listed.
     pub pools: &'a [NodePool],
     /// Only this tier, when given.
@@ -69,6 +74,9 @@ pub struct StatusAnswer {
     pub not_served: Option<String>,
     /// One entry per tier, in policy order.
     pub tiers: Vec<TierStatus>,
+    /// One entry per declared cohort and resource (`spec.cohorts` order).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cohorts: Vec<CohortStatus>,
 }
 
 /// A TierPolicy status condition.
@@ -105,6 +113,9 @@ pub struct TierStatus {
     pub reserving_workloads: i64,
     /// Admitted workloads.
     pub admitted_workloads: i64,
+    /// Kueue's `status.fairSharing.weightedShare` of the ClusterQueue (absent when fair sharing is off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub weighted_share: Option<i64>,
     /// Usage against quota per flavor and resource.
     pub flavors: Vec<FlavorStatus>,
 }
@@ -127,6 +138,8 @@ pub struct FlavorStatus {
     pub borrowed: String,
     /// Borrowing limit (empty: unlimited within the cohort, or no cohort).
     pub borrowing_limit: String,
+    /// Lent to other queues of the tree now (derived: Kueue does not record whose quota is borrowed).
+    pub lent: String,
     /// Nodepools the flavor's pods land on (the policy's class labels matched against the live pools), or the
     /// class's node labels when no pool is known.
     pub nodepools: Vec<String>,
@@ -143,6 +156,7 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
         return Err(StatusError::UnknownTier { tier: tier.to_owned(), policy: name, tiers: tiers.join(", ") });
     }
     let status = policy.status.clone().unwrap_or_default();
+    let lent = lent_by_tier(&policy.spec, inputs.cluster_queues);
     let tiers = policy
         .spec
         .tiers
@@ -168,7 +182,11 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
                     matched
                 }
             };
-            let flavors = queue.map(|queue| build_flavor_rows(queue, &nodepools_of)).unwrap_or_default();
+            let lent_of = |flavor: &str, resource: &str, like: &str| {
+                let amount = lent.get(&(tier.name.clone(), flavor.to_owned(), resource.to_owned())).copied();
+                amount_text(amount.unwrap_or(0), like)
+            };
+            let flavors = queue.map(|queue| build_flavor_rows(queue, &nodepools_of, &lent_of)).unwrap_or_default();
             let counts = queue.map(|queue| &queue.status);
             TierStatus {
                 tier: tier.name.clone(),
@@ -178,6 +196,9 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
                 pending_workloads: counts.and_then(|status| status.pending_workloads).unwrap_or_default(),
                 reserving_workloads: counts.and_then(|status| status.reserving_workloads).unwrap_or_default(),
                 admitted_workloads: counts.and_then(|status| status.admitted_workloads).unwrap_or_default(),
+                weighted_share: counts
+                    .and_then(|status| status.fair_sharing.as_ref())
+                    .and_then(|fair| fair.weighted_share),
                 flavors,
             }
         })
@@ -197,6 +218,7 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
         last_error: status.last_error,
         not_served: build_not_served_note(policy, inputs.other_policies),
         tiers,
+        cohorts: build_cohort_statuses(&policy.spec, inputs.cluster_queues, inputs.cohorts),
     })
 }
 
@@ -232,7 +254,11 @@ pub fn build_not_served_note(policy: &TierPolicy, others: &[TierPolicy]) -> Opti
     })
 }
 
-fn build_flavor_rows(queue: &KueueClusterQueue, nodepools_of: &dyn Fn(&str) -> Vec<String>) -> Vec<FlavorStatus> {
+fn build_flavor_rows(
+    queue: &KueueClusterQueue,
+    nodepools_of: &dyn Fn(&str) -> Vec<String>,
+    lent_of: &dyn Fn(&str, &str, &str) -> String,
+) -> Vec<FlavorStatus> {
     let usage = |list: &[super::kueue::FlavorUsage], flavor: &str, resource: &str| {
         list.iter()
             .filter(|usage| usage.name == flavor)
@@ -256,6 +282,7 @@ fn build_flavor_rows(queue: &KueueClusterQueue, nodepools_of: &dyn Fn(&str) -> V
                 quota: quantity_text(resource.nominal_quota.as_ref()),
                 borrowed: or_zero(quantity_text(used.borrowed.as_ref())),
                 borrowing_limit: quantity_text(resource.borrowing_limit.as_ref()),
+                lent: lent_of(&flavor.name, &resource.name, &quantity_text(resource.nominal_quota.as_ref())),
                 nodepools: nodepools.clone(),
             });
         }
@@ -282,11 +309,12 @@ impl StatusAnswer {
                     tier.pending_workloads.to_string(),
                     tier.reserving_workloads.to_string(),
                     tier.admitted_workloads.to_string(),
+                    tier.weighted_share.map(|share| share.to_string()).unwrap_or_default(),
                 ]
             })
             .collect();
         out.push_str(&render_table(
-            &["TIER", "CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED"],
+            &["TIER", "CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED", "WEIGHTED SHARE"],
             &tier_rows,
         ));
         out.push('\n');
@@ -304,16 +332,51 @@ impl StatusAnswer {
                         flavor.quota.clone(),
                         flavor.borrowed.clone(),
                         flavor.borrowing_limit.clone(),
+                        flavor.lent.clone(),
                         flavor.nodepools.join(","),
                     ]
                 })
             })
             .collect();
         out.push_str(&render_table(
-            &["TIER", "FLAVOR", "RESOURCE", "USED", "RESERVED", "QUOTA", "BORROWED", "BORROW LIMIT", "NODEPOOL"],
+            &[
+                "TIER",
+                "FLAVOR",
+                "RESOURCE",
+                "USED",
+                "RESERVED",
+                "QUOTA",
+                "BORROWED",
+                "BORROW LIMIT",
+                "LENT",
+                "NODEPOOL",
+            ],
             &flavor_rows,
         ));
         out.push('\n');
+        if !self.cohorts.is_empty() {
+            let cohort_rows: Vec<Vec<String>> = self
+                .cohorts
+                .iter()
+                .map(|cohort| {
+                    vec![
+                        cohort.cohort.clone(),
+                        cohort.parent.clone().unwrap_or_default(),
+                        cohort.resource.clone(),
+                        cohort.nominal.clone(),
+                        cohort.used.clone(),
+                        cohort.borrowed.clone(),
+                        cohort.lent.clone(),
+                        cohort.weighted_share.map(|share| share.to_string()).unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            out.push_str(&render_table(
+                &["COHORT", "PARENT", "RESOURCE", "NOMINAL", "USED", "BORROWED", "LENT", "WEIGHTED SHARE"],
+                &cohort_rows,
+            ));
+            out.push('\n');
+        }
         let _ = writeln!(out, "TierPolicy {}:", self.policy);
         if let Some(note) = &self.not_served {
             let _ = writeln!(out, "  NOT SERVED: {note}");

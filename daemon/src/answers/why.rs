@@ -331,7 +331,23 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
     let tier = build_tier_facts(inputs);
     let workload = find_workload(inputs).map(build_workload_facts);
     let hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
-    let summary = build_summary(&hold, inputs, &namespace, &tier);
+    let mut summary = build_summary(&hold, inputs, &namespace, &tier);
+    if let (Some(policy), Some(facts)) = (inputs.policy, workload.as_ref()) {
+        let admitted: Vec<String> = match &hold {
+            Hold::Admitted { flavors, .. } => flavors.clone(),
+            _ => Vec::new(),
+        };
+        let note = super::sharing::sharing_note(
+            &policy.spec,
+            tier.tier.as_deref(),
+            &facts.conditions,
+            &admitted,
+            facts.pending_message.as_deref(),
+        );
+        if let Some(note) = note {
+            summary = format!("{summary} {note}");
+        }
+    }
     WhyAnswer {
         kind: inputs.adapter.kind.to_owned(),
         name,

@@ -28,7 +28,9 @@ pub const POLICY_LABEL: &str = "tiergate.io/policy";
 /// annotation, so cached objects need no annotation map at all (memory with 10,000 LocalQueues).
 pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
 
-/// A Kueue kind tiergate creates, in apply order (dependencies first).
+/// A Kueue kind tiergate creates, in apply order (dependencies first). The in-server gate's policies come last:
+/// nothing refers to them, and each takes the API server seconds to compile, so tenants' LocalQueues are not kept
+/// waiting behind them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum KueueKind {
     /// `Topology`, one per distinct topology level list of the GPU classes (cluster-scoped).
@@ -45,19 +47,25 @@ pub enum KueueKind {
     MultiKueueConfig,
     /// `AdmissionCheck`, one per tier with provisioning or dispatch (cluster-scoped).
     AdmissionCheck,
+    /// `Cohort`, one per `spec.cohorts` entry, parents first (cluster-scoped).
+    Cohort,
     /// `ClusterQueue`, one per tier (cluster-scoped).
     ClusterQueue,
+    /// `LocalQueue`, one per tiered namespace (namespaced).
+    LocalQueue,
     /// `ValidatingAdmissionPolicy` of the in-server gate, one per tier (cluster-scoped).
     ValidatingAdmissionPolicy,
     /// `ValidatingAdmissionPolicyBinding` of the in-server gate, one per tier (cluster-scoped).
     ValidatingAdmissionPolicyBinding,
-    /// `LocalQueue`, one per tiered namespace (namespaced).
-    LocalQueue,
+    /// `MutatingAdmissionPolicy` of the in-server gate, one per tier where served (cluster-scoped).
+    MutatingAdmissionPolicy,
+    /// `MutatingAdmissionPolicyBinding` of the in-server gate, one per tier where served (cluster-scoped).
+    MutatingAdmissionPolicyBinding,
 }
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 11] = [
+    pub const ALL: [Self; 14] = [
         Self::Topology,
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
@@ -65,10 +73,13 @@ impl KueueKind {
         Self::MultiKueueCluster,
         Self::MultiKueueConfig,
         Self::AdmissionCheck,
+        Self::Cohort,
         Self::ClusterQueue,
+        Self::LocalQueue,
         Self::ValidatingAdmissionPolicy,
         Self::ValidatingAdmissionPolicyBinding,
-        Self::LocalQueue,
+        Self::MutatingAdmissionPolicy,
+        Self::MutatingAdmissionPolicyBinding,
     ];
 
     /// The kind's name, e.g. `ClusterQueue`.
@@ -81,9 +92,12 @@ impl KueueKind {
             Self::MultiKueueCluster => "MultiKueueCluster",
             Self::MultiKueueConfig => "MultiKueueConfig",
             Self::AdmissionCheck => "AdmissionCheck",
+            Self::Cohort => "Cohort",
             Self::ClusterQueue => "ClusterQueue",
             Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
+            Self::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
+            Self::MutatingAdmissionPolicyBinding => "MutatingAdmissionPolicyBinding",
             Self::LocalQueue => "LocalQueue",
         }
     }
@@ -98,16 +112,31 @@ impl KueueKind {
             Self::MultiKueueCluster => "multikueueclusters",
             Self::MultiKueueConfig => "multikueueconfigs",
             Self::AdmissionCheck => "admissionchecks",
+            Self::Cohort => "cohorts",
             Self::ClusterQueue => "clusterqueues",
             Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
             Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
+            Self::MutatingAdmissionPolicy => "mutatingadmissionpolicies",
+            Self::MutatingAdmissionPolicyBinding => "mutatingadmissionpolicybindings",
             Self::LocalQueue => "localqueues",
         }
     }
 
     /// Whether the kind is Kueue's (the rest belong to the in-server gate).
     pub fn is_kueue(self) -> bool {
-        !matches!(self, Self::ValidatingAdmissionPolicy | Self::ValidatingAdmissionPolicyBinding)
+        !matches!(
+            self,
+            Self::ValidatingAdmissionPolicy
+                | Self::ValidatingAdmissionPolicyBinding
+                | Self::MutatingAdmissionPolicy
+                | Self::MutatingAdmissionPolicyBinding
+        )
+    }
+
+    /// Whether the API server may not serve the kind (MutatingAdmissionPolicy is GA in Kubernetes 1.36): its
+    /// watch asks discovery first and stays empty where it is not served.
+    pub fn is_optional(self) -> bool {
+        matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding)
     }
 
     /// The kind's API group.
@@ -177,10 +206,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn apply_order_puts_topologies_first_and_local_queues_last() {
+    fn apply_order_puts_topologies_first_and_the_gate_after_local_queues() {
         assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::Topology));
         assert_eq!(KueueKind::ALL.get(1), Some(&KueueKind::ResourceFlavor));
-        assert_eq!(KueueKind::ALL.last(), Some(&KueueKind::LocalQueue));
+        let queues = KueueKind::ALL.iter().position(|kind| *kind == KueueKind::LocalQueue).unwrap();
+        assert!(KueueKind::ALL[queues + 1..].iter().all(|kind| !kind.is_kueue()), "only the gate after LocalQueues");
+        assert!(KueueKind::ALL[..queues].iter().all(|kind| kind.is_kueue()));
         let mut sorted = KueueKind::ALL;
         sorted.sort();
         assert_eq!(sorted, KueueKind::ALL, "Ord must follow apply order");

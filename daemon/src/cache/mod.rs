@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::Client;
 use kube::api::Api;
@@ -234,10 +234,45 @@ fn start_kueue_watches(client: &Client, spawner: &Spawner, policy_name: &str) ->
         } else {
             (watch_config().labels(&build_ownership_selector(policy_name)), Trigger::Always)
         };
-        let events = watcher(api, config).map(move |event| event.map(|event| build_live_event(kind, event)));
+        let events = if kind.is_optional() {
+            watch_if_served(client.clone(), kind, watcher(api, config)).left_stream()
+        } else {
+            watcher(api, config).right_stream()
+        };
+        let events = events.map(move |event| event.map(|event| build_live_event(kind, event)));
         owned.insert(kind, spawner.watch(kind.name(), trigger, Writer::new(kind), events));
     }
     owned
+}
+
+/// `events` when discovery lists `kind`'s resource; otherwise one empty list (the store is synced and stays
+/// empty: nothing of the kind exists to own or prune). A discovery error counts as served, so the watch itself
+/// then reports what is wrong.
+fn watch_if_served<S>(client: Client, kind: KueueKind, events: S) -> impl Stream<Item = S::Item> + Send
+where
+    S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send,
+{
+    let chosen = async move {
+        let group_version = format!("{}/{}", kind.group(), kind.version());
+        let served = match client.list_api_group_resources(&group_version).await {
+            Ok(list) => list.resources.iter().any(|resource| resource.name == kind.plural()),
+            Err(error) => {
+                tracing::warn!(kind = kind.name(), %error, "discovery failed; watching the kind as if served");
+                true
+            }
+        };
+        if served {
+            events.left_stream()
+        } else {
+            tracing::info!(
+                kind = kind.name(),
+                "the API server does not serve this kind; the in-server gate goes without it"
+            );
+            let empty = [Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
+            futures::stream::iter(empty).chain(futures::stream::pending()).right_stream()
+        }
+    };
+    futures::stream::once(chosen).flatten()
 }
 
 /// The management cluster's extra watches: TierPolicies, labelled pods, ReplicaSets and the owner kinds.

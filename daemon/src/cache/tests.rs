@@ -538,8 +538,10 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
     requested.dedup();
     let mut expected = vec!["/api/v1/namespaces".to_owned(), "/api/v1/nodes".to_owned()];
     expected.extend(KueueKind::ALL.map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())));
+    // The one discovery request: whether the gate's optional kinds (MutatingAdmissionPolicy) are served.
+    expected.push("/apis/admissionregistration.k8s.io/v1".to_owned());
     expected.sort();
-    assert_eq!(requested, expected, "no TierPolicy, pod, ReplicaSet, owner-kind or discovery request");
+    assert_eq!(requested, expected, "no TierPolicy, pod, ReplicaSet, owner-kind or other discovery request");
     let snapshot = cache.snapshot.load();
     assert!(snapshot.policy.is_none());
     assert!(snapshot.pods.is_empty());

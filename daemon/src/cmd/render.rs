@@ -11,6 +11,7 @@ use super::CmdError;
 use crate::cli::{OutputFormat, RenderArgs};
 use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
 use crate::plan::fleet::build_fleet;
+use crate::plan::gate::{GateMode, build_gate, gate_summary};
 use crate::validation::validate_policy;
 use crate::view::ClusterView;
 
@@ -49,7 +50,12 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
             worker_views.insert(cluster.name.clone(), management.clone());
         }
     }
-    let fleet = build_fleet(&policy, &management, &worker_views);
+    let mut fleet = build_fleet(&policy, &management, &worker_views);
+    let mode = args.gate.mode();
+    if mode == GateMode::ValidateOnly {
+        fleet.management.mutating_policies.clear();
+        fleet.management.mutating_policy_bindings.clear();
+    }
     if view.is_none() {
         eprintln!(
             "note: no --cluster given, so only cluster-scoped objects are rendered; LocalQueues need a cluster view \
@@ -61,13 +67,8 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     }
     // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
-    eprint!(
-        "{}",
-        crate::plan::gate::gate_summary(&crate::plan::gate::build_gate(
-            &policy.spec,
-            &crate::plan::owned_labels(&policy)
-        ))
-    );
+    eprint!("{}", crate::plan::cohorts::cohort_summary(&policy.spec));
+    eprint!("{}", gate_summary(&build_gate(&policy.spec, &crate::plan::owned_labels(&policy)), mode));
     let text = match args.output {
         OutputFormat::Yaml => fleet.to_yaml_stream()?,
         OutputFormat::Json if fleet.workers.is_empty() => {

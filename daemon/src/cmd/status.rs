@@ -27,6 +27,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
         policy: &fetched.policy,
         other_policies: &fetched.other_policies,
         cluster_queues: &fetched.cluster_queues,
+        cohorts: &fetched.cohorts,
         pools: &pools,
         tier: args.tier.as_deref(),
     })?;

@@ -11,7 +11,7 @@ use serde_json::Value;
 use tiergate_workloads::WorkloadAdapter;
 
 use super::LiveError;
-use crate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
 use crate::cache::kinds::{KueueKind, build_ownership_selector};
 use crate::policy::TierPolicy;
 
@@ -42,6 +42,8 @@ pub struct StatusFetched {
     pub other_policies: Vec<TierPolicy>,
     /// The policy's ClusterQueues.
     pub cluster_queues: Vec<KueueClusterQueue>,
+    /// The policy's Cohorts (selected by the ownership labels, like the ClusterQueues).
+    pub cohorts: Vec<KueueCohort>,
 }
 
 /// The API resource of a workload kind's adapter row (plural: lower-case kind + `s`, true of every row).
@@ -135,7 +137,16 @@ pub async fn fetch_status_inputs(client: &kube::Client, policy_name: Option<&str
     let params = ListParams::default().labels(&build_ownership_selector(&policy_name));
     let queues =
         queues.list(&params).await.map_err(|source| LiveError::List { what: "ClusterQueues".to_owned(), source })?;
-    Ok(StatusFetched { policy, other_policies, cluster_queues: decode_all(queues.items, "ClusterQueue")? })
+    // Cohorts only when the policy declares them: a policy without a tree needs no `cohorts` read access.
+    let cohorts = if policy.spec.cohorts.is_empty() {
+        Vec::new()
+    } else {
+        let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::Cohort.api_resource());
+        let cohorts =
+            cohorts.list(&params).await.map_err(|source| LiveError::List { what: "Cohorts".to_owned(), source })?;
+        decode_all(cohorts.items, "Cohort")?
+    };
+    Ok(StatusFetched { policy, other_policies, cluster_queues: decode_all(queues.items, "ClusterQueue")?, cohorts })
 }
 
 fn decode_all<T: DeserializeOwned>(items: Vec<DynamicObject>, kind: &str) -> Result<Vec<T>, LiveError> {

@@ -248,7 +248,8 @@ mod tests {
         let mut sorted = kinds.clone();
         sorted.sort();
         assert_eq!(kinds, sorted);
-        assert_eq!(kinds.last(), Some(&KueueKind::LocalQueue));
+        assert_eq!(kinds.last(), Some(&KueueKind::MutatingAdmissionPolicyBinding));
+        assert!(kinds.contains(&KueueKind::LocalQueue));
         for desired in &set.objects {
             let labels = desired.object.metadata.labels.clone().unwrap_or_default();
             assert_eq!(labels.get("tiergate.io/policy").map(String::as_str), Some("default"));

@@ -246,14 +246,22 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tracing::debug!("caches not synced yet; not deciding");
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
+    let mutating_served = ctx.mutating_policies.load(Ordering::Relaxed) == 1;
     let cluster_scoped = match desired_cluster_objects(policy) {
-        Ok(objects) => build_desired_set(policy, objects)?,
+        Ok(mut objects) => {
+            // Before Kubernetes 1.36 (or when discovery could not tell) the gate is its validating half only.
+            if !mutating_served {
+                objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_optional));
+            }
+            build_desired_set(policy, objects)?
+        }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
-    let mut applied = apply_cluster_scoped(ctx, &cluster_scoped).await?;
+    let mut applied = apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue).await?;
     let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
     let local_queues = apply_local_queues(ctx, policy, namespaces, &mut applied).await?;
+    applied.extend(apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue).await?);
     // Let a snapshot rebuilt meanwhile be the only one alive while pruning and writing the status.
     drop(snapshot);
     let wanted = prune::Wanted {
@@ -321,11 +329,16 @@ fn live_object(ctx: &Context, kind: KueueKind, desired: &DynamicObject) -> Optio
     store.get(&key)
 }
 
-/// Applies the cluster-scoped objects the cache shows as missing, changed or drifted, kind by kind in apply
-/// order (every object of a kind is applied before the next kind starts).
-async fn apply_cluster_scoped(ctx: &Context, desired: &DesiredSet) -> Result<Vec<String>, ReconcileError> {
+/// Applies the cluster-scoped objects of the kinds `phase` selects that the cache shows as missing, changed or
+/// drifted, kind by kind in apply order (every object of a kind is applied before the next kind starts): the
+/// kinds before LocalQueues, then (after them) the in-server gate's.
+async fn apply_cluster_scoped(
+    ctx: &Context,
+    desired: &DesiredSet,
+    phase: impl Fn(KueueKind) -> bool,
+) -> Result<Vec<String>, ReconcileError> {
     let mut applied = Vec::new();
-    for kind in KueueKind::ALL {
+    for kind in KueueKind::ALL.into_iter().filter(|kind| phase(*kind)) {
         let objects: Vec<DynamicObject> =
             desired.objects.iter().filter(|object| object.kind == kind).map(|object| object.object.clone()).collect();
         apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied).await?;

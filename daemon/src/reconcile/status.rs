@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::blockers::Blocker;
+use crate::plan::gate::GateMode;
 use crate::policy::{QueueMigration, TierPolicyStatus};
 
 /// Condition type: the policy is applied as written.
@@ -22,7 +23,7 @@ pub const SERVED: &str = "Served";
 pub const BLOCKED: &str = "Blocked";
 
 /// Condition type: whether the in-server gate (admission policies run by the API server itself) is installed,
-/// and in which mode (`ValidateOnly`; `ValidateAndMutate` once MutatingAdmissionPolicies are generated).
+/// and in which mode (`ValidateOnly`, or `ValidateAndMutate` where MutatingAdmissionPolicies are applied).
 pub const IN_SERVER_GATE: &str = "InServerGate";
 
 /// What the last reconcile achieved.
@@ -152,28 +153,46 @@ pub fn merge_blocked_condition(
     ));
 }
 
-/// `InServerGate`: True (`ValidateOnly`) when the applied objects include the gate's ValidatingAdmissionPolicies
-/// and their bindings; the message says whether the API server could run MutatingAdmissionPolicies.
+/// `InServerGate`: True when the applied objects include the gate's ValidatingAdmissionPolicies and their
+/// bindings, with the mode as the reason: `ValidateAndMutate` when MutatingAdmissionPolicies and bindings were
+/// applied too, else `ValidateOnly` (the message says why: the API server does not serve them, or discovery failed).
 fn build_in_server_gate(
     object_counts: &BTreeMap<String, i32>,
     mutating_policies_served: Option<bool>,
 ) -> (&'static str, String, String) {
     let count = |kind: &str| object_counts.get(kind).copied().unwrap_or(0);
     let (policies, bindings) = (count("ValidatingAdmissionPolicy"), count("ValidatingAdmissionPolicyBinding"));
-    if policies > 0 && policies == bindings {
-        let message = format!(
-            "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside \
-             the API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; \
-             no MutatingAdmissionPolicies (the webhook alone edits workloads); {}",
-            match mutating_policies_served {
-                Some(true) => "the API server serves MutatingAdmissionPolicy, which tiergate does not generate yet",
-                Some(false) => "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36)",
-                None => "whether the API server serves MutatingAdmissionPolicy is unknown (discovery failed)",
-            }
+    let (mutating, mutating_bindings) = (count("MutatingAdmissionPolicy"), count("MutatingAdmissionPolicyBinding"));
+    if policies == 0 || policies != bindings {
+        return (
+            "False",
+            "NotInstalled".to_owned(),
+            "the policy generated no admission policies (no tiers)".to_owned(),
         );
-        return ("True", "ValidateOnly".to_owned(), message);
     }
-    ("False", "NotInstalled".to_owned(), "the policy generated no admission policies (no tiers)".to_owned())
+    if mutating > 0 && mutating == mutating_bindings {
+        let message = format!(
+            "{policies} ValidatingAdmissionPolicies and {mutating} MutatingAdmissionPolicies with their bindings \
+             (tiergate-gate-<tier>) hold the tier boundary inside the API server: when the webhook does not answer, \
+             a GPU workload gets its tier's queue, class and priority ceiling there, and one still not confined to \
+             its tier is refused, never stored unconstrained"
+        );
+        return ("True", GateMode::ValidateAndMutate.reason().to_owned(), message);
+    }
+    let message = format!(
+        "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside the \
+         API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; {}",
+        match mutating_policies_served {
+            Some(true) => "MutatingAdmissionPolicies are served but not applied yet",
+            Some(false) =>
+                "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36), so the \
+                            webhook alone edits workloads",
+            None =>
+                "whether the API server serves MutatingAdmissionPolicy is unknown (discovery failed), so the \
+                     webhook alone edits workloads",
+        }
+    );
+    ("True", GateMode::ValidateOnly.reason().to_owned(), message)
 }
 
 /// `QuotaReduced`: True naming the tiers whose quota this generation shrank. The second reconcile sees the
@@ -293,6 +312,26 @@ mod tests {
         assert!(gate.message.contains("does not serve MutatingAdmissionPolicy"), "{}", gate.message);
         let without = build_status(None, Some(1), &applied(), &at(0));
         assert_eq!(condition(&without, IN_SERVER_GATE).reason, "NotInstalled");
+    }
+
+    #[test]
+    fn an_applied_gate_with_mutating_policies_reports_validate_and_mutate() {
+        let input = StatusInput::Applied {
+            tier_count: 3,
+            object_counts: BTreeMap::from([
+                ("ValidatingAdmissionPolicy".to_owned(), 3),
+                ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
+                ("MutatingAdmissionPolicy".to_owned(), 3),
+                ("MutatingAdmissionPolicyBinding".to_owned(), 3),
+            ]),
+            migrations: Vec::new(),
+            shrunk_tiers: Vec::new(),
+            mutating_policies_served: Some(true),
+        };
+        let status = build_status(None, Some(1), &input, &at(0));
+        let gate = condition(&status, IN_SERVER_GATE);
+        assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateAndMutate"));
+        assert!(gate.message.contains("3 MutatingAdmissionPolicies"), "{}", gate.message);
     }
 
     #[test]

@@ -1,12 +1,16 @@
 //! The in-server gate evaluated offline: the generated ValidatingAdmissionPolicies and bindings run on an
 //! AdmissionRequest as kube-apiserver runs them (binding namespace selector, resource rules, `matchConditions` in
-//! order, every validation, `failurePolicy: Fail`), with the `cel` crate kube-cel builds on; no I/O.
+//! order, every validation, `failurePolicy: Fail`), and the MutatingAdmissionPolicies' JSON patches (the kind's
+//! removal and addition variables, evaluated, then applied as the fixed mutation expression says), with the `cel`
+//! crate kube-cel builds on; no I/O.
 #![cfg(test)]
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding};
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_cel::cel::{Context, Program, Value as CelValue};
 use serde_json::Value;
@@ -75,17 +79,38 @@ impl CompiledGate {
         Self { gate, programs: std::cell::RefCell::default() }
     }
 
-    fn evaluate(&self, context: &Context<'_>, expression: &str) -> Result<bool, String> {
+    fn program(&self, expression: &str) -> std::rc::Rc<Result<Program, String>> {
         let cached = self.programs.borrow().get(expression).cloned();
-        let program = cached.unwrap_or_else(|| {
+        cached.unwrap_or_else(|| {
             let program = std::rc::Rc::new(Program::compile(expression).map_err(|error| format!("compile: {error}")));
             self.programs.borrow_mut().insert(expression.to_owned(), program.clone());
             program
-        });
-        match program.as_ref() {
+        })
+    }
+
+    fn evaluate(&self, context: &Context<'_>, expression: &str) -> Result<bool, String> {
+        match self.program(expression).as_ref() {
             Ok(program) => execute(program, context),
             Err(error) => Err(error.clone()),
         }
+    }
+
+    fn value(&self, context: &Context<'_>, expression: &str) -> Result<Value, String> {
+        match self.program(expression).as_ref() {
+            Ok(program) => json_of(program, context),
+            Err(error) => Err(error.clone()),
+        }
+    }
+
+    /// [`run_mutating`] with the compiled programs.
+    pub fn run_mutating(&self, request: &Value, namespace_labels: &BTreeMap<String, String>) -> Option<Value> {
+        run_mutating_with(
+            &self.gate,
+            request,
+            namespace_labels,
+            &|context, expression| self.evaluate(context, expression),
+            &|context, expression| self.value(context, expression),
+        )
     }
 
     /// [`run_gate`] with the compiled programs.
@@ -115,6 +140,8 @@ pub fn evaluate(context: &Context<'_>, expression: &str) -> Result<bool, String>
 /// The CEL context of a request: `object`, `oldObject`, `request` (as the API server binds them).
 pub fn context_of(request: &Value) -> Context<'static> {
     let mut context = Context::default();
+    // kube-apiserver's `dyn()` only widens a type for its checker; the value passes through.
+    context.add_function("dyn", passthrough);
     let operation = request["operation"].as_str().unwrap_or_default();
     let object = if operation == "DELETE" { Value::Null } else { request["object"].clone() };
     let old = if operation == "UPDATE" { request["oldObject"].clone() } else { Value::Null };
@@ -128,6 +155,129 @@ pub fn context_of(request: &Value) -> Context<'static> {
     context.add_variable_from_value("request", to_cel(&bound));
     context.add_variable_from_value("params", CelValue::Null);
     context
+}
+
+/// The object after the gate's MutatingAdmissionPolicies, or `None` when none is bound to the request or its
+/// `matchConditions` keep it out (a CEL error skips the policy: `failurePolicy: Ignore`, as the API server does).
+pub fn run_mutating(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> Option<Value> {
+    let value = |context: &Context<'_>, expression: &str| -> Result<Value, String> {
+        let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
+        json_of(&program, context)
+    };
+    run_mutating_with(gate, request, namespace_labels, &evaluate, &value)
+}
+
+/// `program`'s value in `context`, as JSON.
+fn json_of(program: &Program, context: &Context<'_>) -> Result<Value, String> {
+    let value = program.execute(context).map_err(|error| format!("evaluation: {error}"))?;
+    value.json().map_err(|error| format!("as JSON: {error:?}"))
+}
+
+type ValueEvaluator<'e> = &'e dyn Fn(&Context<'_>, &str) -> Result<Value, String>;
+
+fn run_mutating_with(
+    gate: &Gate,
+    request: &Value,
+    namespace_labels: &BTreeMap<String, String>,
+    evaluate: Evaluator<'_>,
+    value: ValueEvaluator<'_>,
+) -> Option<Value> {
+    let namespace = request["namespace"].as_str().unwrap_or_default();
+    let mut labels = namespace_labels.clone();
+    labels.insert("kubernetes.io/metadata.name".to_owned(), namespace.to_owned());
+    let group = request["kind"]["group"].as_str().unwrap_or_default();
+    let kind = request["kind"]["kind"].as_str().unwrap_or_default();
+    let adapter = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind)?;
+    let stem = tiergate::plan::gate::mutate::kind_variable(adapter);
+    let mut object = request["object"].clone();
+    let mut edited = false;
+    let bound = gate.mutating_bindings.iter().filter(|binding| mutating_binding_selects(binding, &labels)).filter_map(
+        |binding| {
+            let name = binding.spec.as_ref()?.policy_name.as_deref()?;
+            gate.mutating_policies.iter().find(|policy| policy.metadata.name.as_deref() == Some(name))
+        },
+    );
+    for policy in bound {
+        let spec = policy.spec.as_ref().unwrap();
+        assert_eq!(spec.failure_policy.as_deref(), Some("Ignore"));
+        let rules = spec.match_constraints.as_ref().and_then(|constraints| constraints.resource_rules.as_ref());
+        let operation = request["operation"].as_str().unwrap_or_default();
+        let matches_rules = rules.into_iter().flatten().any(|rule| {
+            let has = |list: &Option<Vec<String>>, item: &str| list.iter().flatten().any(|entry| entry == item);
+            has(&rule.api_groups, group) && has(&rule.resources, &adapter.plural()) && has(&rule.operations, operation)
+        });
+        if !matches_rules {
+            continue;
+        }
+        let mut current = request.clone();
+        current["object"] = object.clone();
+        let context = context_of(&current);
+        let matched = spec
+            .match_conditions
+            .iter()
+            .flatten()
+            .all(|condition| evaluate(&context, &condition.expression) == Ok(true));
+        if !matched {
+            continue;
+        }
+        let expected = tiergate::plan::gate::mutate::mutation_expression(&stem);
+        assert!(
+            spec.mutations.iter().flatten().any(|mutation| mutation
+                .json_patch
+                .as_ref()
+                .and_then(|patch| patch.expression.as_deref())
+                == Some(expected.as_str())),
+            "{kind}: the policy's mutation is not the fixed expression over its variables"
+        );
+        // The kind's own variables, in order, each seeing those before it as `variables` (the API server evaluates
+        // a variable when first read; another kind's are never read, their mutation being `!<kind> ? [] : ...`).
+        let mut context = context;
+        let mut bound = serde_json::Map::new();
+        for variable in spec.variables.iter().flatten() {
+            let own =
+                variable.name.strip_prefix(stem.as_str()).is_some_and(|rest| rest.starts_with(char::is_uppercase));
+            if !own {
+                continue;
+            }
+            if let Ok(result) = value(&context, &variable.expression) {
+                bound.insert(variable.name.clone(), result);
+                context.add_variable_from_value("variables", to_cel(&Value::Object(bound.clone())));
+            }
+        }
+        let (Some(removals), Some(additions)) =
+            (bound.get(&format!("{stem}Removals")).cloned(), bound.get(&format!("{stem}Additions")).cloned())
+        else {
+            continue;
+        };
+        let mut operations: Vec<Value> =
+            removals.as_array().unwrap().iter().map(|path| serde_json::json!({"op": "remove", "path": path})).collect();
+        operations.extend(
+            additions
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|addition| serde_json::json!({"op": "add", "path": addition["path"], "value": addition["value"]})),
+        );
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(operations)).unwrap();
+        json_patch::patch(&mut object, &patch)
+            .unwrap_or_else(|error| panic!("{kind}: the policy's patch fails: {error}"));
+        edited = true;
+    }
+    edited.then_some(object)
+}
+
+fn mutating_binding_selects(binding: &MutatingAdmissionPolicyBinding, labels: &BTreeMap<String, String>) -> bool {
+    let selector = binding
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.match_resources.as_ref())
+        .and_then(|resources| resources.namespace_selector.as_ref());
+    selector.is_none_or(|selector| selects(selector, labels))
+}
+
+/// `dyn(x)`: `x`.
+fn passthrough(value: CelValue) -> kube_cel::cel::ResolveResult {
+    Ok(value)
 }
 
 /// Runs `gate` on `request` (the AdmissionRequest as JSON) for a namespace with `namespace_labels`.

@@ -1,7 +1,9 @@
 //! The red-team suite: every attack a tenant (create/update on workloads in its own namespace, nothing more) can
 //! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
 
+mod cohort_tree;
 mod fleet;
+mod gate_marks;
 #[path = "../gate_support/mod.rs"]
 mod gate_support;
 mod gpu_classes;

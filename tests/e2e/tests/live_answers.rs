@@ -133,6 +133,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
             policy: &fetched.policy,
             other_policies: &fetched.other_policies,
             cluster_queues: &fetched.cluster_queues,
+            cohorts: &fetched.cohorts,
             pools: &[],
             tier: Some(&tier),
         };

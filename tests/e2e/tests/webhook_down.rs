@@ -1,9 +1,12 @@
 //! End-to-end: the in-server gate holds with the webhook down (issue 27). The daemon reconciles the sample policy
-//! (its ValidatingAdmissionPolicies and bindings among the owned objects), no webhook is registered at all (as when
-//! the pod is down under `failurePolicy: Ignore`), and a bronze tenant (an impersonated user with `edit` in its
-//! namespace) makes the GPU attacks of issue 27: each is refused by the API server with the gate's message, and
-//! CPU-only Pods and Jobs are still created. Skipped (and passing) without a reachable cluster or Kueue's v1beta2
-//! CRDs. See docs/admission.md ("The in-server gate").
+//! (its ValidatingAdmissionPolicies and bindings among the owned objects, and its MutatingAdmissionPolicies where
+//! the API server serves them), no webhook is registered at all (as when the pod is down under `failurePolicy:
+//! Ignore`), and a bronze tenant (an impersonated user with `edit` in its namespace) makes the GPU attacks of
+//! issue 27. Each attack on another class is refused by the API server with the gate's message; where
+//! MutatingAdmissionPolicy is served (Kubernetes 1.36+), a plain GPU Job and Pod are stored in bronze (queue,
+//! class, tolerations, suspend) and a priority above the ceiling is clamped, else they are refused too. CPU-only
+//! Pods and Jobs are created unchanged. Skipped (and passing) without a reachable cluster or Kueue's v1beta2 CRDs.
+//! See docs/admission.md ("The in-server gate").
 
 use std::time::Duration;
 
@@ -16,6 +19,7 @@ use kube::core::{ApiResource, DynamicObject};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use tiergate::admission::gate_marks::{CLASS_ADDED_MARK, GATE_MARKS};
 use tiergate::plan::gate::gate_name;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
@@ -30,15 +34,18 @@ const CONVERGE: Duration = Duration::from_secs(60);
 /// The API server compiles a new policy and starts enforcing it asynchronously (seconds).
 const ENFORCEMENT: Duration = Duration::from_secs(120);
 
+const TEST_NAME: &str = "gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created() {
-    const TEST: &str = "gpu_attacks_with_the_webhook_down_are_refused_and_cpu_workloads_are_created";
-    if let Err(error) = run_cluster_test(TEST, run_scenario).await {
+    if let Err(error) = run_cluster_test(TEST_NAME, run_scenario).await {
         panic!("{error}");
     }
 }
 
 struct Run {
+    /// Whether the API server serves MutatingAdmissionPolicy (validate-and-mutate mode).
+    mutating: bool,
     prefix: String,
     bronze: String,
     tier: String,
@@ -62,7 +69,10 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
         let class = policy.spec.gpu_class(&prefixed(&prefix, name)).ok_or_else(|| format!("no class {name}"))?;
         Ok(serde_json::to_value(&class.node_labels)?)
     };
-    let run = Run { l4: class("l4")?, h100: class("h100")?, prefix: prefix.clone(), bronze, tier };
+    let resources = client.list_api_group_resources("admissionregistration.k8s.io/v1").await?;
+    let mutating = resources.resources.iter().any(|resource| resource.name == "mutatingadmissionpolicies");
+    println!("{TEST_NAME}: MutatingAdmissionPolicy served: {mutating}");
+    let run = Run { mutating, l4: class("l4")?, h100: class("h100")?, prefix: prefix.clone(), bronze, tier };
     let result = attack(client, cleanup, &run).await;
     daemon.stop().await;
     result
@@ -70,25 +80,42 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
 
 async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), HarnessError> {
     let binding = gate_name(&run.tier);
-    wait_for("the bronze gate's binding", CONVERGE, || async {
-        let api: Api<DynamicObject> =
-            Api::all_with(client.clone(), &KueueKind::ValidatingAdmissionPolicyBinding.api_resource());
-        api.get_opt(&binding).await.ok().flatten()
-    })
-    .await?;
+    let mut kinds = vec![KueueKind::ValidatingAdmissionPolicyBinding];
+    if run.mutating {
+        kinds.push(KueueKind::MutatingAdmissionPolicyBinding);
+    }
+    for kind in kinds {
+        wait_for(&format!("the bronze gate's {}", kind.name()), CONVERGE, || async {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
+            api.get_opt(&binding).await.ok().flatten()
+        })
+        .await?;
+    }
     let tenant = tenant_client(client, cleanup, &[&run.bronze]).await?;
     let tier_part = format!("tier {}", run.tier);
 
-    // The API server enforces a new policy once it has compiled it: wait until a plain GPU Job is refused (dry run).
-    wait_for("the API server to enforce the gate", ENFORCEMENT, || async {
+    // The API server enforces a new policy once it has compiled it: wait (dry runs) until a GPU Job selecting h100
+    // is refused, and, in validate-and-mutate mode, until a plain one comes back in bronze's queue.
+    let h100 = json!({"nodeSelector": run.h100});
+    wait_for("the API server to enforce the validating policy", ENFORCEMENT, || async {
         let api: Api<Job> = Api::namespaced(tenant.clone(), &run.bronze);
-        let job: Job = typed(job_body(run, "probe", json!({}), gpu_spec(json!({})))).ok()?;
+        let job: Job = typed(job_body(run, "probe", json!({}), gpu_spec(h100.clone()))).ok()?;
         let params = PostParams { dry_run: true, ..PostParams::default() };
         api.create(&params, &job).await.err().filter(|error| error.to_string().contains(&tier_part))
     })
     .await?;
+    if run.mutating {
+        wait_for("the API server to run the mutating policy", ENFORCEMENT, || async {
+            let api: Api<Job> = Api::namespaced(tenant.clone(), &run.bronze);
+            let job: Job = typed(job_body(run, "probe", json!({}), gpu_spec(json!({})))).ok()?;
+            let params = PostParams { dry_run: true, ..PostParams::default() };
+            let created = api.create(&params, &job).await.ok()?;
+            let queue = created.metadata.labels.as_ref().and_then(|labels| labels.get(QUEUE_NAME_LABEL).cloned());
+            (queue == Some(format!("tiergate-{}", run.tier))).then_some(())
+        })
+        .await?;
+    }
 
-    let h100 = json!({"nodeSelector": run.h100});
     let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [
             {"key": "gpu.nvidia.com/class", "operator": "In", "values": [run.h100["gpu.nvidia.com/class"]]}]}]}}}});
@@ -96,40 +123,89 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), Har
         PRIORITY_CLASS_LABEL: prefixed(&run.prefix, "gpu-ultra")});
     let mut top_priority = job_body(run, "top-priority", queued, gpu_spec(json!({"nodeSelector": run.l4})));
     top_priority["spec"]["suspend"] = json!(true);
-    let attacks: Vec<(&str, Result<(), HarnessError>)> = vec![
+    let refused: Vec<(&str, Result<Value, HarnessError>)> = vec![
         (
             "Job selecting h100",
             create::<Job>(&tenant, run, job_body(run, "h100", json!({}), gpu_spec(h100.clone()))).await,
         ),
         (
-            "Job without a selector",
-            create::<Job>(&tenant, run, job_body(run, "plain", json!({}), gpu_spec(json!({})))).await,
-        ),
-        (
             "Job with h100 node affinity",
             create::<Job>(&tenant, run, job_body(run, "affinity", json!({}), gpu_spec(affinity))).await,
         ),
-        ("Job with the top priority label", create::<Job>(&tenant, run, top_priority).await),
         ("Pod selecting h100", create::<Pod>(&tenant, run, pod_body(run, "h100", gpu_spec(h100.clone()))).await),
         ("Deployment selecting h100", create::<Deployment>(&tenant, run, deployment_body(run, gpu_spec(h100))).await),
     ];
-    for (what, outcome) in attacks {
+    let plain: Vec<(&str, Result<Value, HarnessError>)> = vec![
+        (
+            "Job without a selector",
+            create::<Job>(&tenant, run, job_body(run, "plain", json!({}), gpu_spec(json!({})))).await,
+        ),
+        ("Job with the top priority label", create::<Job>(&tenant, run, top_priority).await),
+        ("Pod without a selector", create::<Pod>(&tenant, run, pod_body(run, "plain", gpu_spec(json!({})))).await),
+    ];
+    if run.mutating {
+        check_stored_in_bronze(run, plain)?;
+    } else {
+        check_refused(&tier_part, plain)?;
+    }
+    check_refused(&tier_part, refused)?;
+
+    // CPU-only controls are created, unchanged.
+    let cpu = json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+        "resources": {"requests": {"cpu": "10m"}}}]});
+    let pod = create::<Pod>(&tenant, run, pod_body(run, "cpu", cpu.clone())).await?;
+    let job = create::<Job>(&tenant, run, job_body(run, "cpu", json!({}), cpu)).await?;
+    for (what, stored) in [("CPU Pod", &pod["metadata"]), ("CPU Job", &job["metadata"])] {
+        ensure(stored.get("annotations").is_none() && stored["labels"].get(QUEUE_NAME_LABEL).is_none(), || {
+            format!("{what} was edited by the gate: {stored}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Validate-and-mutate mode: each plain GPU workload is stored in bronze's queue (queued kinds), on l4 (with the
+/// class's tolerations where the policy added the class), suspended (a Job), with a priority label within the
+/// ceiling, and the policy's marks.
+fn check_stored_in_bronze(run: &Run, created: Vec<(&str, Result<Value, HarnessError>)>) -> Result<(), HarnessError> {
+    let ceiling = prefixed(&run.prefix, "gpu-high");
+    for (what, outcome) in created {
+        let stored = outcome.map_err(|error| format!("{what}: refused with the mutating policy served: {error}"))?;
+        let spec = if stored["kind"] == "Pod" { &stored["spec"] } else { &stored["spec"]["template"]["spec"] };
+        ensure(spec["nodeSelector"] == run.l4, || format!("{what}: stored off l4: {stored}"))?;
+        let class_added = stored["metadata"]["annotations"][CLASS_ADDED_MARK].is_string();
+        ensure(!class_added || spec["tolerations"].as_array().is_some_and(|list| !list.is_empty()), || {
+            format!("{what}: the policy added the class without its tolerations: {stored}")
+        })?;
+        ensure(GATE_MARKS.iter().any(|mark| stored["metadata"]["annotations"][mark].is_string()), || {
+            format!("{what}: stored without the policy's marks: {stored}")
+        })?;
+        if stored["kind"] == "Job" {
+            ensure(stored["metadata"]["labels"][QUEUE_NAME_LABEL] == json!(format!("tiergate-{}", run.tier)), || {
+                format!("{what}: stored outside bronze's queue: {stored}")
+            })?;
+            ensure(stored["spec"]["suspend"] == json!(true), || format!("{what}: stored unsuspended: {stored}"))?;
+        }
+        let priority = &stored["metadata"]["labels"][PRIORITY_CLASS_LABEL];
+        ensure(priority.is_null() || priority == &json!(ceiling), || {
+            format!("{what}: stored with priority {priority}, above bronze's ceiling {ceiling}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Each outcome is a refusal carrying the gate's message (`tier <name>`).
+fn check_refused(tier_part: &str, outcomes: Vec<(&str, Result<Value, HarnessError>)>) -> Result<(), HarnessError> {
+    for (what, outcome) in outcomes {
         match outcome {
-            Ok(()) => return Err(format!("{what}: stored with the webhook down").into()),
+            Ok(stored) => return Err(format!("{what}: stored with the webhook down: {stored}").into()),
             Err(error) => {
                 let message = error.to_string();
-                ensure(message.contains(&tier_part), || {
+                ensure(message.contains(tier_part), || {
                     format!("{what}: refused without the gate's message: {message}")
                 })?;
             }
         }
     }
-
-    // CPU-only controls are created.
-    let cpu = json!({"restartPolicy": "Never", "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-        "resources": {"requests": {"cpu": "10m"}}}]});
-    create::<Pod>(&tenant, run, pod_body(run, "cpu", cpu.clone())).await?;
-    create::<Job>(&tenant, run, job_body(run, "cpu", json!({}), cpu)).await?;
     Ok(())
 }
 
@@ -165,8 +241,8 @@ fn typed<T: DeserializeOwned>(value: Value) -> Result<T, HarnessError> {
     Ok(serde_json::from_value(value)?)
 }
 
-/// Creates `body` as the tenant.
-async fn create<T>(tenant: &Client, run: &Run, body: Value) -> Result<(), HarnessError>
+/// Creates `body` as the tenant; the object as stored.
+async fn create<T>(tenant: &Client, run: &Run, body: Value) -> Result<Value, HarnessError>
 where
     T: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -175,6 +251,6 @@ where
         + std::fmt::Debug,
 {
     let api: Api<T> = Api::namespaced(tenant.clone(), &run.bronze);
-    api.create(&PostParams::default(), &typed::<T>(body)?).await?;
-    Ok(())
+    let stored = api.create(&PostParams::default(), &typed::<T>(body)?).await?;
+    Ok(serde_json::to_value(stored)?)
 }

@@ -6,6 +6,7 @@ mod boundary;
 mod classes;
 mod decision;
 mod error;
+pub mod gate_marks;
 mod lean;
 mod multikueue;
 mod mutate;

@@ -19,6 +19,7 @@ use super::boundary::{self, Reach, TierBounds, Violation};
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::error::MutateError;
+use super::gate_marks::undo_gate_edits;
 use super::multikueue::{CopyCheck, check_copy};
 use super::owners::{OwnerCheck, check_owner};
 use super::patch::{Lookup, child_pointer, patch_at};
@@ -55,6 +56,77 @@ pub fn mutate(request: &Request, snapshot: &Snapshot, inputs: &AdmissionInputs) 
         let reason = format!("tiergate does not handle {}/{} {}", kind.group, kind.version, kind.kind);
         return Decision::unchanged("unknown", Verdict::Skip { reason: "kind_not_handled" }, vec![reason]);
     };
+    if let Some((undone, taken_back)) = gate_edits_taken_back(adapter, request, snapshot) {
+        return decide_on_undone(adapter, undone, taken_back, snapshot, inputs);
+    }
+    decide_or_fail(adapter, request, snapshot, inputs)
+}
+
+/// The request as the tenant sent it, when the in-server gate's MutatingAdmissionPolicies edited it first (a
+/// CREATE carrying their marks, `gate_marks`), with the JSON patch that takes their edits back.
+fn gate_edits_taken_back(
+    adapter: &WorkloadAdapter,
+    request: &Request,
+    snapshot: &Snapshot,
+) -> Option<(Request, json_patch::Patch)> {
+    if request.operation != Operation::Create {
+        return None;
+    }
+    let object = request.object.as_ref()?;
+    let policy = &snapshot.policy.as_ref()?.spec;
+    let namespace = snapshot.namespaces.get(request.namespace.as_deref()?)?;
+    let primary = policy.tier_of(&namespace.labels).and_then(|tier| policy.gpu_class(&tier.gpu_class));
+    let undone = undo_gate_edits(object, adapter, primary)?;
+    let taken_back = json_patch::diff(object, &undone);
+    let request = Request {
+        types: request.types.clone(),
+        uid: request.uid.clone(),
+        kind: request.kind.clone(),
+        sub_resource: request.sub_resource.clone(),
+        name: request.name.clone(),
+        namespace: request.namespace.clone(),
+        operation: request.operation.clone(),
+        user_info: request.user_info.clone(),
+        dry_run: request.dry_run,
+        object: Some(undone),
+        old_object: None,
+    };
+    Some((request, taken_back))
+}
+
+/// The decision on the object as sent, as a patch of the object the policies edited: an allowed decision first
+/// takes their edits back, then applies its own; any other verdict leaves their edits (a refusal refuses, a
+/// skip or a fail-open keeps the object constrained by the policies).
+fn decide_on_undone(
+    adapter: &'static WorkloadAdapter,
+    undone: Request,
+    taken_back: json_patch::Patch,
+    snapshot: &Snapshot,
+    inputs: &AdmissionInputs,
+) -> Decision {
+    let mut decision = decide_or_fail(adapter, &undone, snapshot, inputs);
+    if decision.verdict != Verdict::Allow {
+        decision.patch = json_patch::Patch(Vec::new());
+        decision.object = None;
+        return decision;
+    }
+    let own = std::mem::take(&mut decision.patch.0);
+    decision.patch.0 = taken_back.0.into_iter().chain(own).collect();
+    decision.reasons.insert(
+        0,
+        "the in-server gate's MutatingAdmissionPolicy edited the object first; its edits were taken back and the \
+         webhook decided on the object as sent"
+            .to_owned(),
+    );
+    decision
+}
+
+fn decide_or_fail(
+    adapter: &'static WorkloadAdapter,
+    request: &Request,
+    snapshot: &Snapshot,
+    inputs: &AdmissionInputs,
+) -> Decision {
     match decide(adapter, request, snapshot, inputs) {
         Ok(decision) => decision,
         Err(error) => {

@@ -253,7 +253,7 @@ pub fn shrunk_tiers(spec: &TierPolicySpec, live: impl Fn(&str) -> Option<serde_j
 }
 
 /// `millis` in the unit `like` is written in (binary suffixes as `Gi`/`Mi`/`Ki`), for the summary.
-fn format_millis(millis: i128, like: &str) -> String {
+pub fn format_millis(millis: i128, like: &str) -> String {
     let binary = BINARY_SUFFIXES.iter().any(|(suffix, _)| like.ends_with(suffix));
     let units: &[(&str, i128)] = if binary { &BINARY_UNITS } else { &DECIMAL_UNITS };
     let (suffix, unit) = units.iter().copied().find(|(_, unit)| millis % unit == 0).unwrap_or(("m", 1));

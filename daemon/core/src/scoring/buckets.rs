@@ -129,6 +129,7 @@ mod tests {
             fallback_gpu_classes: vec![],
             quotas: Default::default(),
             cohort: None,
+            sharing: None,
             preemption: None,
             local_queue_name: None,
             placement: None,

@@ -86,7 +86,7 @@ pub fn framework_webhook_kind(group: &str, version: &str, kind: &str, resource: 
 }
 
 /// The manager configuration: webhooks served on loopback from `cert_dir`, health on `health_port`, no leader
-/// election, no metrics listener, no internal certificate management, the given frameworks.
+/// election, no metrics listener, no internal certificate management, the given frameworks, fair sharing on.
 pub fn build_manager_config(webhook_port: u16, cert_dir: &str, health_port: u16, frameworks: &[String]) -> String {
     let config = serde_json::json!({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -99,6 +99,9 @@ pub fn build_manager_config(webhook_port: u16, cert_dir: &str, health_port: u16,
         "internalCertManagement": {"enable": false},
         "manageJobsWithoutQueueName": false,
         "integrations": {"frameworks": frameworks},
+        // Fair sharing on (v1beta2: the block's presence enables it), so the cohort_tree suite sees tiers' and
+        // cohorts' weights at work; Kueue's default strategies. Without cohorts it changes nothing.
+        "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
     });
     config.to_string()
 }

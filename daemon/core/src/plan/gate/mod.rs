@@ -8,12 +8,14 @@
 //! buckets `check_priority_ceiling` lets the tier keep. docs/admission.md "The in-server gate" explains the rules.
 
 pub mod cel;
+pub mod mutate;
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec, ValidatingAdmissionPolicySpec, Validation,
+    MatchCondition, MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, NamedRuleWithOperations,
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta};
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
@@ -39,26 +41,66 @@ pub fn gate_name(tier: &str) -> String {
 
 /// One line for people: the gate's mode and objects (`tiergate render` prints it; the daemon reports the same in
 /// the `InServerGate` status condition).
-pub fn gate_summary(gate: &Gate) -> String {
+pub fn gate_summary(gate: &Gate, mode: GateMode) -> String {
     if gate.policies.is_empty() {
         return "in-server gate: none (the policy has no tiers)\n".to_owned();
     }
     let names: Vec<&str> = gate.policies.iter().filter_map(|policy| policy.metadata.name.as_deref()).collect();
-    format!(
-        "in-server gate: validate only ({} ValidatingAdmissionPolicies and bindings: {}); with the webhook down, GPU \
-         workloads without the tier's class, queue and priority are refused, not stored unconstrained\n",
-        names.len(),
-        names.join(", ")
-    )
+    match mode {
+        GateMode::ValidateOnly => format!(
+            "in-server gate: validate only ({} ValidatingAdmissionPolicies and bindings: {}); with the webhook down, \
+             GPU workloads without the tier's class, queue and priority are refused, not stored unconstrained\n",
+            names.len(),
+            names.join(", ")
+        ),
+        GateMode::ValidateAndMutate => format!(
+            "in-server gate: validate and mutate ({} ValidatingAdmissionPolicies, {} MutatingAdmissionPolicies and \
+             their bindings: {}); with the webhook down, a GPU workload gets its tier's queue, class and priority \
+             ceiling inside the API server, and one that still is not confined to the tier is refused\n",
+            names.len(),
+            gate.mutating_policies.len(),
+            names.join(", ")
+        ),
+    }
 }
 
-/// The in-server gate of a policy: one ValidatingAdmissionPolicy and one binding per tier (tier order).
+/// The in-server gate of a policy: one ValidatingAdmissionPolicy and one binding per tier, and one
+/// MutatingAdmissionPolicy and one binding per tier (tier order; [`mutate`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Gate {
     /// One per tier.
     pub policies: Vec<ValidatingAdmissionPolicy>,
     /// One per tier, selecting the tier's namespaces.
     pub bindings: Vec<ValidatingAdmissionPolicyBinding>,
+    /// One per tier; applied only where the API server serves MutatingAdmissionPolicy (Kubernetes 1.36+).
+    pub mutating_policies: Vec<MutatingAdmissionPolicy>,
+    /// One per tier, selecting the tier's namespaces.
+    pub mutating_bindings: Vec<MutatingAdmissionPolicyBinding>,
+}
+
+/// What the gate does inside the API server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GateMode {
+    /// ValidatingAdmissionPolicies only (MutatingAdmissionPolicy not served, before Kubernetes 1.36): a GPU
+    /// workload the webhook does not answer for is refused.
+    ValidateOnly,
+    /// ValidatingAdmissionPolicies and MutatingAdmissionPolicies: such a workload is admitted into its tier.
+    ValidateAndMutate,
+}
+
+impl GateMode {
+    /// The mode for an API server that does (`true`) or does not serve MutatingAdmissionPolicy.
+    pub fn for_server(serves_mutating_policies: bool) -> Self {
+        if serves_mutating_policies { Self::ValidateAndMutate } else { Self::ValidateOnly }
+    }
+
+    /// The `InServerGate` condition's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Self::ValidateOnly => "ValidateOnly",
+            Self::ValidateAndMutate => "ValidateAndMutate",
+        }
+    }
 }
 
 /// The gate of `spec`, every object labelled with `labels`.
@@ -85,6 +127,9 @@ pub fn build_gate(spec: &TierPolicySpec, labels: &BTreeMap<String, String>) -> G
             },
         });
     }
+    let mutating = mutate::build_mutating_gate(spec, labels);
+    gate.mutating_policies = mutating.policies;
+    gate.mutating_bindings = mutating.bindings;
     gate
 }
 
@@ -113,11 +158,14 @@ fn tier_namespaces(spec: &TierPolicySpec, tier: &Tier) -> LabelSelector {
     }
 }
 
-/// The adapter-table kinds as resource rules (CREATE and UPDATE of the main resource, at the adapter's version;
-/// other served versions arrive converted, `matchPolicy: Equivalent`).
-fn resource_rules() -> Vec<NamedRuleWithOperations> {
+/// The adapter-table kinds as resource rules for `operations` of the main resource, at the adapter's version
+/// (other served versions arrive converted, `matchPolicy: Equivalent`).
+fn resource_rules_for<'a>(
+    operations: &[&str],
+    adapters: impl IntoIterator<Item = &'a WorkloadAdapter>,
+) -> Vec<NamedRuleWithOperations> {
     let mut by_group_version: BTreeMap<(&str, &str), Vec<String>> = BTreeMap::new();
-    for adapter in ADAPTERS {
+    for adapter in adapters {
         by_group_version.entry((adapter.group, adapter.version)).or_default().push(adapter.plural());
     }
     by_group_version
@@ -125,7 +173,7 @@ fn resource_rules() -> Vec<NamedRuleWithOperations> {
         .map(|((group, version), resources)| NamedRuleWithOperations {
             api_groups: Some(vec![group.to_owned()]),
             api_versions: Some(vec![version.to_owned()]),
-            operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
+            operations: Some(operations.iter().map(|operation| (*operation).to_owned()).collect()),
             resources: Some(resources),
             scope: Some("Namespaced".to_owned()),
             resource_names: None,
@@ -139,10 +187,10 @@ fn build_policy_spec(spec: &TierPolicySpec, tier: &Tier) -> ValidatingAdmissionP
         failure_policy: Some(GATE_FAILURE_POLICY.to_owned()),
         match_constraints: Some(MatchResources {
             match_policy: Some("Equivalent".to_owned()),
-            resource_rules: Some(resource_rules()),
+            resource_rules: Some(resource_rules_for(&["CREATE", "UPDATE"], ADAPTERS)),
             ..MatchResources::default()
         }),
-        match_conditions: Some(rules.match_conditions()),
+        match_conditions: Some(rules.match_conditions(ADAPTERS)),
         validations: Some(rules.validations()),
         ..ValidatingAdmissionPolicySpec::default()
     }
@@ -496,7 +544,7 @@ impl<'p> TierRules<'p> {
         Some(format!("(request.operation == 'UPDATE' && {})", all_of(same.collect::<Vec<_>>())))
     }
 
-    fn match_conditions(&self) -> Vec<MatchCondition> {
+    fn match_conditions<'a>(&self, adapters: impl IntoIterator<Item = &'a WorkloadAdapter>) -> Vec<MatchCondition> {
         let admission = &self.spec.admission;
         let mut conditions = Vec::new();
         let users: Vec<&str> =
@@ -526,7 +574,7 @@ impl<'p> TierRules<'p> {
         });
         // One condition per kind (all must hold, so each is `!<kind> || ...`): a condition over every kind at once
         // would pass cel-go's 100,000-code-point limit.
-        for adapter in ADAPTERS {
+        for adapter in adapters {
             conditions.push(MatchCondition {
                 name: format!("{}-asks-for-a-gpu", adapter.kind.to_ascii_lowercase()),
                 expression: format!("!{} || {}", is_kind(adapter), self.asks_gpu(adapter)),
