@@ -131,7 +131,8 @@ async fn timed_reconcile(
     live: OwnedStores,
 ) -> (f64, BTreeMap<String, u64>) {
     let (client, calls) = start_mock(policy);
-    let settings = ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned() };
+    let settings =
+        ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned(), mutating_gate: false };
     let ctx = Context::new(client, settings, snapshot, live, WriteGate::always_open(), Arc::new(Metrics::new()));
     ctx.assume_kueue_discovered();
     let started = Instant::now();
@@ -150,7 +151,8 @@ async fn reconcile_peak_heap(
     live: OwnedStores,
 ) -> f64 {
     let (client, _calls) = start_mock(policy);
-    let settings = ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned() };
+    let settings =
+        ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned(), mutating_gate: false };
     let ctx = Context::new(client, settings, snapshot, live, WriteGate::always_open(), Arc::new(Metrics::new()));
     ctx.assume_kueue_discovered();
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();

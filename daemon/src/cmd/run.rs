@@ -59,6 +59,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
             ledger: Some(ledger.clone()),
             kueue_namespace: args.kueue_namespace.clone(),
             create_lease_namespace: args.create_lease_namespace,
+            mutating_gate: args.mutating_gate,
             policy_choice,
             certificate: Some(webhook.tls_cert.clone()),
         },

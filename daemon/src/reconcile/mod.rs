@@ -77,6 +77,8 @@ pub struct ReconcilerSettings {
     pub policy_name: String,
     /// This replica's identity, used as the event reporter instance.
     pub identity: String,
+    /// Apply the gate's MutatingAdmissionPolicies where the API server serves them (`--mutating-gate`).
+    pub mutating_gate: bool,
 }
 
 /// Everything a reconcile reads and writes through. Cheap to share behind an `Arc`.
@@ -246,7 +248,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tracing::debug!("caches not synced yet; not deciding");
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
-    let mutating_served = ctx.mutating_policies.load(Ordering::Relaxed) == 1;
+    let mutating_served = ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == 1;
     let cluster_scoped = match desired_cluster_objects(policy) {
         Ok(mut objects) => {
             // Before Kubernetes 1.36 (or when discovery could not tell) the gate is its validating half only.

@@ -41,6 +41,8 @@ pub struct ReconcilerOptions {
     pub kueue_namespace: String,
     /// Create `namespace` when the Lease cannot be created because it is missing (`--create-lease-namespace`).
     pub create_lease_namespace: bool,
+    /// Apply the gate's MutatingAdmissionPolicies where served (`--mutating-gate`).
+    pub mutating_gate: bool,
     /// Why `policy_name` was chosen when `--policy-name` was not given (said with a missing policy).
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, watched for a missing or expired certificate.
@@ -120,7 +122,11 @@ pub fn start_reconciler(
     };
     let ctx = Context::new_with_blockers(
         client.clone(),
-        ReconcilerSettings { policy_name: options.policy_name.clone(), identity: options.identity },
+        ReconcilerSettings {
+            policy_name: options.policy_name.clone(),
+            identity: options.identity,
+            mutating_gate: options.mutating_gate,
+        },
         caches.snapshot.clone(),
         caches.owned.clone(),
         gate.clone(),

@@ -183,7 +183,9 @@ fn build_in_server_gate(
         "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside the \
          API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; {}",
         match mutating_policies_served {
-            Some(true) => "MutatingAdmissionPolicies are served but not applied yet",
+            Some(true) =>
+                "the API server serves MutatingAdmissionPolicy, but `tiergate run --mutating-gate` is off, so \
+                           the webhook alone edits workloads",
             Some(false) =>
                 "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36), so the \
                             webhook alone edits workloads",

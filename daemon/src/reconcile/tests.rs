@@ -201,7 +201,8 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
 }
 
 fn context(client: kube::Client, snapshot: SharedSnapshot, live: OwnedStores, gate: Arc<WriteGate>) -> Arc<Context> {
-    let settings = ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned() };
+    let settings =
+        ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned(), mutating_gate: false };
     Context::new(client, settings, snapshot, live, gate, Arc::new(Metrics::new()))
 }
 

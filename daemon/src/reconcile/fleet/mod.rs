@@ -299,6 +299,7 @@ impl Supervisor {
         let settings = ReconcilerSettings {
             policy_name: self.settings.policy_name.clone(),
             identity: self.settings.identity.clone(),
+            mutating_gate: false,
         };
         let worker = Worker::new(name.to_owned(), client, cache, plan, settings, self.inputs.gate.clone(), metrics);
         let running = start_worker(worker, self.inputs.changes.clone(), &self.stop);

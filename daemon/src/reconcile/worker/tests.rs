@@ -311,7 +311,8 @@ fn worker(
     };
     let metrics = Arc::new(Metrics::new());
     let cache = ClusterCache::start(&fake.client, settings, metrics.clone(), shutdown);
-    let reconciler = ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned() };
+    let reconciler =
+        ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned(), mutating_gate: false };
     Worker::new(name.to_owned(), fake.client.clone(), cache, plan, reconciler, gate, metrics)
 }
 
