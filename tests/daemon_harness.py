@@ -35,9 +35,10 @@ KINDS = [
     ("admissionchecks", "AdmissionCheck", False),
     ("cohorts", "Cohort", False),
     ("clusterqueues", "ClusterQueue", False),
+    ("localqueues", "LocalQueue", True),
+    # The in-server gate comes after the LocalQueues: the API server compiles each policy for seconds.
     ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
     ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
-    ("localqueues", "LocalQueue", True),
 ]
 TIERS = ["gold", "silver", "bronze"]
 TIER_LABEL = "tenant.kubenexus.io/tier"
