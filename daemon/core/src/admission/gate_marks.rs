@@ -12,6 +12,7 @@
 use serde_json::Value;
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadAdapter, set_pointer};
 
+use super::classes::toleration_values;
 use super::patch::{Lookup, child_pointer};
 use crate::policy::GpuClass;
 
@@ -48,10 +49,11 @@ pub fn undo_gate_edits(object: &Value, adapter: &WorkloadAdapter, primary: Optio
             QUEUE_WAS_MARK => {
                 let labels = format!("{}/labels", adapter.queue_labels_at);
                 let was = (!value.is_empty()).then(|| Value::String(value.to_owned()));
-                set_label(&mut undone, &labels, QUEUE_NAME_LABEL, was);
+                set_pointer(&mut undone, &child_pointer(&labels, QUEUE_NAME_LABEL), was);
             }
             PRIORITY_WAS_MARK if !value.is_empty() => {
-                set_label(&mut undone, "/metadata/labels", PRIORITY_CLASS_LABEL, Some(Value::String(value.to_owned())));
+                let label = child_pointer("/metadata/labels", PRIORITY_CLASS_LABEL);
+                set_pointer(&mut undone, &label, Some(Value::String(value.to_owned())));
             }
             CLASS_ADDED_MARK => {
                 let Some(class) = primary else { continue };
@@ -66,11 +68,6 @@ pub fn undo_gate_edits(object: &Value, adapter: &WorkloadAdapter, primary: Optio
     Some(undone)
 }
 
-/// Sets (`Some`) or removes (`None`) the label `key` of the labels map at `labels`.
-fn set_label(object: &mut Value, labels: &str, key: &str, value: Option<Value>) {
-    set_pointer(object, &child_pointer(labels, key), value);
-}
-
 /// Takes `class`'s node labels and tolerations out of the pod spec at `spec`.
 fn remove_class(object: &mut Value, spec: &str, class: &GpuClass) {
     let selector = format!("{spec}/nodeSelector");
@@ -81,8 +78,8 @@ fn remove_class(object: &mut Value, spec: &str, class: &GpuClass) {
             }
         }
     }
-    let tolerations: Vec<Value> =
-        class.pod_tolerations().iter().filter_map(|toleration| serde_json::to_value(toleration).ok()).collect();
+    // The webhook's own conversion (a toleration that cannot be serialized matches nothing here).
+    let tolerations = toleration_values(class).unwrap_or_default();
     let list = format!("{spec}/tolerations");
     if let Some(items) = object.lookup_mut(&list).and_then(Value::as_array_mut) {
         items.retain(|item| !tolerations.contains(item));
