@@ -300,11 +300,19 @@ pub struct RunArgs {
     /// `tiergate run --kubeconfig` from a laptop may not find it). Needs `create` on namespaces.
     #[arg(long, env = "TIERGATE_CREATE_LEASE_NAMESPACE", default_value_t = false)]
     pub create_lease_namespace: bool,
-    /// Also apply the in-server gate's MutatingAdmissionPolicies where the API server serves them (Kubernetes
-    /// 1.36+): with the webhook down, plain GPU workloads are then stored in their tier instead of refused. Off by
-    /// default: under a flood of large GPU workloads they add CEL work to every request inside the API server
-    /// (docs/admission.md, "The in-server gate").
-    #[arg(long, env = "TIERGATE_MUTATING_GATE", default_value_t = false)]
+    /// Apply the in-server gate's MutatingAdmissionPolicies where the API server serves them (Kubernetes 1.36+):
+    /// with the webhook down, plain GPU workloads are then stored in their tier instead of refused. `false` keeps
+    /// the validating half alone (refused instead); each matched GPU create then costs the API server one JSON
+    /// patch less (docs/admission.md, "The in-server gate").
+    #[arg(
+        long,
+        env = "TIERGATE_MUTATING_GATE",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        value_name = "true|false"
+    )]
     pub mutating_gate: bool,
     /// Name of the leader-election Lease in `--namespace`.
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]

@@ -184,7 +184,7 @@ fn build_in_server_gate(
          API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; {}",
         match mutating_policies_served {
             Some(true) =>
-                "the API server serves MutatingAdmissionPolicy, but `tiergate run --mutating-gate` is off, so \
+                "the API server serves MutatingAdmissionPolicy, but `tiergate run --mutating-gate=false` is set, so \
                            the webhook alone edits workloads",
             Some(false) =>
                 "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36), so the \

@@ -14,7 +14,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube_cel::cel::{Context, Program, Value as CelValue};
 use serde_json::Value;
-use tiergate::plan::gate::{Gate, build_gate};
+use tiergate::plan::gate::{Gate, build_gate, mutate};
 use tiergate::plan::owned_labels;
 use tiergate::policy::TierPolicy;
 use tiergate_workloads::ADAPTERS;
@@ -188,7 +188,7 @@ fn run_mutating_with(
     let group = request["kind"]["group"].as_str().unwrap_or_default();
     let kind = request["kind"]["kind"].as_str().unwrap_or_default();
     let adapter = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind)?;
-    let stem = tiergate::plan::gate::mutate::kind_variable(adapter);
+    let stem = mutate::kind_variable(adapter);
     let mut object = request["object"].clone();
     let mut edited = false;
     let bound = gate.mutating_bindings.iter().filter(|binding| mutating_binding_selects(binding, &labels)).filter_map(
@@ -220,23 +220,27 @@ fn run_mutating_with(
         if !matched {
             continue;
         }
-        let expected = tiergate::plan::gate::mutate::mutation_expression(&stem);
-        assert!(
-            spec.mutations.iter().flatten().any(|mutation| mutation
-                .json_patch
-                .as_ref()
-                .and_then(|patch| patch.expression.as_deref())
-                == Some(expected.as_str())),
-            "{kind}: the policy's mutation is not the fixed expression over its variables"
+        let expressions: Vec<Option<&str>> = spec
+            .mutations
+            .iter()
+            .flatten()
+            .map(|mutation| mutation.json_patch.as_ref().and_then(|patch| patch.expression.as_deref()))
+            .collect();
+        assert_eq!(
+            expressions,
+            [Some(mutate::MUTATION_EXPRESSION)],
+            "{kind}: the policy's one mutation is not the fixed expression over its variables"
         );
-        // The kind's own variables, in order, each seeing those before it as `variables` (the API server evaluates
-        // a variable when first read; another kind's are never read, their mutation being `!<kind> ? [] : ...`).
+        // The kind's own variables and the shared ones, in order, each seeing those before it as `variables` (the
+        // API server evaluates a variable when first read; another kind's are never read, `variables.additions`
+        // choosing the request kind's).
         let mut context = context;
         let mut bound = serde_json::Map::new();
         for variable in spec.variables.iter().flatten() {
             let own =
                 variable.name.strip_prefix(stem.as_str()).is_some_and(|rest| rest.starts_with(char::is_uppercase));
-            if !own {
+            let shared = [mutate::REMOVALS_VARIABLE, mutate::ADDITIONS_VARIABLE].contains(&variable.name.as_str());
+            if !own && !shared {
                 continue;
             }
             if let Ok(result) = value(&context, &variable.expression) {
@@ -245,7 +249,7 @@ fn run_mutating_with(
             }
         }
         let (Some(removals), Some(additions)) =
-            (bound.get(&format!("{stem}Removals")).cloned(), bound.get(&format!("{stem}Additions")).cloned())
+            (bound.get(mutate::REMOVALS_VARIABLE).cloned(), bound.get(mutate::ADDITIONS_VARIABLE).cloned())
         else {
             continue;
         };

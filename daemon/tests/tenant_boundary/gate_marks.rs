@@ -127,6 +127,35 @@ fn with_the_webhook_down_an_h100_selector_is_not_rewritten_but_refused() {
 }
 
 #[test]
+fn a_foreign_class_job_is_left_to_the_validating_half_not_patched_first() {
+    // The mutating half does not match what the validating half refuses anyway: a tenant's flood of large
+    // foreign-class Jobs costs the API server no JSON patch of each (tests/e2e/tests/tenant_flood.rs).
+    let gate = with_big_stack(|| gate_of(&load_policy(None).unwrap()));
+    let selector = json!({"nodeSelector": {CLASS: "h100"}});
+    let affinity = json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": CLASS, "operator": "In", "values": ["l4", "a100"]}]}]}}}});
+    for (name, spec, annotations) in [
+        ("h100 selector", selector.clone(), json!({})),
+        ("affinity naming a100 beside l4", affinity, json!({})),
+        ("h100 selector with forged marks", selector, forged_marks()),
+    ] {
+        let object = gpu_job(json!({}), annotations, spec);
+        let gate = gate.clone();
+        let request = request_of(&object);
+        let matched = with_big_stack(move || run_mutating(&gate, &request, &bronze_labels()));
+        assert_eq!(matched, None, "{name}: the mutating half matched a foreign-class Job");
+        let message = webhook_down(object.clone()).unwrap_err();
+        assert!(message.contains("tier bronze: GPU pods of a Job must select"), "{name}: {message}");
+        let denied = webhook_up(object, true).unwrap_err();
+        assert!(denied.contains("GPU class"), "{name}: {denied}");
+    }
+    // The tier's own class chosen by the tenant is still matched: the policy adds the queue label and suspend.
+    let own = webhook_down(gpu_job(json!({}), json!({}), json!({"nodeSelector": {CLASS: "l4"}}))).unwrap();
+    assert_in_bronze(&own);
+    assert_eq!(own["spec"]["suspend"], true, "{own:#}");
+}
+
+#[test]
 fn with_the_webhook_down_forged_marks_are_overwritten_or_removed_by_the_policy() {
     let stored = webhook_down(gpu_job(json!({}), forged_marks(), json!({}))).unwrap();
     assert_in_bronze(&stored);

@@ -357,19 +357,9 @@ pub struct InProcessDaemon {
 
 impl InProcessDaemon {
     /// Starts caches, leader election and the controller for `policy_name`, its Lease in `namespace`, with a
-    /// placement ledger kept in step with the pod cache (as `tiergate run` wires it).
+    /// placement ledger kept in step with the pod cache and both halves of the in-server gate (as `tiergate run`
+    /// wires it by default).
     pub fn start(client: &Client, policy_name: &str, namespace: &str, lease_name: &str) -> Self {
-        Self::start_with(client, policy_name, namespace, lease_name, false)
-    }
-
-    /// [`Self::start`], with the in-server gate's MutatingAdmissionPolicies applied where served (`--mutating-gate`).
-    pub fn start_with(
-        client: &Client,
-        policy_name: &str,
-        namespace: &str,
-        lease_name: &str,
-        mutating_gate: bool,
-    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let ledger = Arc::new(PlacementLedger::new(metrics.clone()));
         let shutdown = CancellationToken::new();
@@ -382,7 +372,7 @@ impl InProcessDaemon {
             ledger: Some(ledger.clone()),
             kueue_namespace: "kueue-system".to_owned(),
             create_lease_namespace: false,
-            mutating_gate,
+            mutating_gate: true,
             policy_choice: None,
             certificate: None,
         };

@@ -62,7 +62,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
     let tier = prefixed(&prefix, "bronze");
     create_namespace(client, cleanup, &system, &[]).await?;
     create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &tier)]).await?;
-    let daemon = InProcessDaemon::start_with(client, &prefix, &system, &format!("{prefix}-lease"), true);
+    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
     apply_policy(client, &policy).await?;
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
     let class = |name: &str| -> Result<Value, HarnessError> {

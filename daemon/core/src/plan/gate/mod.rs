@@ -234,18 +234,13 @@ fn resource_regex(name: &str, patterns: impl IntoIterator<Item = String>) -> Str
     let mut alternatives: Vec<String> = prefixes
         .iter()
         .filter(|prefix| !covered(prefix, prefix))
-        .map(|prefix| format!("{}.*", regex_escape(prefix)))
+        .map(|prefix| format!("{}.*", regex_syntax::escape(prefix)))
         .collect();
-    alternatives.extend(exact.iter().filter(|name| !covered(name, "")).map(|name| regex_escape(name)));
+    alternatives.extend(exact.iter().filter(|name| !covered(name, "")).map(|name| regex_syntax::escape(name)));
     if alternatives.is_empty() {
         return "false".to_owned();
     }
     format!("{name}.matches({})", literal(&format!("^({})$", alternatives.join("|"))))
-}
-
-/// `text` with RE2's metacharacters escaped.
-fn regex_escape(text: &str) -> String {
-    text.chars().map(|c| if "\\.+*?()|[]{}^$".contains(c) { format!("\\{c}") } else { c.to_string() }).collect()
 }
 
 /// `field` of `base` or the empty string.
@@ -429,19 +424,8 @@ impl<'p> TierRules<'p> {
             return "true".to_owned();
         }
         let keys = list(self.class_keys());
-        let selector_key = format!("s{depth}");
-        let no_foreign_selector = format!(
-            "(!has({spec}.nodeSelector) || {spec}.nodeSelector.all({selector_key}, !({selector_key} in {keys}) || {}))",
-            self.value_in_tier(&selector_key, &format!("{spec}.nodeSelector[{selector_key}]"))
-        );
         let value = format!("v{depth}");
-        let no_foreign_affinity = self.affinity_terms(spec, depth, Quantifier::All, &|expression| {
-            format!(
-                "!({expression}.key in {keys}) || {expression}.operator != 'In' || !has({expression}.values) || \
-                 {expression}.values.all({value}, {})",
-                self.value_in_tier(&format!("{expression}.key"), &value)
-            )
-        });
+        let no_foreign_choice = self.no_foreign_class(spec, depth);
         let selects_class = any_of(self.classes.iter().map(|class| {
             all_of(class.node_labels.iter().map(|(key, value)| {
                 format!(
@@ -466,7 +450,30 @@ impl<'p> TierRules<'p> {
         if free {
             chosen.push("true".to_owned());
         }
-        format!("({no_foreign_selector} && {no_foreign_affinity} && {})", any_of(chosen))
+        format!("({no_foreign_choice} && {})", any_of(chosen))
+    }
+
+    /// CEL: the pod spec at `spec` selects no GPU class outside the tier, by nodeSelector or a required
+    /// node-affinity `In` term (`true` when the policy allows foreign classes).
+    fn no_foreign_class(&self, spec: &str, depth: usize) -> String {
+        if self.spec.admission.foreign_gpu_class == ForeignClassAction::Allow {
+            return "true".to_owned();
+        }
+        let keys = list(self.class_keys());
+        let selector_key = format!("s{depth}");
+        let no_foreign_selector = format!(
+            "(!has({spec}.nodeSelector) || {spec}.nodeSelector.all({selector_key}, !({selector_key} in {keys}) || {}))",
+            self.value_in_tier(&selector_key, &format!("{spec}.nodeSelector[{selector_key}]"))
+        );
+        let value = format!("v{depth}");
+        let no_foreign_affinity = self.affinity_terms(spec, depth, Quantifier::All, &|expression| {
+            format!(
+                "!({expression}.key in {keys}) || {expression}.operator != 'In' || !has({expression}.values) || \
+                 {expression}.values.all({value}, {})",
+                self.value_in_tier(&format!("{expression}.key"), &value)
+            )
+        });
+        format!("({no_foreign_selector} && {no_foreign_affinity})")
     }
 
     /// CEL: an object of `adapter` asks for a GPU (some template reaches GPU nodes, or a requirement outside the

@@ -3,11 +3,13 @@
 //! with the webhook down a plain GPU workload is admitted into its tier rather than refused; pure.
 //!
 //! One policy and one binding per tier, next to the ValidatingAdmissionPolicy of the same name, with the same
-//! `matchConditions` and namespace selector. Every edit is a JSON patch computed in CEL: a kind's
-//! `variables.<kind>Removals` (the paths of marks a tenant may have forged) and `variables.<kind>Additions`
-//! (`{path, value}` pairs, ancestors created as needed), which the mutation turns into `remove` and `add`
-//! operations. Each edit leaves its mark (`admission::gate_marks`), so the webhook, which the API server calls
-//! after the policies, decides on the object as the tenant sent it.
+//! `matchConditions` and namespace selector. Every edit is a JSON patch computed in CEL: `variables.removals`
+//! (the paths of marks a tenant may have forged) and `variables.additions` (`{path, value}` pairs, ancestors
+//! created as needed; the request kind's `variables.<kind>Additions`), which the policy's one mutation turns into
+//! `remove` and `add` operations. One mutation, not one per kind: the API server encodes, patches, decodes and
+//! defaults the whole object once per mutation, even for an empty patch, which for a tenant's flood of large
+//! objects is most of its cost. Each edit leaves its mark (`admission::gate_marks`), so the webhook, which the API
+//! server calls after the policies, decides on the object as the tenant sent it.
 //!
 //! Templates are edited where a kind holds them at fixed pointers (Pod, Job, CronJob, Deployment, StatefulSet,
 //! LeaderWorkerSet, SparkApplication, the head group of a Ray kind); templates in lists or maps (JobSet, the
@@ -16,14 +18,14 @@
 //! AppWrapper is not matched at all ([`mutated_adapters`]).
 
 use k8s_openapi::api::admissionregistration::v1::{
-    JSONPatch, MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
+    JSONPatch, MatchCondition, MatchResources, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding,
     MutatingAdmissionPolicyBindingSpec, MutatingAdmissionPolicySpec, Mutation, Variable,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter, pointer_tokens};
 
-use super::cel::{Quantifier, guarded_path, list, literal, pointer_path};
+use super::cel::{Quantifier, guarded_path, list, literal, over_templates, pointer_path};
 use super::{TierRules, any_of, gate_name, is_kind, resource_rules_for, tier_namespaces};
 use crate::admission::gate_marks::{CLASS_ADDED_MARK, GATE_MARKS, PRIORITY_WAS_MARK, QUEUE_WAS_MARK};
 use crate::policy::{CeilingAction, ForeignClassAction, GpuClass, Tier, TierPolicySpec};
@@ -33,13 +35,14 @@ use crate::scoring::buckets::{CeilingCheck, check_priority_ceiling, priority_cei
 /// refuses an unconstrained GPU workload, and the webhook still decides when it answers.
 pub const MUTATING_FAILURE_POLICY: &str = "Ignore";
 
-/// The mutation every kind's edit goes through: its removals, then its additions.
-pub fn mutation_expression(kind_variable: &str) -> String {
-    format!(
-        "variables.{kind_variable}Removals.map(p, JSONPatch{{op: 'remove', path: p}}) + \
-         variables.{kind_variable}Additions.map(a, JSONPatch{{op: 'add', path: a.path, value: a.value}})"
-    )
-}
+/// The variable listing the mark paths to remove (any kind).
+pub const REMOVALS_VARIABLE: &str = "removals";
+/// The variable listing the request kind's `{path, value}` additions.
+pub const ADDITIONS_VARIABLE: &str = "additions";
+
+/// The policy's one mutation: the removals, then the additions.
+pub const MUTATION_EXPRESSION: &str = "variables.removals.map(p, JSONPatch{op: 'remove', path: p}) + \
+     variables.additions.map(a, JSONPatch{op: 'add', path: a.path, value: a.value})";
 
 /// The kinds the mutating half edits: every adapter but AppWrapper, whose components hold their templates in a
 /// list of objects of any kind (nothing there has a fixed JSON-patch path, and its GPU condition alone is a quarter
@@ -71,28 +74,25 @@ pub fn build_mutating_gate(spec: &TierPolicySpec, labels: &std::collections::BTr
         let name = gate_name(&tier.name);
         let rules = TierRules::new(spec, tier);
         let mut variables = Vec::new();
-        let mut mutations = Vec::new();
+        let mut branches = Vec::new();
         for adapter in mutated_adapters() {
             let stem = kind_variable(adapter);
             let mut edits = KindEdits::new(&rules, adapter, &stem);
-            let removals = edits.removals();
             let additions = edits.additions();
             // The conditions first: a variable may refer only to those before it.
             variables.append(&mut edits.conditions);
-            variables.push(Variable {
-                name: format!("{stem}Removals"),
-                expression: format!("!{} ? [] : {removals}", is_kind(adapter)),
-            });
-            variables.push(Variable {
-                name: format!("{stem}Additions"),
-                expression: format!("!{} ? [] : {additions}", is_kind(adapter)),
-            });
-            mutations.push(Mutation {
-                patch_type: "JSONPatch".to_owned(),
-                json_patch: Some(JSONPatch { expression: Some(mutation_expression(&stem)) }),
-                apply_configuration: None,
-            });
+            variables.push(Variable { name: format!("{stem}Additions"), expression: additions });
+            branches.push(format!("{} ? variables.{stem}Additions : ", is_kind(adapter)));
         }
+        // The request kind's additions: a variable is evaluated when first read, so only that kind's are.
+        let by_kind = format!("{}[]", branches.concat());
+        variables.push(Variable { name: REMOVALS_VARIABLE.to_owned(), expression: removals() });
+        variables.push(Variable { name: ADDITIONS_VARIABLE.to_owned(), expression: by_kind });
+        let mutations = vec![Mutation {
+            patch_type: "JSONPatch".to_owned(),
+            json_patch: Some(JSONPatch { expression: Some(MUTATION_EXPRESSION.to_owned()) }),
+            apply_configuration: None,
+        }];
         gate.policies.push(MutatingAdmissionPolicy {
             metadata: meta(name.clone()),
             spec: Some(MutatingAdmissionPolicySpec {
@@ -102,7 +102,7 @@ pub fn build_mutating_gate(spec: &TierPolicySpec, labels: &std::collections::BTr
                     resource_rules: Some(resource_rules_for(&["CREATE"], mutated_adapters())),
                     ..MatchResources::default()
                 }),
-                match_conditions: Some(rules.match_conditions(mutated_adapters())),
+                match_conditions: Some(mutating_match_conditions(&rules)),
                 variables: Some(variables),
                 mutations: Some(mutations),
                 // The webhook runs after the policies and leaves a constrained object constrained; nothing here
@@ -124,6 +124,27 @@ pub fn build_mutating_gate(spec: &TierPolicySpec, labels: &std::collections::BTr
         });
     }
     gate
+}
+
+/// The validating policy's `matchConditions`, and per kind: no template selects a GPU class outside the tier.
+/// Such an object is refused by the validating half whatever the mutating half would add (it never rewrites a
+/// class the tenant chose), and by the webhook when it answers; leaving it out spares the API server a JSON patch
+/// of the whole object per request when a tenant floods it with them (`tests/e2e/tests/tenant_flood.rs`).
+fn mutating_match_conditions(rules: &TierRules<'_>) -> Vec<MatchCondition> {
+    let mut conditions = rules.match_conditions(mutated_adapters());
+    if rules.spec.admission.foreign_gpu_class == ForeignClassAction::Allow {
+        return conditions;
+    }
+    for adapter in mutated_adapters() {
+        let choices = over_templates(adapter.templates, "object", Quantifier::All, 0, &|spec, _flat, depth| {
+            rules.no_foreign_class(spec, depth)
+        });
+        conditions.push(MatchCondition {
+            name: format!("{}-selects-no-foreign-class", kind_variable(adapter)),
+            expression: format!("!{} || {choices}", is_kind(adapter)),
+        });
+    }
+    conditions
 }
 
 /// What the policy does to objects of one kind in one tier.
@@ -153,22 +174,6 @@ impl<'r, 'p> KindEdits<'r, 'p> {
         let name = format!("{}{name}", self.stem);
         self.conditions.push(Variable { name: name.clone(), expression });
         format!("variables.{name}")
-    }
-
-    /// CEL list of the mark paths present on the object (a forged mark never survives the policy).
-    fn removals(&self) -> String {
-        let (guard, path) = pointer_path("object", "/metadata/annotations");
-        let parts: Vec<String> = GATE_MARKS
-            .iter()
-            .map(|mark| {
-                format!(
-                    "(({guard}) && {} in {path} ? [{}] : [])",
-                    literal(mark),
-                    literal(&json_pointer(&["metadata", "annotations", mark]))
-                )
-            })
-            .collect();
-        parts.join(" + ")
     }
 
     /// CEL list of `{path, value}` additions: the annotations map if a mark needs it, then each edit and its mark.
@@ -317,6 +322,22 @@ impl<'r, 'p> KindEdits<'r, 'p> {
             self.rules.affinity_terms(spec, 0, Quantifier::Any, &|expression| format!("{expression}.key in {keys}"));
         format!("({selector} || {affinity})")
     }
+}
+
+/// CEL list of the mark paths present on the object, whatever its kind (a forged mark never survives the policy).
+fn removals() -> String {
+    let (guard, path) = pointer_path("object", "/metadata/annotations");
+    let parts: Vec<String> = GATE_MARKS
+        .iter()
+        .map(|mark| {
+            format!(
+                "(({guard}) && {} in {path} ? [{}] : [])",
+                literal(mark),
+                literal(&json_pointer(&["metadata", "annotations", mark]))
+            )
+        })
+        .collect();
+    parts.join(" + ")
 }
 
 /// Whether the pointer `spec` of `adapter` is a flat SparkPodSpec.
