@@ -60,6 +60,9 @@ def job(name, selector, labels, suspend):
 json.dump(job("confined", {"gpu.nvidia.com/class": "l4"}, {"kueue.x-k8s.io/queue-name": queue}, True),
           open(f"{work}/confined.json", "w"))
 json.dump(job("plain", {}, {}, False), open(f"{work}/plain.json", "w"))
+# Another tier's class (the tenant-flood attack): refused by the validating half, not matched by the mutating half.
+json.dump(job("foreign", {"gpu.nvidia.com/class": "h100"}, {"kueue.x-k8s.io/queue-name": queue}, True),
+          open(f"{work}/foreign.json", "w"))
 EOF
 kubectl create namespace "$NAMESPACE" > /dev/null
 kubectl label namespace "$NAMESPACE" tenant.kubenexus.io/tier=bronze > /dev/null
@@ -118,17 +121,20 @@ echo "|---|---|---|---|---|"
 await_plain 201
 measure "none" confined
 measure "none" plain
+measure "none" foreign
 kubectl apply --server-side -f "$WORK/ValidatingAdmissionPolicy.json" -f "$WORK/ValidatingAdmissionPolicyBinding.json" \
     > /dev/null
 await_plain 403
 measure "validating half" confined
 measure "validating half" plain
+measure "validating half" foreign
 if kubectl api-resources --api-group=admissionregistration.k8s.io -o name | grep -q '^mutatingadmissionpolicies'; then
     kubectl apply --server-side -f "$WORK/MutatingAdmissionPolicy.json" -f "$WORK/MutatingAdmissionPolicyBinding.json" \
         > /dev/null
     await_plain 201
     measure "both halves" confined
     measure "both halves" plain
+    measure "both halves" foreign
 else
     echo "(MutatingAdmissionPolicy is not served here: the mutating half is not measured)"
 fi
