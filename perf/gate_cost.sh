@@ -10,13 +10,13 @@
 #   until [ -s /tmp/gate-cp.env ]; do sleep 2; done; set -a; . /tmp/gate-cp.env; set +a
 #   perf/gate_cost.sh              # CREATES=10 per kind of Job and phase
 #
-# Needs KUBECONFIG (a cluster where it may create the namespace tiergate-gate-cost and the gate's cluster-scoped
-# policies `tiergate-gate-bronze`; it deletes all of them on exit), kubectl, curl and python3. Leaves nothing behind.
+# Needs KUBECONFIG (a cluster where it may create a namespace tiergate-gate-cost-<time>-<pid> and the gate's
+# cluster-scoped policies `tiergate-gate-bronze`; it deletes all of them on exit), kubectl, curl and python3.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 CREATES=${CREATES:-10}
-NAMESPACE=tiergate-gate-cost
+NAMESPACE=tiergate-gate-cost-$(date +%s)-$$
 : "${KUBECONFIG:?set KUBECONFIG (e.g. from the e2e harness: target/debug/control-plane up --env-file FILE)}"
 for tool in kubectl curl python3; do
     command -v "$tool" > /dev/null || { echo "gate_cost: $tool is not on PATH" >&2; exit 2; }
@@ -128,7 +128,8 @@ await_plain 403
 measure "validating half" confined
 measure "validating half" plain
 measure "validating half" foreign
-if kubectl api-resources --api-group=admissionregistration.k8s.io -o name | grep -q '^mutatingadmissionpolicies'; then
+SERVED=$(kubectl api-resources --api-group=admissionregistration.k8s.io -o name)
+if grep -q '^mutatingadmissionpolicies\.' <<< "$SERVED"; then
     kubectl apply --server-side -f "$WORK/MutatingAdmissionPolicy.json" -f "$WORK/MutatingAdmissionPolicyBinding.json" \
         > /dev/null
     await_plain 201
