@@ -194,3 +194,37 @@ fn kube_system_is_never_bound() {
         "spec": gpu_spec(h100_selector())});
     assert_eq!(gate(request_of("CREATE", &pod, None)), GateOutcome::NotBound);
 }
+
+/// A bronze GPU CronJob whose job template carries `template_labels`.
+fn cron_job(template_labels: Value) -> Value {
+    json!({"apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "namespace": BRONZE},
+        "spec": {"schedule": "0 2 * * *", "jobTemplate": {
+            "metadata": {"labels": template_labels},
+            "spec": {"template": {"spec": gpu_spec(json!({}))}}}}})
+}
+
+#[test]
+fn a_cron_jobs_job_template_naming_the_top_priority_is_denied_then_clamped_by_the_webhook() {
+    // The CronJob controller creates its Jobs, and the gate exempts controllers: the job template's label is the
+    // Jobs' priority, so the gate judges it on the CronJob.
+    let object = cron_job(json!({"kueue.x-k8s.io/priority-class": "gpu-ultra"}));
+    let message = denial(&gate(request_of("CREATE", &object, None)));
+    assert!(
+        message.contains("priority-class label of a GPU CronJob (its own and at /spec/jobTemplate/metadata) may name \
+             only gpu-high, gpu-medium"),
+        "{message}"
+    );
+    // The webhook clamps it to bronze's ceiling, and the gate then passes what it stores.
+    let snapshot = build_static_snapshot(
+        load_policy(None).unwrap(),
+        parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(),
+        Some("tiergate-system".into()),
+    );
+    let decision = mutate(&tenant_review("CREATE", &object, None, false, &[]), &snapshot, &AdmissionInputs::default());
+    assert_eq!(decision.verdict, Verdict::Allow, "{decision:?}");
+    let mut mutated = object.clone();
+    json_patch::patch(&mut mutated, &decision.patch).unwrap();
+    assert_eq!(mutated["spec"]["jobTemplate"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-high");
+    assert_eq!(gate(request_of("CREATE", &mutated, None)), GateOutcome::Admitted);
+}

@@ -702,6 +702,34 @@ impl Work<'_> {
                 return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
             }
         }
+        self.apply_template_priority_fix(context)
+    }
+
+    /// The same ceiling on the labels the kind's children are created with (a CronJob's job template: its Jobs
+    /// are created by the CronJob controller, which the in-server gate does not judge).
+    fn apply_template_priority_fix(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
+        let labels_at = self.adapter.queue_labels_at;
+        if labels_at == "/metadata" {
+            return Ok(None);
+        }
+        let labels = podspec::string_map(self.after.lookup(labels_at).unwrap_or(&Value::Null), "labels");
+        match priority_fix(context.policy, context.tier, &labels, false, None) {
+            PriorityFix::Keep => {}
+            PriorityFix::Set { class, warning, reason } => {
+                self.edit(labels_at, |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
+                self.warnings.extend(warning.map(|warning| format!("{labels_at}: {warning}")));
+                self.reasons.push(format!("{labels_at}: {reason}"));
+            }
+            PriorityFix::Remove { warning } => {
+                self.set(&child_pointer(&format!("{labels_at}/labels"), PRIORITY_CLASS_LABEL), None);
+                self.warnings.push(format!("{labels_at}: {warning}"));
+            }
+            PriorityFix::Deny { message } => {
+                let message = format!("{labels_at}: {message}");
+                let verdict = Verdict::Deny { reason: "priority_above_ceiling", message: message.clone() };
+                return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
+            }
+        }
         Ok(None)
     }
 

@@ -669,11 +669,18 @@ impl<'p> TierRules<'p> {
                     ),
                 );
             }
+            let label_locations = std::iter::once("/metadata")
+                .chain(Some(adapter.queue_labels_at).filter(|at| *at != "/metadata"))
+                .map(|at| Self::priority_rule(&allowed, at));
             push(
-                vec![Self::priority_rule(&allowed)],
+                label_locations.collect(),
                 format!(
-                    "tier {tier}: the {PRIORITY_CLASS_LABEL} label of a GPU {kind} may name only {}; remove it or \
+                    "tier {tier}: the {PRIORITY_CLASS_LABEL} label of a GPU {kind}{} may name only {}; remove it or \
                      name one of those; {webhook}",
+                    match adapter.queue_labels_at {
+                        "/metadata" => String::new(),
+                        at => format!(" (its own and at {at})"),
+                    },
                     if allowed.is_empty() { "nothing".to_owned() } else { allowed.join(", ") }
                 ),
             );
@@ -719,11 +726,12 @@ impl<'p> TierRules<'p> {
         }
     }
 
-    /// The priority rule: the object's label names a bucket within the ceiling, or is what the old object had
-    /// (the webhook reads the object's own labels, `admission/priority.rs`, for every kind).
-    fn priority_rule(allowed: &[&str]) -> String {
-        let (guard, path) = pointer_path("object", "/metadata/labels");
-        let (old_guard, old_path) = pointer_path("oldObject", "/metadata/labels");
+    /// The priority rule for the labels of the metadata at `at`: the label names a bucket within the ceiling, or
+    /// is what the old object had (the webhook holds the object's own labels and those of a CronJob's job template
+    /// to the ceiling, `admission/priority.rs`).
+    fn priority_rule(allowed: &[&str], at: &str) -> String {
+        let (guard, path) = pointer_path("object", &format!("{at}/labels"));
+        let (old_guard, old_path) = pointer_path("oldObject", &format!("{at}/labels"));
         let label = literal(PRIORITY_CLASS_LABEL);
         format!(
             "(!({guard} && {label} in {path}) || {path}[{label}] in {} || (request.operation == 'UPDATE' && \
