@@ -34,7 +34,7 @@ pub(crate) fn start_owner_watches(
         for (kind, resource) in served {
             let events = owner_events(client.clone(), kind, &resource, config());
             let mut sink = started.sink(kind);
-            spawner.watch_into(kind.kind, Trigger::Never, events, move |event| sink.apply(event));
+            spawner.watch_into(kind.kind, Trigger::Live, events, move |event| sink.apply(event));
         }
         spawner.signals.changed.notify_one();
     });
