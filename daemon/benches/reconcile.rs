@@ -259,7 +259,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         local_queues: queues.as_reader().state(),
         pods: vec![],
         replica_sets: vec![],
-        owners: vec![],
+        owners: None,
         synced: true,
     };
     let snapshot = build_snapshot(&inputs);
@@ -278,7 +278,7 @@ fn measure_owner_index_memory(count: usize) -> f64 {
     let before = dhat::HeapStats::get().curr_bytes;
     let kind = tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" };
     let tables = tiergate::cache::owners::OwnerTables::default();
-    let mut sink = tables.sink();
+    let mut sink = tables.sink(kind);
     for index in 0..count {
         let record = tiergate::owners::OwnerRecord {
             kind,
@@ -289,7 +289,7 @@ fn measure_owner_index_memory(count: usize) -> f64 {
         };
         sink.apply(&watcher::Event::Apply(record));
     }
-    let index = tiergate::owners::OwnerIndex::build(tables.records());
+    let index = tiergate::owners::OwnerIndex::with_store(Some(tables.store()), []);
     let live = dhat::HeapStats::get().curr_bytes.saturating_sub(before);
     std::hint::black_box((&tables, &index));
     drop(profiler);

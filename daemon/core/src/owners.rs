@@ -68,31 +68,210 @@ pub struct OwnerRecord {
     pub controller_uid: Option<String>,
 }
 
-/// Owners by uid, shared by every snapshot until the stores change.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// Owners by uid: the watched kinds' live [`OwnerStore`] (shared with the watches that fill it, read at lookup
+/// time, never copied per snapshot) plus records fixed when the index was built (ReplicaSets, tests).
+#[derive(Clone, Debug, Default)]
 pub struct OwnerIndex {
-    by_uid: HashMap<Arc<str>, Arc<OwnerRecord>>,
+    store: Option<Arc<OwnerStore>>,
+    fixed: HashMap<Arc<str>, Arc<OwnerRecord>>,
 }
 
 impl OwnerIndex {
     /// An index of `records` (a uid seen twice keeps the last record).
     pub fn build(records: impl IntoIterator<Item = Arc<OwnerRecord>>) -> Self {
-        Self { by_uid: records.into_iter().map(|record| (record.uid.clone(), record)).collect() }
+        Self::with_store(None, records)
+    }
+
+    /// An index over the live `store` plus `records` (a uid in both resolves to the record).
+    pub fn with_store(store: Option<Arc<OwnerStore>>, records: impl IntoIterator<Item = Arc<OwnerRecord>>) -> Self {
+        Self { store, fixed: records.into_iter().map(|record| (record.uid.clone(), record)).collect() }
     }
 
     /// The record with `uid`, if any.
-    pub fn get(&self, uid: &str) -> Option<&OwnerRecord> {
-        self.by_uid.get(uid).map(Arc::as_ref)
+    pub fn get(&self, uid: &str) -> Option<Arc<OwnerRecord>> {
+        if let Some(record) = self.fixed.get(uid) {
+            return Some(record.clone());
+        }
+        self.store.as_ref().and_then(|store| store.get(uid)).map(Arc::new)
     }
 
     /// Number of records.
     pub fn len(&self) -> usize {
-        self.by_uid.len()
+        self.fixed.len() + self.store.as_ref().map_or(0, |store| store.len())
     }
 
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A uid as the API server writes it: a canonical lowercase UUID is kept as its 16 bytes, anything else as text,
+/// so a lookup matches exactly the string that was stored (an uppercase spelling of a stored UUID does not).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum OwnerUid {
+    /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, lowercase hex.
+    Uuid([u8; 16]),
+    /// Any other spelling.
+    Text(Box<str>),
+}
+
+impl OwnerUid {
+    /// The compact form of `uid`.
+    pub fn build(uid: &str) -> Self {
+        parse_canonical_uuid(uid).map_or_else(|| Self::Text(uid.into()), Self::Uuid)
+    }
+}
+
+impl std::fmt::Display for OwnerUid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Text(text) => f.write_str(text),
+            Self::Uuid(bytes) => {
+                for (index, byte) in bytes.iter().enumerate() {
+                    if matches!(index, 4 | 6 | 8 | 10) {
+                        f.write_str("-")?;
+                    }
+                    write!(f, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn parse_canonical_uuid(text: &str) -> Option<[u8; 16]> {
+    let text = text.as_bytes();
+    if text.len() != 36 || [8, 13, 18, 23].iter().any(|&dash| text[dash] != b'-') {
+        return None;
+    }
+    let nibble = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut hex = text.iter().enumerate().filter(|(index, _)| ![8, 13, 18, 23].contains(index)).map(|(_, c)| *c);
+    let mut bytes = [0_u8; 16];
+    for byte in &mut bytes {
+        *byte = nibble(hex.next()?)? << 4 | nibble(hex.next()?)?;
+    }
+    Some(bytes)
+}
+
+/// What the store keeps per owner besides its uid and kind: the namespace shared with every other record of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OwnerEntry {
+    namespace: Arc<str>,
+    name: Box<str>,
+}
+
+/// The owners of one watched kind, by compact uid.
+#[derive(Clone, Debug, Default)]
+pub struct OwnerTable {
+    by_uid: HashMap<OwnerUid, OwnerEntry>,
+}
+
+impl OwnerTable {
+    /// Adds or replaces the owner `uid` (`namespace` is shared, see [`NamespaceNames`]).
+    pub fn insert(&mut self, uid: &str, namespace: Arc<str>, name: &str) {
+        self.by_uid.insert(OwnerUid::build(uid), OwnerEntry { namespace, name: name.into() });
+    }
+
+    /// Removes the owner `uid`.
+    pub fn remove(&mut self, uid: &str) {
+        self.by_uid.remove(&OwnerUid::build(uid));
+    }
+
+    /// Number of owners.
+    pub fn len(&self) -> usize {
+        self.by_uid.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
         self.by_uid.is_empty()
+    }
+
+    /// Gives back spare capacity (after a re-list).
+    pub fn shrink_to_fit(&mut self) {
+        self.by_uid.shrink_to_fit();
+    }
+}
+
+/// The watched owner kinds' records, compact (uids as 16 bytes, namespace names shared), one [`OwnerTable`] per
+/// kind; written by the watches, read by every snapshot's [`OwnerIndex`] at lookup time.
+#[derive(Debug, Default)]
+pub struct OwnerStore {
+    kinds: std::sync::RwLock<Vec<(OwnerKind, OwnerTable)>>,
+}
+
+impl OwnerStore {
+    /// Adds an empty table for `kind`; returns its slot.
+    pub fn add_kind(&self, kind: OwnerKind) -> usize {
+        let mut kinds = self.kinds.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kinds.push((kind, OwnerTable::default()));
+        kinds.len() - 1
+    }
+
+    /// Runs `change` on the table in `slot` (nothing when there is none).
+    pub fn update(&self, slot: usize, change: impl FnOnce(&mut OwnerTable)) {
+        let mut kinds = self.kinds.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, table)) = kinds.get_mut(slot) {
+            change(table);
+        }
+    }
+
+    /// Replaces the table in `slot` whole (a re-list).
+    pub fn replace(&self, slot: usize, table: OwnerTable) {
+        self.update(slot, |current| *current = table);
+    }
+
+    /// The owner with `uid`, as a record.
+    pub fn get(&self, uid: &str) -> Option<OwnerRecord> {
+        let key = OwnerUid::build(uid);
+        let kinds = self.kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kinds.iter().find_map(|(kind, table)| {
+            table.by_uid.get(&key).map(|entry| OwnerRecord {
+                kind: *kind,
+                namespace: entry.namespace.to_string(),
+                name: entry.name.to_string(),
+                uid: uid.into(),
+                controller_uid: None,
+            })
+        })
+    }
+
+    /// Number of owners of every kind.
+    pub fn len(&self) -> usize {
+        self.kinds.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter().map(|(_, table)| table.len()).sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One shared `Arc<str>` per namespace name, so thousands of owner records of a namespace hold one copy.
+#[derive(Debug, Default)]
+pub struct NamespaceNames {
+    names: std::collections::HashSet<Arc<str>>,
+}
+
+impl NamespaceNames {
+    /// The shared copy of `name`.
+    pub fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = name.into();
+        self.names.insert(shared.clone());
+        shared
+    }
+
+    /// Forgets names no record holds any more.
+    pub fn forget_unused(&mut self) {
+        self.names.retain(|name| Arc::strong_count(name) > 1);
     }
 }
 
@@ -108,6 +287,33 @@ mod tests {
         assert!(owner_adapter("", "Pod").is_none());
         assert_eq!(OwnerKind { group: "", version: "v1", kind: "Pod" }.api_version(), "v1");
         assert_eq!(REPLICA_SET.api_version(), "apps/v1");
+    }
+
+    #[test]
+    fn a_canonical_uuid_is_kept_as_16_bytes_and_any_other_uid_as_text() {
+        let uid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        assert!(matches!(OwnerUid::build(uid), OwnerUid::Uuid(_)));
+        assert_eq!(OwnerUid::build(uid).to_string(), uid);
+        for other in ["0F8FAD5B-D9CB-469F-A165-70867728950E", "0f8fad5bd9cb469fa16570867728950e", "rs-uid", ""] {
+            assert_eq!(OwnerUid::build(other), OwnerUid::Text(other.into()), "{other}");
+        }
+    }
+
+    #[test]
+    fn the_store_answers_only_the_exact_uid_with_the_kind_namespace_and_name_it_was_given() {
+        let store = Arc::new(OwnerStore::default());
+        let job = OwnerKind { group: "batch", version: "v1", kind: "Job" };
+        let slot = store.add_kind(job);
+        let mut names = NamespaceNames::default();
+        let uid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        store.update(slot, |table| table.insert(uid, names.intern("team-a"), "train"));
+        let index = OwnerIndex::with_store(Some(store.clone()), []);
+        let record = index.get(uid).expect("stored");
+        assert_eq!((record.kind, record.namespace.as_str(), record.name.as_str()), (job, "team-a", "train"));
+        assert_eq!(&*record.uid, uid);
+        assert!(index.get(&uid.to_uppercase()).is_none(), "a uid is matched as written");
+        store.update(slot, |table| table.remove(uid));
+        assert!(index.get(uid).is_none(), "a deleted owner is gone from every snapshot's index at once");
     }
 
     #[test]

@@ -217,9 +217,12 @@ impl ClusterCache {
     }
 }
 
-/// Every watch lists and watches with `resourceVersion=0` semantics (served from the API server's cache).
+/// Every watch lists in pages (`limit`, the watcher's 500 unless a watch sets its own), with the default
+/// most-recent semantics. Not `resourceVersion=0`: the API server serves those lists from its cache whole,
+/// ignoring `limit`, and one 30 MB body of 2,000 nodes or 50,000 Jobs was decoded at once; the allocator kept the
+/// pages it touched resident long after (issue 31, docs/performance.md).
 fn watch_config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
+    watcher::Config::default()
 }
 
 /// One watch per Kueue kind: the objects `policy_name` owns, and every LocalQueue (a tenant's own queue must be

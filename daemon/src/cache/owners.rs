@@ -2,7 +2,6 @@
 //! trimmed to uid, namespace, name and kind, and the tables they fill (no reflector store: its per-object keys
 //! doubled the memory); does I/O.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::decode::map_watch_event;
 use super::wiring::{Spawner, Trigger};
-use crate::owners::{OwnerKind, OwnerRecord, owner_kinds};
+use crate::owners::{NamespaceNames, OwnerKind, OwnerRecord, OwnerStore, OwnerTable, owner_kinds};
 
 /// Wait before asking discovery again after an error other than "not served".
 const DISCOVERY_RETRY: Duration = Duration::from_secs(5);
@@ -34,18 +33,19 @@ pub(crate) fn start_owner_watches(
         started.expect(served.len());
         for (kind, resource) in served {
             let events = owner_events(client.clone(), kind, &resource, config());
-            let mut sink = started.sink();
-            spawner.watch_into(kind.kind, Trigger::Never, events, move |event| sink.apply(event));
+            let mut sink = started.sink(kind);
+            spawner.watch_into(kind.kind, Trigger::Live, events, move |event| sink.apply(event));
         }
         spawner.signals.changed.notify_one();
     });
     tables
 }
 
-/// The owner records of every watched kind, by uid: one table per kind, each replaced whole when its watch
-/// re-lists. Written by the watch tasks, read by the snapshot loop (which shares the records' `Arc`s).
+/// The owner records of every watched kind: the compact [`OwnerStore`] every snapshot's index reads, one table
+/// per kind, each replaced whole when its watch re-lists; plus the bookkeeping of the watches that write it.
 #[derive(Clone, Debug, Default)]
 pub struct OwnerTables {
+    store: Arc<OwnerStore>,
     shared: Arc<Mutex<Tables>>,
     ready: Arc<tokio::sync::Notify>,
 }
@@ -54,14 +54,15 @@ pub struct OwnerTables {
 struct Tables {
     /// How many kinds discovery found served (`None` until it has answered).
     expected: Option<usize>,
-    kinds: Vec<KindTable>,
+    kinds: Vec<KindState>,
+    /// One shared copy of each namespace name the records hold.
+    names: NamespaceNames,
 }
 
 #[derive(Debug, Default)]
-struct KindTable {
-    live: HashMap<Arc<str>, Arc<OwnerRecord>>,
+struct KindState {
     /// The re-list in progress (between `Init` and `InitDone`).
-    relist: Option<HashMap<Arc<str>, Arc<OwnerRecord>>>,
+    relist: Option<OwnerTable>,
     listed: bool,
 }
 
@@ -82,11 +83,13 @@ impl OwnerTables {
     }
 
     /// A writer for one more kind's table.
-    pub fn sink(&self) -> OwnerSink {
+    pub fn sink(&self, kind: OwnerKind) -> OwnerSink {
         let slot = match self.shared.lock() {
             Ok(mut tables) => {
-                tables.kinds.push(KindTable::default());
-                tables.kinds.len() - 1
+                tables.kinds.push(KindState::default());
+                let slot = self.store.add_kind(kind);
+                debug_assert_eq!(slot + 1, tables.kinds.len());
+                slot
             }
             Err(_) => usize::MAX,
         };
@@ -113,41 +116,38 @@ impl OwnerTables {
         }
     }
 
-    /// Every record (shared, not copied).
-    pub fn records(&self) -> Vec<Arc<OwnerRecord>> {
-        self.shared
-            .lock()
-            .map(|tables| tables.kinds.iter().flat_map(|kind| kind.live.values().cloned()).collect())
-            .unwrap_or_default()
+    /// The live store every snapshot's owner index reads (shared, not copied).
+    pub fn store(&self) -> Arc<OwnerStore> {
+        self.store.clone()
     }
 }
 
 impl OwnerSink {
     /// Applies one watch event to this kind's table.
     pub fn apply(&mut self, event: &watcher::Event<OwnerRecord>) {
-        let Ok(mut tables) = self.tables.shared.lock() else { return };
-        let Some(table) = tables.kinds.get_mut(self.slot) else { return };
-        let entry = |record: &OwnerRecord| (record.uid.clone(), Arc::new(record.clone()));
+        let Ok(mut guard) = self.tables.shared.lock() else { return };
+        let tables = &mut *guard;
+        let Some(state) = tables.kinds.get_mut(self.slot) else { return };
+        let store = &self.tables.store;
         match event {
             watcher::Event::Apply(record) => {
-                let (uid, record) = entry(record);
-                table.live.insert(uid, record);
+                let namespace = tables.names.intern(&record.namespace);
+                store.update(self.slot, |table| table.insert(&record.uid, namespace, &record.name));
             }
-            watcher::Event::Delete(record) => {
-                table.live.remove(&record.uid);
-            }
-            watcher::Event::Init => table.relist = Some(HashMap::new()),
+            watcher::Event::Delete(record) => store.update(self.slot, |table| table.remove(&record.uid)),
+            watcher::Event::Init => state.relist = Some(OwnerTable::default()),
             watcher::Event::InitApply(record) => {
-                let (uid, record) = entry(record);
-                table.relist.get_or_insert_with(HashMap::new).insert(uid, record);
+                let namespace = tables.names.intern(&record.namespace);
+                state.relist.get_or_insert_with(OwnerTable::default).insert(&record.uid, namespace, &record.name);
             }
             watcher::Event::InitDone => {
-                if let Some(mut relisted) = table.relist.take() {
+                if let Some(mut relisted) = state.relist.take() {
                     relisted.shrink_to_fit();
-                    table.live = relisted;
+                    store.replace(self.slot, relisted);
+                    tables.names.forget_unused();
                 }
-                table.listed = true;
-                drop(tables);
+                state.listed = true;
+                drop(guard);
                 self.tables.ready.notify_waiters();
             }
         }

@@ -20,7 +20,7 @@ use super::health::Signals;
 use super::live::LiveObject;
 use super::stores::Readers;
 use crate::metrics::Metrics;
-use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET};
+use crate::owners::{OwnerIndex, OwnerRecord, OwnerStore, REPLICA_SET};
 use crate::policy::TierPolicy;
 use crate::view::{NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
 
@@ -76,7 +76,7 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
                 })
                 .unwrap_or_default(),
             replica_sets: management.map(|readers| readers.replica_sets.state()).unwrap_or_default(),
-            owners: management.map(|readers| readers.owners.records()).unwrap_or_default(),
+            owners: management.map(|readers| readers.owners.store()),
             synced: state.synced.load(Ordering::Relaxed),
         };
         let mut snapshot = build_snapshot(&inputs);
@@ -119,8 +119,8 @@ pub struct SnapshotInputs<'a> {
     pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet metadata.
     pub replica_sets: Vec<Arc<PartialObjectMeta<ReplicaSet>>>,
-    /// Records of the owner kinds (Jobs, JobSets, Deployments, ...).
-    pub owners: Vec<Arc<OwnerRecord>>,
+    /// The live records of the owner kinds (Jobs, JobSets, Deployments, ...), if they are watched.
+    pub owners: Option<Arc<OwnerStore>>,
     /// Whether every store has synced.
     pub synced: bool,
 }
@@ -169,7 +169,7 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
     }
 }
 
-/// The owner index: the owner-kind records plus every ReplicaSet (with its controlling Deployment's uid).
+/// The owner index: the live owner-kind store plus every ReplicaSet (with its controlling Deployment's uid).
 fn build_owner_index(inputs: &SnapshotInputs<'_>) -> OwnerIndex {
     let replica_sets = inputs.replica_sets.iter().filter_map(|set| {
         let controller = set.owner_references().iter().find(|owner| owner.controller == Some(true));
@@ -181,5 +181,5 @@ fn build_owner_index(inputs: &SnapshotInputs<'_>) -> OwnerIndex {
             controller_uid: controller.map(|owner| owner.uid.clone()),
         }))
     });
-    OwnerIndex::build(inputs.owners.iter().cloned().chain(replica_sets))
+    OwnerIndex::with_store(inputs.owners.clone(), replica_sets)
 }

@@ -17,10 +17,13 @@ use super::health::{Signals, classify_watch_error};
 /// A stateful filter over one watch's events.
 pub(crate) type EventFilter<K> = Box<dyn FnMut(&watcher::Event<K>) -> bool + Send>;
 
-/// Which watch events re-run the reconcile (every event still rebuilds the snapshot).
+/// Which watch events re-run the reconcile (every event still rebuilds the snapshot, but a live store's).
 pub(crate) enum Trigger<K> {
     /// None (pods, ReplicaSets: the webhook's inputs only).
     Never,
+    /// None, and only a finished list rebuilds the snapshot: the store is read live by every snapshot (the owner
+    /// tables), so rebuilding it for each of 50,000 Jobs' status updates would only burn the webhook's CPU.
+    Live,
     /// Every change.
     Always,
     /// Events the filter accepts (it also sees the initial list, to remember state).
@@ -78,15 +81,19 @@ impl Spawner {
                             event,
                             watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone
                         );
+                        let rebuild = match &trigger {
+                            Trigger::Live => matches!(event, watcher::Event::InitDone),
+                            _ => changed,
+                        };
                         let relevant = match &mut trigger {
-                            Trigger::Never => false,
+                            Trigger::Never | Trigger::Live => false,
                             Trigger::Always => changed,
                             Trigger::When(filter) => filter(event),
                         };
                         if relevant {
                             signals.reconcile_dirty.store(true, Ordering::Relaxed);
                         }
-                        if changed {
+                        if rebuild {
                             signals.changed.notify_one();
                         }
                     }

@@ -6,6 +6,8 @@
 //! point an ownerReference at its own real Job, but cannot write objects as the Job controller. A ReplicaSet is
 //! verified only through its controlling Deployment. Offline there are no caches, so no owner is verified.
 
+use std::sync::Arc;
+
 use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET, owner_adapter};
 use crate::view::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -114,7 +116,7 @@ pub fn is_controller(user: Option<&str>, namespace: &str) -> bool {
     }
 }
 
-fn find<'i>(index: &'i OwnerIndex, controller: &OwnerReference, namespace: &str) -> Result<&'i OwnerRecord, String> {
+fn find(index: &OwnerIndex, controller: &OwnerReference, namespace: &str) -> Result<Arc<OwnerRecord>, String> {
     let Some(record) = index.get(&controller.uid) else {
         return Err(format!("no {} with uid {} exists in namespace {namespace}", controller.kind, controller.uid));
     };
