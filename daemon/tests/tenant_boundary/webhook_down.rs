@@ -211,8 +211,10 @@ fn a_cron_jobs_job_template_naming_the_top_priority_is_denied_then_clamped_by_th
     let object = cron_job(json!({"kueue.x-k8s.io/priority-class": "gpu-ultra"}));
     let message = denial(&gate(request_of("CREATE", &object, None)));
     assert!(
-        message.contains("priority-class label of a GPU CronJob (its own and at /spec/jobTemplate/metadata) may name \
-             only gpu-high, gpu-medium"),
+        message.contains(
+            "priority-class label of a GPU CronJob (its own and at /spec/jobTemplate/metadata) may name \
+             only gpu-high, gpu-medium"
+        ),
         "{message}"
     );
     // The webhook clamps it to bronze's ceiling, and the gate then passes what it stores.
