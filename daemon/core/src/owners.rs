@@ -127,35 +127,16 @@ impl std::fmt::Display for OwnerUid {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Text(text) => f.write_str(text),
-            Self::Uuid(bytes) => {
-                for (index, byte) in bytes.iter().enumerate() {
-                    if matches!(index, 4 | 6 | 8 | 10) {
-                        f.write_str("-")?;
-                    }
-                    write!(f, "{byte:02x}")?;
-                }
-                Ok(())
-            }
+            Self::Uuid(bytes) => write!(f, "{}", uuid::Uuid::from_bytes(*bytes).hyphenated()),
         }
     }
 }
 
+/// The bytes of `text` when it is a UUID spelled exactly as its canonical lowercase hyphenated form.
 fn parse_canonical_uuid(text: &str) -> Option<[u8; 16]> {
-    let text = text.as_bytes();
-    if text.len() != 36 || [8, 13, 18, 23].iter().any(|&dash| text[dash] != b'-') {
-        return None;
-    }
-    let nibble = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut hex = text.iter().enumerate().filter(|(index, _)| ![8, 13, 18, 23].contains(index)).map(|(_, c)| *c);
-    let mut bytes = [0_u8; 16];
-    for byte in &mut bytes {
-        *byte = nibble(hex.next()?)? << 4 | nibble(hex.next()?)?;
-    }
-    Some(bytes)
+    let uuid = uuid::Uuid::try_parse(text).ok()?;
+    let mut buffer = uuid::Uuid::encode_buffer();
+    (uuid.hyphenated().encode_lower(&mut buffer) == text).then(|| *uuid.as_bytes())
 }
 
 /// What the store keeps per owner besides its uid and kind: the namespace shared with every other record of it.
