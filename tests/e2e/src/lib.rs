@@ -355,6 +355,9 @@ pub struct InProcessDaemon {
     shutdown: CancellationToken,
 }
 
+/// How long [`InProcessDaemon::stop`] waits for the daemon's tasks.
+const STOP_BOUND: Duration = Duration::from_secs(60);
+
 impl InProcessDaemon {
     /// Starts caches, leader election and the controller for `policy_name`, its Lease in `namespace`, with a
     /// placement ledger kept in step with the pod cache and both halves of the in-server gate (as `tiergate run`
@@ -409,7 +412,11 @@ impl InProcessDaemon {
     /// Stops it (releasing the Lease) and waits until it has stopped.
     pub async fn stop(self) {
         self.shutdown.cancel();
-        self.running.stopped().await;
+        // Bounded, so a task that misses the cancellation shows in the log instead of stalling the suite; the
+        // runtime drops whatever is left when the test ends.
+        if tokio::time::timeout(STOP_BOUND, self.running.stopped()).await.is_err() {
+            println!("the in-process daemon's tasks did not all stop within {STOP_BOUND:?} of the shutdown");
+        }
     }
 
     /// Sum of every series of the counter or gauge `family` (e.g. `tiergate_api_writes_total`).
