@@ -724,6 +724,12 @@ impl WorkloadAdapter {
         !matches!(self.queueing, Queueing::NotQueued)
     }
 
+    /// The metadata whose `kueue.x-k8s.io/priority-class` label is held to a tier's ceiling: the object's own, and
+    /// for a kind whose children are created with `queue_labels_at`'s labels (a CronJob's job template) those too.
+    pub fn priority_labels_at(&self) -> impl Iterator<Item = &'static str> {
+        std::iter::once("/metadata").chain(Some(self.queue_labels_at).filter(|at| *at != "/metadata"))
+    }
+
     /// The pointer to the kind's boolean `suspend` field, if Kueue gates the kind with one.
     pub fn suspend_pointer(&self) -> Option<&'static str> {
         match self.queueing {

@@ -684,48 +684,39 @@ impl Work<'_> {
         });
         // Kueue's pod integration queues a Pod the user labelled with a queue: its priority works the same way.
         let queued = self.adapter.is_queued() || labels.contains_key(QUEUE_NAME_LABEL);
-        match priority_fix(context.policy, context.tier, &labels, queued, pod_priority_class.as_deref()) {
-            PriorityFix::Keep => {}
-            PriorityFix::Set { class, warning, reason } => {
-                self.edit("/metadata", |metadata| {
-                    podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class)
-                })?;
-                self.warnings.extend(warning);
-                self.reasons.push(reason);
-            }
-            PriorityFix::Remove { warning } => {
-                self.set(&child_pointer("/metadata/labels", PRIORITY_CLASS_LABEL), None);
-                self.warnings.push(warning);
-            }
-            PriorityFix::Deny { message } => {
-                let verdict = Verdict::Deny { reason: "priority_above_ceiling", message: message.clone() };
-                return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
+        for at in self.adapter.priority_labels_at() {
+            // A CronJob's job template: its Jobs are created by the CronJob controller, which the in-server gate
+            // does not judge, so the label they are created with is held to the ceiling here.
+            let fix = if at == "/metadata" {
+                priority_fix(context.policy, context.tier, &labels, queued, pod_priority_class.as_deref())
+            } else {
+                let labels = podspec::string_map(self.after.lookup(at).unwrap_or(&Value::Null), "labels");
+                priority_fix(context.policy, context.tier, &labels, false, None)
+            };
+            if let Some(denial) = self.apply_priority_fix_at(at, fix)? {
+                return Ok(Some(denial));
             }
         }
-        self.apply_template_priority_fix(context)
+        Ok(None)
     }
 
-    /// The same ceiling on the labels the kind's children are created with (a CronJob's job template: its Jobs
-    /// are created by the CronJob controller, which the in-server gate does not judge).
-    fn apply_template_priority_fix(&mut self, context: &TierContext<'_>) -> Result<Option<Decision>, MutateError> {
-        let labels_at = self.adapter.queue_labels_at;
-        if labels_at == "/metadata" {
-            return Ok(None);
-        }
-        let labels = podspec::string_map(self.after.lookup(labels_at).unwrap_or(&Value::Null), "labels");
-        match priority_fix(context.policy, context.tier, &labels, false, None) {
+    /// Carries out `fix` on the labels of the metadata at `at` (notes about another place than the object's own
+    /// metadata name it); `Some` is a denial.
+    fn apply_priority_fix_at(&mut self, at: &str, fix: PriorityFix) -> Result<Option<Decision>, MutateError> {
+        let place = |note: String| if at == "/metadata" { note } else { format!("{at}: {note}") };
+        match fix {
             PriorityFix::Keep => {}
             PriorityFix::Set { class, warning, reason } => {
-                self.edit(labels_at, |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
-                self.warnings.extend(warning.map(|warning| format!("{labels_at}: {warning}")));
-                self.reasons.push(format!("{labels_at}: {reason}"));
+                self.edit(at, |metadata| podspec::set_string(metadata, "labels", PRIORITY_CLASS_LABEL, &class))?;
+                self.warnings.extend(warning.map(place));
+                self.reasons.push(place(reason));
             }
             PriorityFix::Remove { warning } => {
-                self.set(&child_pointer(&format!("{labels_at}/labels"), PRIORITY_CLASS_LABEL), None);
-                self.warnings.push(format!("{labels_at}: {warning}"));
+                self.set(&child_pointer(&format!("{at}/labels"), PRIORITY_CLASS_LABEL), None);
+                self.warnings.push(place(warning));
             }
             PriorityFix::Deny { message } => {
-                let message = format!("{labels_at}: {message}");
+                let message = place(message);
                 let verdict = Verdict::Deny { reason: "priority_above_ceiling", message: message.clone() };
                 return Ok(Some(Decision::unchanged(self.adapter.kind, verdict, vec![message])));
             }

@@ -669,11 +669,8 @@ impl<'p> TierRules<'p> {
                     ),
                 );
             }
-            let label_locations = std::iter::once("/metadata")
-                .chain(Some(adapter.queue_labels_at).filter(|at| *at != "/metadata"))
-                .map(|at| Self::priority_rule(&allowed, at));
             push(
-                label_locations.collect(),
+                adapter.priority_labels_at().map(|at| Self::priority_rule(&allowed, at)).collect(),
                 format!(
                     "tier {tier}: the {PRIORITY_CLASS_LABEL} label of a GPU {kind}{} may name only {}; remove it or \
                      name one of those; {webhook}",
