@@ -5,7 +5,11 @@ use kube::runtime::events::EventType;
 
 use super::prune::Retired;
 use super::{Context, writes};
-use crate::policy::TierPolicy;
+use crate::policy::{QueueMigration, TierPolicy};
+
+/// Up to this many namespaces moved in one reconcile get a `QueueMigrated` Event each; more (a relabel of many
+/// namespaces at once) get one Event that names the first few and counts the rest, instead of one write each.
+const MIGRATION_EVENTS: usize = 8;
 
 /// Events for what this reconcile changed (none in a steady state).
 pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, applied: &[String], retired: &Retired) {
@@ -16,6 +20,13 @@ pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, a
     if !retired.deleted.is_empty() {
         let note = build_list_note(&format!("pruned {} objects", retired.deleted.len()), &retired.deleted);
         writes::publish_event(ctx, policy, EventType::Normal, "Pruned", note).await;
+    }
+    if retired.stopped.len() > MIGRATION_EVENTS {
+        let moves: Vec<String> = retired.stopped.iter().map(build_move).collect();
+        let summary = format!("{} namespaces moved to another tier's LocalQueue", moves.len());
+        let note = build_list_note(&summary, &moves);
+        writes::publish_event(ctx, policy, EventType::Normal, "QueueMigrated", note).await;
+        return;
     }
     for migration in &retired.stopped {
         let note = if migration.remaining_workloads == 0 {
@@ -30,6 +41,16 @@ pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, a
             )
         };
         writes::publish_event(ctx, policy, EventType::Normal, "QueueMigrated", note).await;
+    }
+}
+
+/// One namespace's move in a summary note: `team-a tiergate-gold -> tiergate-silver (3 workloads draining)`.
+fn build_move(migration: &QueueMigration) -> String {
+    let QueueMigration { namespace, from_queue, to_queue, remaining_workloads } = migration;
+    if *remaining_workloads == 0 {
+        format!("{namespace} {from_queue} -> {to_queue}")
+    } else {
+        format!("{namespace} {from_queue} -> {to_queue} ({remaining_workloads} workloads draining)")
     }
 }
 

@@ -27,7 +27,7 @@ pub use self::error::ReconcileError;
 /// reverse); re-exported so `reconcile::kinds` and `reconcile::live` keep resolving.
 pub use crate::cache::{OwnedStores, kinds, live};
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,7 +44,7 @@ use self::desired::{DesiredSet, build_desired_set, desired_cluster_objects, desi
 use self::diff::build_apply_need;
 use self::discovery::discover_kueue;
 use self::fleet::health::FleetHealth;
-use self::kinds::{KueueKind, display_name};
+use self::kinds::{APPLIED_HASH_LABEL, KueueKind, display_name};
 use self::lease::WriteGate;
 use self::live::LiveObject;
 use self::status::StatusInput;
@@ -65,6 +65,9 @@ const UNSYNCED_RETRY: Duration = Duration::from_secs(2);
 const RESYNC: Duration = Duration::from_secs(300);
 /// Re-check of draining LocalQueues (their status changes also trigger a reconcile).
 const DRAIN_RECHECK: Duration = Duration::from_secs(30);
+/// At most this many rounds of LocalQueue applies in one reconcile when the namespaces keep changing meanwhile
+/// (see [`apply_local_queues_until_still`]); the bound keeps a steady stream of relabels from postponing pruning.
+const LOCAL_QUEUE_ROUNDS: usize = 10;
 
 /// The blockers a reconcile sets from its own failures, and clears once it applies.
 const RECONCILE_BLOCKERS: [BlockedReason; 3] =
@@ -261,8 +264,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     };
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue).await?;
-    let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
-    let local_queues = apply_local_queues(ctx, policy, namespaces, &mut applied).await?;
+    let (local_queues, snapshot) = apply_local_queues_until_still(ctx, policy, snapshot, &mut applied).await?;
     applied.extend(apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue).await?);
     // Let a snapshot rebuilt meanwhile be the only one alive while pruning and writing the status.
     drop(snapshot);
@@ -343,9 +345,49 @@ async fn apply_cluster_scoped(
     for kind in KueueKind::ALL.into_iter().filter(|kind| phase(*kind)) {
         let objects: Vec<DynamicObject> =
             desired.objects.iter().filter(|object| object.kind == kind).map(|object| object.object.clone()).collect();
-        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied).await?;
+        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied, &mut SentBodies::new()).await?;
     }
     Ok(applied)
+}
+
+/// Applies the LocalQueues of `snapshot`'s namespaces, then again for as long as the namespaces changed meanwhile
+/// (at most [`LOCAL_QUEUE_ROUNDS`] rounds): a relabel of many namespaces arrives over seconds, and every relabeled
+/// namespace gets its new queue before any old queue is pruned. Returns the last round's wanted queues and the
+/// snapshot they came from.
+async fn apply_local_queues_until_still(
+    ctx: &Context,
+    policy: &TierPolicy,
+    mut snapshot: Arc<Snapshot>,
+    applied: &mut Vec<String>,
+) -> Result<(HashMap<String, String>, Arc<Snapshot>), ReconcileError> {
+    let mut sent = SentBodies::new();
+    let mut round = 1;
+    loop {
+        let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
+        let wanted = apply_local_queues(ctx, policy, namespaces, applied, &mut sent).await?;
+        let latest = ctx.snapshot.load_full();
+        if round >= LOCAL_QUEUE_ROUNDS || !latest.synced || same_namespaces(&snapshot, &latest) {
+            return Ok((wanted, snapshot));
+        }
+        tracing::debug!(round, "namespaces changed while LocalQueues were applied; applying again before pruning");
+        snapshot = latest;
+        round += 1;
+    }
+}
+
+/// Whether two snapshots hold the very same namespace views (the caches share unchanged views between snapshots).
+fn same_namespaces(left: &Snapshot, right: &Snapshot) -> bool {
+    left.namespaces.len() == right.namespaces.len()
+        && left.namespaces.values().zip(right.namespaces.values()).all(|(left, right)| Arc::ptr_eq(left, right))
+}
+
+/// The bodies one reconcile already applied, by object and applied-body hash: a later round of the same reconcile
+/// does not apply them again while the watch cache has not caught up with the first.
+pub(super) type SentBodies = HashSet<(Option<String>, String, String)>;
+
+fn sent_key(object: &DynamicObject) -> Option<(Option<String>, String, String)> {
+    let hash = object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL)?;
+    Some((object.metadata.namespace.clone(), object.name_any(), hash.clone()))
 }
 
 /// Streams the desired LocalQueues: each is built, compared with the cache, applied if needed and dropped, so
@@ -355,6 +397,7 @@ async fn apply_local_queues(
     policy: &TierPolicy,
     namespaces: Vec<&NamespaceView>,
     applied: &mut Vec<String>,
+    sent: &mut SentBodies,
 ) -> Result<HashMap<String, String>, ReconcileError> {
     let mut wanted = HashMap::new();
     let queues = desired_local_queues(policy, namespaces).map(|queue| {
@@ -364,22 +407,28 @@ async fn apply_local_queues(
         }
         Ok(queue)
     });
-    apply_kind(ctx, KueueKind::LocalQueue, queues, applied).await?;
+    apply_kind(ctx, KueueKind::LocalQueue, queues, applied, sent).await?;
     Ok(wanted)
 }
 
-/// Applies the objects of one kind that need a write, up to [`APPLY_CONCURRENCY`] at once; objects are pulled
-/// from `desired` only as slots free up. The first error stops the kind (in-flight applies are dropped) and is
-/// returned; the next reconcile, after the error policy's backoff, starts over from the cache.
+/// Applies the objects of one kind that need a write and are not in `sent`, up to [`APPLY_CONCURRENCY`] at once;
+/// objects are pulled from `desired` only as slots free up, and each applied one is added to `sent`. The first
+/// error stops the kind (in-flight applies are dropped) and is returned; the next reconcile, after the error
+/// policy's backoff, starts over from the cache.
 async fn apply_kind(
     ctx: &Context,
     kind: KueueKind,
     desired: impl Iterator<Item = Result<DynamicObject, ReconcileError>>,
     applied: &mut Vec<String>,
+    sent: &mut SentBodies,
 ) -> Result<(), ReconcileError> {
+    let already_sent: &SentBodies = sent;
     let writes = desired
         .filter_map(|object| match object {
             Ok(object) => {
+                if sent_key(&object).is_some_and(|key| already_sent.contains(&key)) {
+                    return None;
+                }
                 let need = build_apply_need(&object, live_object(ctx, kind, &object).as_deref());
                 need.needs_write().then_some(Ok((object, need)))
             }
@@ -389,12 +438,17 @@ async fn apply_kind(
             let (object, need) = candidate?;
             tracing::info!(kind = kind.name(), name = %display_name(&object), ?need, "applying");
             writes::apply_object(ctx, kind, &object).await?;
-            Ok::<String, ReconcileError>(format!("{} {}", kind.name(), display_name(&object)))
+            Ok::<_, ReconcileError>((format!("{} {}", kind.name(), display_name(&object)), sent_key(&object)))
         });
     let mut writes = futures::stream::iter(writes).buffer_unordered(APPLY_CONCURRENCY);
+    let mut newly_sent = Vec::new();
     while let Some(result) = writes.next().await {
-        applied.push(result?);
+        let (name, key) = result?;
+        applied.push(name);
+        newly_sent.extend(key);
     }
+    drop(writes);
+    sent.extend(newly_sent);
     Ok(())
 }
 

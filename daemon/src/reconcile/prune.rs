@@ -1,13 +1,16 @@
 //! Retiring owned objects that are no longer desired: selected by both ownership labels, deleted in reverse
-//! apply order with preconditions; LocalQueues follow the tier-change rule of [`super::migration`]; does I/O.
+//! apply order (a few at a time within a kind) with preconditions; LocalQueues follow the tier-change rule of
+//! [`super::migration`]; does I/O.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use futures::StreamExt;
+
 use super::kinds::KueueKind;
 use super::live::LiveObject;
 use super::migration::{QueueOccupancy, RetireAction, build_migration, build_retire_action, build_stop_body};
-use super::{Context, ReconcileError, writes};
+use super::{APPLY_CONCURRENCY, Context, ReconcileError, writes};
 use crate::policy::QueueMigration;
 
 /// What this reconcile wants to exist, by key only (the bodies were applied and dropped one at a time).
@@ -39,8 +42,17 @@ pub(super) struct Retired {
     pub(super) draining: usize,
 }
 
-/// Deletes owned objects no longer desired (selected by both ownership labels, in reverse apply order);
-/// LocalQueues that still hold workloads are stopped first and deleted once empty.
+/// What retiring one orphan came to.
+enum Outcome {
+    /// Deleted; for a LocalQueue replaced in its namespace, the migration it completes.
+    Deleted { name: String, migration: Option<QueueMigration> },
+    /// Kept until it is empty: stopped now (`stopped`) or already stopped, and the migration still in progress.
+    Draining { stopped: Option<QueueMigration>, migration: Option<QueueMigration> },
+}
+
+/// Deletes owned objects no longer desired (selected by both ownership labels), kind by kind in reverse apply
+/// order, up to [`APPLY_CONCURRENCY`] of one kind at once; LocalQueues that still hold workloads are stopped first
+/// and deleted once empty.
 pub(super) async fn retire_orphans(ctx: &Context, wanted: &Wanted) -> Result<Retired, ReconcileError> {
     let mut retired = Retired::default();
     for kind in KueueKind::ALL.into_iter().rev() {
@@ -49,44 +61,57 @@ pub(super) async fn retire_orphans(ctx: &Context, wanted: &Wanted) -> Result<Ret
             object.is_owned_by(&ctx.settings.policy_name) && !object.deleting && !wanted.contains(object)
         });
         orphans.sort_by(|left, right| (&left.namespace, &left.name).cmp(&(&right.namespace, &right.name)));
-        for orphan in orphans {
-            if kind != KueueKind::LocalQueue {
-                if writes::delete_object(ctx, &orphan, |_| true).await? {
-                    retired.deleted.push(format!("{} {}", kind.name(), orphan.display_name()));
+        let mut outcomes = futures::stream::iter(orphans.into_iter().map(|orphan| retire_one(ctx, wanted, orphan)))
+            .buffered(APPLY_CONCURRENCY);
+        while let Some(outcome) = outcomes.next().await {
+            match outcome? {
+                Outcome::Deleted { name, migration } => {
+                    retired.deleted.push(name);
+                    retired.stopped.extend(migration);
                 }
-                continue;
-            }
-            let to_queue = orphan.namespace.as_ref().and_then(|namespace| wanted.local_queues.get(namespace));
-            match build_retire_action(&QueueOccupancy::of(&orphan)) {
-                RetireAction::Delete => {
-                    let still_empty =
-                        |live: &LiveObject| build_retire_action(&QueueOccupancy::of(live)) == RetireAction::Delete;
-                    if writes::delete_object(ctx, &orphan, still_empty).await? {
-                        retired.deleted.push(format!("{} {}", kind.name(), orphan.display_name()));
-                        if let Some(to_queue) = to_queue {
-                            retired.stopped.push(build_migration(&orphan, to_queue, 0));
-                        }
-                    } else {
-                        retired.draining += 1;
-                    }
-                }
-                RetireAction::Stop { remaining } => {
-                    writes::apply_object(ctx, kind, &build_stop_body(&orphan)).await?;
+                Outcome::Draining { stopped, migration } => {
                     retired.draining += 1;
-                    if let Some(to_queue) = to_queue {
-                        let migration = build_migration(&orphan, to_queue, remaining);
-                        retired.stopped.push(migration.clone());
-                        retired.migrations.push(migration);
-                    }
-                }
-                RetireAction::Wait { remaining } => {
-                    retired.draining += 1;
-                    if let Some(to_queue) = to_queue {
-                        retired.migrations.push(build_migration(&orphan, to_queue, remaining));
-                    }
+                    retired.stopped.extend(stopped);
+                    retired.migrations.extend(migration);
                 }
             }
         }
     }
     Ok(retired)
+}
+
+/// Retires one orphan: anything but a LocalQueue is deleted; a LocalQueue follows [`build_retire_action`].
+async fn retire_one(ctx: &Context, wanted: &Wanted, orphan: Arc<LiveObject>) -> Result<Outcome, ReconcileError> {
+    let orphan = orphan.as_ref();
+    let kind = orphan.kind;
+    let name = format!("{} {}", kind.name(), orphan.display_name());
+    if kind != KueueKind::LocalQueue {
+        let deleted = writes::delete_object(ctx, orphan, |_| true).await?;
+        return Ok(if deleted {
+            Outcome::Deleted { name, migration: None }
+        } else {
+            Outcome::Draining { stopped: None, migration: None }
+        });
+    }
+    let to_queue = orphan.namespace.as_ref().and_then(|namespace| wanted.local_queues.get(namespace));
+    Ok(match build_retire_action(&QueueOccupancy::of(orphan)) {
+        RetireAction::Delete => {
+            let still_empty =
+                |live: &LiveObject| build_retire_action(&QueueOccupancy::of(live)) == RetireAction::Delete;
+            if writes::delete_object(ctx, orphan, still_empty).await? {
+                Outcome::Deleted { name, migration: to_queue.map(|to_queue| build_migration(orphan, to_queue, 0)) }
+            } else {
+                Outcome::Draining { stopped: None, migration: None }
+            }
+        }
+        RetireAction::Stop { remaining } => {
+            writes::apply_object(ctx, kind, &build_stop_body(orphan)).await?;
+            let migration = to_queue.map(|to_queue| build_migration(orphan, to_queue, remaining));
+            Outcome::Draining { stopped: migration.clone(), migration }
+        }
+        RetireAction::Wait { remaining } => Outcome::Draining {
+            stopped: None,
+            migration: to_queue.map(|to_queue| build_migration(orphan, to_queue, remaining)),
+        },
+    })
 }

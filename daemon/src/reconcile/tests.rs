@@ -816,3 +816,77 @@ async fn a_workers_condition_is_written_into_the_policy_status_once_and_an_uncha
     assert_eq!((worker["status"].as_str(), worker["reason"].as_str()), (Some("False"), Some("Unreachable")));
     assert!(conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True"));
 }
+
+#[tokio::test]
+async fn namespaces_relabeled_while_queues_are_applied_get_their_queues_before_any_prune() {
+    let before = snapshot_with(&[("team-a", "gold"), ("team-b", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let live = converged_objects(&policy, &before);
+    let first = snapshot_with(&[("team-a", "silver"), ("team-b", "gold")]);
+    let shared = first.clone();
+    let mut echo = echo_server(policy.clone());
+    let mut relabeled = false;
+    // team-b is relabeled while team-a's new queue is being applied: the same reconcile applies team-b's new
+    // queue too, before it prunes either old one.
+    let responder = move |call: &Call| {
+        if !relabeled && call.method == "PATCH" && call.path.ends_with("/namespaces/team-a/localqueues/tiergate-silver")
+        {
+            relabeled = true;
+            shared.store(snapshot_with(&[("team-a", "silver"), ("team-b", "silver")]).load_full());
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, first, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
+    let position = |method: &str, suffix: &str| {
+        summaries.iter().position(|call| call.starts_with(method) && call.ends_with(suffix)).unwrap_or_else(|| {
+            panic!("no {method} …{suffix} in {summaries:#?}");
+        })
+    };
+    let new_b = position("PATCH", "/namespaces/team-b/localqueues/tiergate-silver");
+    let first_delete = summaries.iter().position(|call| call.starts_with("DELETE")).unwrap();
+    assert!(new_b < first_delete, "{summaries:#?}");
+    position("DELETE", "/namespaces/team-a/localqueues/tiergate-gold");
+    position("DELETE", "/namespaces/team-b/localqueues/tiergate-gold");
+    let applies_of_a = summaries.iter().filter(|call| call.ends_with("/team-a/localqueues/tiergate-silver")).count();
+    assert_eq!(applies_of_a, 1, "a queue applied in the first round is not applied again: {summaries:#?}");
+}
+
+#[tokio::test]
+async fn a_relabel_of_many_namespaces_is_one_migration_event_and_every_old_queue_is_pruned() {
+    let names: Vec<String> = (0..20).map(|index| format!("team-{index:02}")).collect();
+    let gold: Vec<(&str, &str)> = names.iter().map(|name| (name.as_str(), "gold")).collect();
+    let silver: Vec<(&str, &str)> = names.iter().map(|name| (name.as_str(), "silver")).collect();
+    let before = snapshot_with(&gold);
+    let policy = with_converged_status(sample_policy(), &before);
+    let live = converged_objects(&policy, &before);
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot_with(&silver), stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let mut deleted: Vec<&str> = calls.iter().filter(|call| call.method == "DELETE").map(|c| c.path.as_str()).collect();
+    deleted.sort_unstable();
+    let expected: Vec<String> = names
+        .iter()
+        .map(|name| format!("/apis/kueue.x-k8s.io/v1beta2/namespaces/{name}/localqueues/tiergate-gold"))
+        .collect();
+    assert_eq!(deleted, expected.iter().map(String::as_str).collect::<Vec<_>>());
+    let migrated: Vec<&Call> =
+        calls.iter().filter(|call| call.method == "POST" && call.body["reason"] == "QueueMigrated").collect();
+    assert_eq!(migrated.len(), 1, "one summary Event, not one per namespace");
+    let note = migrated[0].body["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("20 namespaces moved to another tier's LocalQueue: team-00 tiergate-gold -> tiergate-silver"),
+        "{note}"
+    );
+    assert!(note.ends_with("(+12 more)"), "{note}");
+}

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::desired::{DesiredError, build_worker_desired_set};
 use super::kinds::KueueKind;
 use super::lease::WriteGate;
-use super::{Context, ReconcileError, ReconcilerSettings, apply_kind, prune};
+use super::{Context, ReconcileError, ReconcilerSettings, SentBodies, apply_kind, prune};
 use crate::cache::ClusterCache;
 use crate::metrics::Metrics;
 use crate::view::Snapshot;
@@ -181,7 +181,7 @@ async fn apply_and_prune(
         by_kind.entry(object.kind).or_default().push(object.object);
     }
     for (kind, objects) in by_kind {
-        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied).await?;
+        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied, &mut SentBodies::new()).await?;
     }
     let retired = prune::retire_orphans(ctx, &wanted).await?;
     let mut released = retired.deleted;
