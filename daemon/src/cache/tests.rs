@@ -246,6 +246,28 @@ fn decoded_namespaces_and_nodes_keep_the_resource_version_the_watcher_resumes_fr
     assert_eq!(node.metadata.resource_version.as_deref(), Some("43"));
 }
 
+#[test]
+fn an_owner_decodes_to_its_identity_only_through_a_metadata_request() {
+    use kube::Resource;
+    let owner: owners::OwnerMeta = serde_json::from_value(json!({
+        "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+        "metadata": {"name": "train", "namespace": "team-a", "uid": "9d0c5f0e-0000-4000-8000-000000000001",
+                     "resourceVersion": "44", "labels": {"a": "b"}, "annotations": {"c": "d"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "X", "name": "y", "uid": "z"}],
+                     "managedFields": [{"manager": "kubectl", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}]}
+    }))
+    .unwrap();
+    let expected = kube::core::ObjectMeta {
+        name: Some("train".into()),
+        namespace: Some("team-a".into()),
+        uid: Some("9d0c5f0e-0000-4000-8000-000000000001".into()),
+        resource_version: Some("44".into()),
+        ..Default::default()
+    };
+    assert_eq!(owner.metadata, expected, "labels, annotations, owner references and managedFields are skipped");
+    assert!(owners::OwnerMeta::metadata_api(), "listed and watched as PartialObjectMetadata, not whole objects");
+}
+
 #[tokio::test]
 async fn snapshot_is_synced_only_after_every_store_listed_and_then_signals_the_reconciler() {
     let client = quiet_cluster(one_tiered_namespace);
