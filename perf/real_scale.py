@@ -16,9 +16,11 @@ and measures the release binary `tiergate run` over it:
   namespace steps  steady RSS at 10 %, 50 %, 100 % of the namespaces and nodes (no Jobs)
   cold start       every LocalQueue removed, then start → all of them applied: seconds and writes per second
   owner steps      steady RSS at 10 %, 50 %, 100 % of the Jobs (all namespaces and nodes), each a restart over
-                   the converged cluster: seconds to ready and the writes it made (must be 0)
+                   the converged cluster: seconds to ready and the writes it made (must be 0); beside each, a
+                   plain client's metadata list of every Job in the daemon's pages of 500 (the server's floor)
   full webhook     webhook p50/p99 over one connection with everything cached
-  relabel          1,000 namespaces relabeled at once → seconds until each one's new LocalQueue exists
+  relabel          1,000 namespaces relabeled at once → seconds until each one's new LocalQueue exists, and
+                   until each old (empty) one is pruned
 
 Each phase can be run alone (`--phase`, repeated); objects already in the cluster are not created again, so a
 loaded cluster can be reused (the namespace steps need one without more namespaces than the step).
@@ -152,20 +154,27 @@ class Kube:
     def apply(self, path: str, body: dict, manager: str) -> dict:
         return self.must("PATCH", f"{path}?fieldManager={manager}&force=true", body, "application/apply-patch+yaml")
 
+    def metadata_pages(self, path: str, limit: int):
+        """Every object at `path` as metadata-only list pages of `limit` (what a metadata watch lists first)."""
+        token = ""
+        connection = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=120)
+        try:
+            while True:
+                query = f"limit={limit}" + (f"&continue={urllib.parse.quote(token)}" if token else "")
+                connection.request("GET", f"{path}?{query}", headers={
+                    **self.headers, "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
+                page = json.loads(connection.getresponse().read())
+                yield page.get("items", [])
+                token = page.get("metadata", {}).get("continue", "")
+                if not token:
+                    return
+        finally:
+            connection.close()
+
     def names(self, path: str) -> set[tuple[str, str]]:
         """(namespace, name) of every object at `path`, from metadata-only pages."""
-        names, token = set(), ""
-        connection = http.client.HTTPSConnection(self.host, self.port, context=self.context, timeout=120)
-        while True:
-            query = "limit=5000" + (f"&continue={urllib.parse.quote(token)}" if token else "")
-            connection.request("GET", f"{path}?{query}", headers={
-                **self.headers, "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
-            page = json.loads(connection.getresponse().read())
-            names |= {(item["metadata"].get("namespace", ""), item["metadata"]["name"]) for item in page.get("items", [])}
-            token = page.get("metadata", {}).get("continue", "")
-            if not token:
-                connection.close()
-                return names
+        return {(item["metadata"].get("namespace", ""), item["metadata"]["name"])
+                for page in self.metadata_pages(path, 5000) for item in page}
 
     def list_all(self, path: str, params: str = "") -> list[dict]:
         items, token = [], ""
@@ -402,6 +411,16 @@ def plain_client_rate(kube: Kube, namespaces: int) -> dict:
             "deletes_per_second": namespaces / deleted}
 
 
+def plain_owner_list(kube: Kube) -> dict:
+    """A plain client listing every Job's metadata in the daemon's pages of 500, doing nothing else: the API
+    server's floor for a restart's owner list (the daemon lists namespaces, nodes and Kueue kinds beside it)."""
+    started = time.monotonic()
+    count = pages = 0
+    for page in kube.metadata_pages("/apis/batch/v1/jobs", 500):
+        count, pages = count + len(page), pages + 1
+    return {"jobs": count, "pages": pages, "seconds": time.monotonic() - started}
+
+
 def webhook_latency(daemon: Daemon, requests: int) -> dict:
     """Client-side latency of `requests` reviews over one keep-alive TLS connection (the recorded fixtures)."""
     fixtures_dir = next(d for d in (REPO.parent / "shared/fixtures/admission", REPO.parent.parent / "shared/fixtures/admission")
@@ -444,6 +463,7 @@ class QueueWatch:
         listed = kube.must("GET", f"{LQ}/localqueues?limit=1")
         self.version = listed["metadata"]["resourceVersion"]
         self.added: dict[tuple[str, str], float] = {}
+        self.deleted: dict[tuple[str, str], float] = {}
         self.connection = http.client.HTTPSConnection(kube.host, kube.port, context=kube.context, timeout=600)
         self.connection.request("GET", f"{LQ}/localqueues?watch=1&allowWatchBookmarks=false&resourceVersion="
                                 f"{self.version}", headers=kube.headers)
@@ -458,9 +478,10 @@ class QueueWatch:
                 if not line:
                     return
                 event = json.loads(line)
-                if event.get("type") == "ADDED":
+                if event.get("type") in ("ADDED", "DELETED"):
                     meta = event["object"]["metadata"]
-                    self.added.setdefault((meta["namespace"], meta["name"]), time.monotonic())
+                    seen = self.added if event["type"] == "ADDED" else self.deleted
+                    seen.setdefault((meta["namespace"], meta["name"]), time.monotonic())
         except (OSError, ValueError, AttributeError, http.client.HTTPException):
             return  # closed
 
@@ -488,12 +509,17 @@ def measure_relabel(args, kube: Kube, tmp: pathlib.Path, namespaces: int) -> dic
             "PATCH", f"/api/v1/namespaces/team-{i}", {"metadata": {"labels": {TIER_LABEL: t}}},
             "application/merge-patch+json") for i, t in targets.items()])
         wanted = {(f"team-{i}", f"tiergate-{t}") for i, t in targets.items()}
+        retired = {(f"team-{i}", f"tiergate-{TIERS[i % 3]}") for i in targets}
         daemon.wait(f"{count} new LocalQueues", lambda: wanted <= watch.added.keys(), timeout=600, interval=0.1)
         followed = max(watch.added[key] for key in wanted) - started
+        daemon.wait(f"{count} old LocalQueues pruned", lambda: retired <= watch.deleted.keys(), timeout=600,
+                    interval=0.1)
+        pruned = max(watch.deleted[key] for key in retired) - started
         watch.close()
         wait_quiet(daemon)
         result = {"relabeled": count, "patch_seconds": seconds, "followed_s": followed,
-                  "after_last_patch_s": followed - seconds, "writes": writes(daemon) - before}
+                  "after_last_patch_s": followed - seconds, "old_queues_pruned_s": pruned,
+                  "writes": writes(daemon) - before}
         # Put the labels back (and let the daemon follow) so a rerun over the same cluster starts where this did.
         parallel(kube, [lambda k, i=i: k.must(
             "PATCH", f"/api/v1/namespaces/team-{i}", {"metadata": {"labels": {TIER_LABEL: TIERS[i % 3]}}},
@@ -607,7 +633,8 @@ def main() -> int:
                     cluster.grow(namespaces, nodes, int(jobs * step))
                     log(f"restart over {namespaces} namespaces, {nodes} nodes, {cluster.jobs} Jobs")
                     point = run_until_converged(args, kube, tmp, 0, args.settle)
-                    point.update(namespaces=namespaces, nodes=nodes, jobs=cluster.jobs)
+                    point.update(namespaces=namespaces, nodes=nodes, jobs=cluster.jobs,
+                                 plain_owner_list=plain_owner_list(kube))
                     results["owner_steps"].append(point)
                     log(f"  {point}")
                 results["restart"] = results["owner_steps"][-1]
@@ -644,6 +671,9 @@ def print_report(results: dict, out: pathlib.Path) -> None:
               f"{cold['local_queue_writes'] / max(lq_seconds, 1e-9):.0f}/s, {cold['writes']} writes in all |")
     if restart := results.get("restart"):
         print(f"| restart over everything → ready | {restart['ready_s']:.1f} s, {restart['writes']} writes |")
+        if plain := restart.get("plain_owner_list"):
+            print(f"| plain client: every Job's metadata, pages of 500 | {plain['seconds']:.1f} s "
+                  f"({plain['jobs']} Jobs, {plain['pages']} pages) |")
         print(f"| RSS with everything (steady / lowest / peak) | {restart['rss_mib']:.1f} / "
               f"{restart['min_rss_mib']:.1f} / {restart['peak_mib']:.1f} MiB |")
     for name in ("webhook_empty", "webhook_full"):
@@ -652,7 +682,8 @@ def print_report(results: dict, out: pathlib.Path) -> None:
     if relabel := results.get("relabel"):
         print(f"| {relabel['relabeled']} namespaces relabeled at once → followed | {relabel['followed_s']:.1f} s from "
               f"the first patch, {relabel['after_last_patch_s']:.1f} s after the last ({relabel['patch_seconds']:.1f} s "
-              f"to send the patches); {relabel['writes']} writes |")
+              f"to send the patches); every old queue pruned {relabel['old_queues_pruned_s']:.1f} s from the first "
+              f"patch; {relabel['writes']} writes |")
     print("\n| namespaces | nodes | Jobs | steady RSS | peak RSS | ready | writes |\n| --- | --- | --- | --- | --- | --- | --- |")
     for point in results.get("namespace_steps", []) + results.get("owner_steps", []):
         print(f"| {point['namespaces']} | {point['nodes']} | {point['jobs']} | {point['rss_mib']:.1f} MiB | "
