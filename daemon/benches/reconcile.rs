@@ -78,7 +78,7 @@ fn snapshot(namespaces: usize, relabeled: Option<usize>) -> Arc<arc_swap::ArcSwa
         .map(|index| {
             let tier = if Some(index) == relabeled { TIERS[(index + 1) % 3] } else { TIERS[index % 3] };
             let name = format!("tenant-{index:05}");
-            let labels = BTreeMap::from([(TIER_LABEL.to_owned(), tier.to_owned())]);
+            let labels = [(TIER_LABEL, tier)].into();
             (name.clone(), Arc::new(NamespaceView { name, labels, ..NamespaceView::default() }))
         })
         .collect();

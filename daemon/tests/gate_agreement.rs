@@ -19,6 +19,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 use tiergate::admission::{AdmissionInputs, Verdict, build_static_snapshot, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+use tiergate::labels::Labels;
 use tiergate::view::Snapshot;
 
 fn snapshot() -> Snapshot {
@@ -102,7 +103,7 @@ fn reaches_foreign_node(snapshot: &Snapshot, request: &Value, object: &Value) ->
     let group = request["kind"]["group"].as_str().unwrap_or_default();
     let kind = request["kind"]["kind"].as_str().unwrap_or_default();
     let Some(layout) = tiergate_workloads::template_layout(group, kind) else { return false };
-    let foreign_nodes: Vec<&BTreeMap<String, String>> = snapshot
+    let foreign_nodes: Vec<&Labels> = snapshot
         .nodes
         .values()
         .filter(|node| {
@@ -118,12 +119,9 @@ fn reaches_foreign_node(snapshot: &Snapshot, request: &Value, object: &Value) ->
 }
 
 /// Whether `spec`'s nodeSelector and required node-affinity terms admit a node with `labels`.
-fn schedulable(spec: &Value, labels: &BTreeMap<String, String>) -> bool {
-    let selector = spec["nodeSelector"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(key, value)| labels.get(key).map(String::as_str) == value.as_str());
+fn schedulable(spec: &Value, labels: &Labels) -> bool {
+    let selector =
+        spec["nodeSelector"].as_object().into_iter().flatten().all(|(key, value)| labels.get(key) == value.as_str());
     let terms = spec.pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms");
     let affinity = match terms.and_then(Value::as_array) {
         None => true,
@@ -133,8 +131,8 @@ fn schedulable(spec: &Value, labels: &BTreeMap<String, String>) -> bool {
                 let values: Vec<&str> =
                     expression["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
                 match expression["operator"].as_str().unwrap_or_default() {
-                    "In" => value.is_some_and(|value| values.contains(&value.as_str())),
-                    "NotIn" => value.is_none_or(|value| !values.contains(&value.as_str())),
+                    "In" => value.is_some_and(|value| values.contains(&value)),
+                    "NotIn" => value.is_none_or(|value| !values.contains(&value)),
                     "Exists" => value.is_some(),
                     "DoesNotExist" => value.is_none(),
                     _ => false,
@@ -147,7 +145,7 @@ fn schedulable(spec: &Value, labels: &BTreeMap<String, String>) -> bool {
 
 fn namespace_labels(snapshot: &Snapshot, request: &Value) -> BTreeMap<String, String> {
     let namespace = request["namespace"].as_str().unwrap_or_default();
-    snapshot.namespaces.get(namespace).map(|view| view.labels.clone()).unwrap_or_default()
+    snapshot.namespaces.get(namespace).map(|view| view.labels.to_btree_map()).unwrap_or_default()
 }
 
 /// Runs one request (as JSON) through both gates and checks they agree.

@@ -70,7 +70,7 @@ fn scale_down_then_scale_up_refills_the_rule_that_is_short() {
     ledger.observe_at(&snapshot_with(live.clone()), start + Duration::from_secs(1));
     // The ReplicaSet scales down to 4, deleting two spot pods; later it scales back to 6.
     for _ in 0..2 {
-        let spot = live.iter().position(|pod| pod.labels["tiergate.io/placement-rule"] == "spot").unwrap();
+        let spot = live.iter().position(|pod| pod.labels.get("tiergate.io/placement-rule") == Some("spot")).unwrap();
         live.remove(spot);
     }
     let later = start + Duration::from_secs(30);
@@ -145,7 +145,8 @@ fn two_replicas_splitting_a_burst_blind_stay_within_the_documented_bound_then_co
         rules
             .iter()
             .map(|rule| {
-                let held = pods.iter().filter(|pod| pod.labels["tiergate.io/placement-rule"] == *rule).count();
+                let held =
+                    pods.iter().filter(|pod| pod.labels.get("tiergate.io/placement-rule") == Some(*rule)).count();
                 u32::try_from(held).unwrap()
             })
             .collect()

@@ -47,7 +47,7 @@ impl Plan {
     fn counts(&self, pods: &[(PodView, bool)]) -> Vec<u32> {
         let mut counts = vec![0; self.weights.len()];
         for (pod, _) in pods {
-            let index: usize = pod.labels[RULE_LABEL].trim_start_matches('r').parse().unwrap();
+            let index: usize = pod.labels.get(RULE_LABEL).unwrap().trim_start_matches('r').parse().unwrap();
             counts[index] += 1;
         }
         counts

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use serde::Deserialize;
 
+use crate::labels::Labels;
 use crate::policy::TierPolicy;
 use crate::validation::PolicyError;
 use crate::validation::fields::unknown_fields;
@@ -181,7 +182,7 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
                     serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
                 view.namespaces.push(Arc::new(NamespaceView {
                     name: namespace.metadata.name.unwrap_or_default(),
-                    labels: namespace.metadata.labels.unwrap_or_default(),
+                    labels: namespace.metadata.labels.map(Labels::from).unwrap_or_default(),
                     terminating: namespace.metadata.deletion_timestamp.is_some(),
                 }));
             }
@@ -212,7 +213,7 @@ pub fn node_view(node: Node) -> NodeView {
         .collect();
     NodeView {
         name: node.metadata.name.unwrap_or_default(),
-        labels: node.metadata.labels.unwrap_or_default(),
+        labels: node.metadata.labels.map(Labels::from).unwrap_or_default(),
         taints: node.spec.and_then(|spec| spec.taints).unwrap_or_default(),
         allocatable,
     }
@@ -245,7 +246,7 @@ items:
   status: {allocatable: {nvidia.com/gpu: "4", memory: 16Gi}}
 "#;
         let view = parse_cluster_view(dump, "dump").unwrap();
-        assert_eq!(view.namespaces[0].labels["tenant.kubenexus.io/tier"], "bronze");
+        assert_eq!(view.namespaces[0].labels.get("tenant.kubenexus.io/tier"), Some("bronze"));
         assert_eq!(view.nodes[0].allocatable.get("nvidia.com/gpu"), Some(&4));
         assert!(!view.nodes[0].allocatable.contains_key("memory"));
     }

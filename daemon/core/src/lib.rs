@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod check;
 pub mod inputs;
+pub mod labels;
 pub mod owners;
 pub mod placement;
 pub mod plan;

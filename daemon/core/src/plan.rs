@@ -773,9 +773,8 @@ mod tests {
     fn a_namespace_naming_an_unknown_tier_is_reported_not_dropped() {
         let policy = load_policy(None).unwrap();
         let mut view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-        std::sync::Arc::make_mut(&mut view.namespaces[0])
-            .labels
-            .insert("tenant.kubenexus.io/tier".into(), "platinum".into());
+        let namespace = std::sync::Arc::make_mut(&mut view.namespaces[0]);
+        namespace.labels = namespace.labels.with("tenant.kubenexus.io/tier", "platinum");
         let desired = desired(&policy, &view);
         assert!(desired.notes.iter().any(|note| note.contains("platinum")), "{:?}", desired.notes);
     }

@@ -14,6 +14,8 @@ use kube_derive::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::labels::LabelLookup;
+
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 
 /// Namespace label that names a namespace's tier when the policy does not say otherwise.
@@ -567,8 +569,9 @@ pub fn default_priority_buckets() -> Vec<PriorityBucket> {
 impl GpuClass {
     /// Whether `labels` (a node's labels or a nodeSelector) carry every node label of this class; never for a
     /// class without labels.
-    pub fn is_selected_by(&self, labels: &BTreeMap<String, String>) -> bool {
-        !self.node_labels.is_empty() && self.node_labels.iter().all(|(key, value)| labels.get(key) == Some(value))
+    pub fn is_selected_by(&self, labels: &impl LabelLookup) -> bool {
+        !self.node_labels.is_empty()
+            && self.node_labels.iter().all(|(key, value)| labels.label(key) == Some(value.as_str()))
     }
 
     /// The resource names and patterns that count as this class's GPUs (`resourceNames`, else `resourceName`
@@ -671,7 +674,7 @@ impl TierPolicySpec {
     }
 
     /// The tier of a namespace with these labels, if its tier label names a known tier.
-    pub fn tier_of(&self, namespace_labels: &BTreeMap<String, String>) -> Option<&Tier> {
-        namespace_labels.get(&self.tier_label).and_then(|name| self.tier(name))
+    pub fn tier_of(&self, namespace_labels: &impl LabelLookup) -> Option<&Tier> {
+        namespace_labels.label(&self.tier_label).and_then(|name| self.tier(name))
     }
 }

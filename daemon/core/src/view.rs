@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::labels::Labels;
 use crate::policy::TierPolicy;
 
 /// A namespace: its name and labels.
@@ -18,7 +19,7 @@ pub struct NamespaceView {
     pub name: String,
     /// Namespace labels.
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Whether the namespace is being deleted: it accepts no new objects, so it is neither queued for nor
     /// mutated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -32,7 +33,7 @@ pub struct NodeView {
     pub name: String,
     /// Node labels.
     #[serde(default)]
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Node taints (key, value, effect).
     #[serde(default)]
     pub taints: Vec<k8s_openapi::api::core::v1::Taint>,
@@ -66,7 +67,7 @@ pub struct PodView {
     /// Node the pod runs on, if scheduled.
     pub node_name: Option<String>,
     /// Pod labels.
-    pub labels: BTreeMap<String, String>,
+    pub labels: Labels,
     /// Pod annotations.
     pub annotations: BTreeMap<String, String>,
     /// Whole-unit extended resources the pod requests (names with a `/`, e.g. `nvidia.com/gpu: 2`): the larger of

@@ -89,7 +89,7 @@ pub fn build_live_snapshot(
     let view = ClusterView {
         namespaces: vec![Arc::new(NamespaceView {
             name: namespace.to_owned(),
-            labels: labels.clone(),
+            labels: labels.into(),
             terminating: false,
         })],
         nodes: Vec::new(),

@@ -12,6 +12,7 @@ use kube::core::ObjectMeta;
 use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 
+use crate::labels::Labels;
 use crate::view::{NamespaceView, NodeView, PodView};
 
 /// Annotation kubectl copies whole objects into; never kept in caches.
@@ -19,10 +20,10 @@ pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-app
 
 /// A decoded namespace as the core sees it (nothing is copied: the decoded fields move).
 pub fn build_namespace_view(namespace: NamespaceLite) -> NamespaceView {
-    let ObjectMeta { name, labels, deletion_timestamp, .. } = namespace.metadata;
+    let ObjectMeta { name, deletion_timestamp, .. } = namespace.metadata;
     NamespaceView {
         name: name.unwrap_or_default(),
-        labels: labels.unwrap_or_default(),
+        labels: namespace.labels,
         terminating: deletion_timestamp.is_some(),
     }
 }
@@ -37,7 +38,7 @@ pub fn build_node_view(node: NodeLite) -> NodeView {
         .collect();
     NodeView {
         name: node.metadata.name.unwrap_or_default(),
-        labels: node.metadata.labels.unwrap_or_default(),
+        labels: node.labels,
         taints: node.spec.taints,
         allocatable,
     }
@@ -59,7 +60,7 @@ pub(crate) fn build_pod_view(pod: Pod) -> PodView {
             .map(|owner| owner.uid),
         requests: pod.spec.as_ref().map(build_extended_requests).unwrap_or_default(),
         node_name: pod.spec.and_then(|spec| spec.node_name),
-        labels: labels.unwrap_or_default(),
+        labels: labels.map(Labels::from).unwrap_or_default(),
         annotations,
     }
 }
@@ -170,34 +171,74 @@ impl_view_lookup!(PodView, Pod, |pod| Some(Cow::Borrowed(pod.namespace.as_str())
 /// Object metadata as the caches decode it: name, namespace, labels, deletion time and resourceVersion only, so
 /// managedFields, annotations (kubectl's last-applied copy) and the rest are never materialized. The watcher needs
 /// the resourceVersion of every event to resume from it: without it each change would fail the watch and re-list.
-#[derive(serde::Deserialize)]
+/// The labels are decoded straight into the views' interned `Labels`.
+#[derive(Clone, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 struct LeanMeta {
+    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     namespace: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<Labels>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     resource_version: Option<String>,
 }
 
-fn deserialize_lean_meta<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
-    let lean = <LeanMeta as serde::Deserialize>::deserialize(deserializer)?;
-    Ok(ObjectMeta {
-        name: lean.name,
-        namespace: lean.namespace,
-        labels: lean.labels,
-        deletion_timestamp: lean.deletion_timestamp,
-        resource_version: lean.resource_version,
-        ..ObjectMeta::default()
-    })
+impl LeanMeta {
+    /// The metadata kube's watcher reads, and the labels apart.
+    fn split(self) -> (ObjectMeta, Labels) {
+        let metadata = ObjectMeta {
+            name: self.name,
+            namespace: self.namespace,
+            deletion_timestamp: self.deletion_timestamp,
+            resource_version: self.resource_version,
+            ..ObjectMeta::default()
+        };
+        (metadata, self.labels.unwrap_or_default())
+    }
+
+    fn join(metadata: ObjectMeta, labels: Labels) -> Self {
+        Self {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            labels: (!labels.is_empty()).then_some(labels),
+            deletion_timestamp: metadata.deletion_timestamp,
+            resource_version: metadata.resource_version,
+        }
+    }
+}
+
+/// A namespace on the wire (metadata only).
+#[derive(Clone, Default, serde::Deserialize, serde::Serialize)]
+struct LeanNamespace {
+    #[serde(default)]
+    metadata: LeanMeta,
 }
 
 /// A namespace as tiergate reads it (metadata-only watch): name, labels, deletion time, resourceVersion.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(from = "LeanNamespace", into = "LeanNamespace")]
 pub struct NamespaceLite {
-    /// Name, labels, deletion time and resourceVersion only.
-    #[serde(default, deserialize_with = "deserialize_lean_meta")]
+    /// Name, deletion time and resourceVersion only (the labels are in `labels`).
     pub metadata: ObjectMeta,
+    /// The namespace's labels, interned.
+    pub labels: Labels,
+}
+
+impl From<LeanNamespace> for NamespaceLite {
+    fn from(lean: LeanNamespace) -> Self {
+        let (metadata, labels) = lean.metadata.split();
+        Self { metadata, labels }
+    }
+}
+
+impl From<NamespaceLite> for LeanNamespace {
+    fn from(namespace: NamespaceLite) -> Self {
+        Self { metadata: LeanMeta::join(namespace.metadata, namespace.labels) }
+    }
 }
 
 impl kube::Resource for NamespaceLite {
@@ -227,19 +268,43 @@ impl kube::Resource for NamespaceLite {
     }
 }
 
+/// A node on the wire: only labels, taints and allocatable are decoded.
+#[derive(Clone, Default, serde::Deserialize, serde::Serialize)]
+struct LeanNode {
+    #[serde(default)]
+    metadata: LeanMeta,
+    #[serde(default)]
+    spec: NodeLiteSpec,
+    #[serde(default)]
+    status: NodeLiteStatus,
+}
+
 /// A node as tiergate reads it: deserialized from the Node API with only labels, taints and allocatable, so a
 /// node's images, conditions, annotations and managedFields are never materialized (they dominate its size).
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
+#[serde(from = "LeanNode", into = "LeanNode")]
 pub struct NodeLite {
-    /// Name and labels only.
-    #[serde(default, deserialize_with = "deserialize_lean_meta")]
+    /// Name and resourceVersion only (the labels are in `labels`).
     pub metadata: ObjectMeta,
+    /// The node's labels, interned.
+    pub labels: Labels,
     /// `spec.taints` only.
-    #[serde(default)]
     pub spec: NodeLiteSpec,
     /// `status.allocatable` only.
-    #[serde(default)]
     pub status: NodeLiteStatus,
+}
+
+impl From<LeanNode> for NodeLite {
+    fn from(lean: LeanNode) -> Self {
+        let (metadata, labels) = lean.metadata.split();
+        Self { metadata, labels, spec: lean.spec, status: lean.status }
+    }
+}
+
+impl From<NodeLite> for LeanNode {
+    fn from(node: NodeLite) -> Self {
+        Self { metadata: LeanMeta::join(node.metadata, node.labels), spec: node.spec, status: node.status }
+    }
 }
 
 /// The part of `NodeSpec` tiergate reads.

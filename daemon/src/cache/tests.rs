@@ -39,7 +39,7 @@ fn decoded_node_keeps_only_labels_taints_and_integer_allocatable() {
     assert!(kept["status"].get("images").is_none(), "{kept}");
     assert!(kept["spec"].get("podCIDR").is_none(), "{kept}");
     let view = build_node_view(node);
-    assert_eq!(view.labels.get("gpu.nvidia.com/class").map(String::as_str), Some("h100"));
+    assert_eq!(view.labels.get("gpu.nvidia.com/class"), Some("h100"));
     assert_eq!(view.taints.len(), 1);
     assert_eq!(view.allocatable, BTreeMap::from([("nvidia.com/gpu".to_owned(), 8)]));
 }
@@ -189,7 +189,7 @@ async fn a_namespace_watch_event_reaches_the_snapshot_without_a_re_list() {
     let relabeled = async {
         loop {
             let tier = caches.snapshot.load().namespaces.get("team-a").map(|view| view.labels.clone());
-            if tier.is_some_and(|labels| labels["tenant.kubenexus.io/tier"] == "silver") {
+            if tier.is_some_and(|labels| labels.get("tenant.kubenexus.io/tier") == Some("silver")) {
                 break;
             }
             caches.changes.changed().await.unwrap();
@@ -281,7 +281,7 @@ async fn snapshot_is_synced_only_after_every_store_listed_and_then_signals_the_r
     };
     tokio::time::timeout(Duration::from_secs(60), synced).await.expect("the caches never synced (hang guard)");
     let snapshot = caches.snapshot.load();
-    assert_eq!(snapshot.namespaces["team-a"].labels["tenant.kubenexus.io/tier"], "gold");
+    assert_eq!(snapshot.namespaces["team-a"].labels.get("tenant.kubenexus.io/tier"), Some("gold"));
     assert_eq!(caches.owned.len(), KueueKind::ALL.len());
     assert!(*caches.changes.borrow() > 0);
     shutdown.cancel();
@@ -347,7 +347,7 @@ fn snapshot_folds_stores_and_finds_the_named_policy() {
     assert!(snapshot.synced);
     assert_eq!(snapshot.pods.len(), 1, "a pod matched by both watches appears once");
     assert_eq!(snapshot.pods[0].node_name.as_deref(), Some("gpu-1"));
-    assert_eq!(snapshot.namespaces["team-a"].labels["tenant.kubenexus.io/tier"], "gold");
+    assert_eq!(snapshot.namespaces["team-a"].labels.get("tenant.kubenexus.io/tier"), Some("gold"));
     assert!(!snapshot.namespaces.contains_key("leaving"), "a terminating namespace gets no queue");
     assert_eq!(snapshot.own_namespace.as_deref(), Some("tiergate-system"));
     assert!(Arc::ptr_eq(&snapshot.namespaces["team-a"], &inputs.namespaces[0]), "shared with the store, not copied");
@@ -540,7 +540,10 @@ async fn two_cluster_caches_side_by_side_each_see_only_their_own_servers_namespa
         "metadata": {"name": "team-w", "resourceVersion": "11", "labels": {"tenant.kubenexus.io/tier": "gold"}}}});
     worker.events.send(("/api/v1/namespaces".to_owned(), vec![relabeled])).unwrap();
     wait_for(&worker_cache, "team-w relabeled on the worker", |snapshot| {
-        snapshot.namespaces.get("team-w").is_some_and(|view| view.labels["tenant.kubenexus.io/tier"] == "gold")
+        snapshot
+            .namespaces
+            .get("team-w")
+            .is_some_and(|view| view.labels.get("tenant.kubenexus.io/tier") == Some("gold"))
     })
     .await;
     assert!(!management.requested().iter().any(|path| path.contains("team-w")));

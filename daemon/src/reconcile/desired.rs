@@ -231,7 +231,7 @@ mod tests {
         ClusterView {
             namespaces: vec![std::sync::Arc::new(NamespaceView {
                 name: "team-a".to_owned(),
-                labels: BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "gold".to_owned())]),
+                labels: BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "gold".to_owned())]).into(),
                 ..NamespaceView::default()
             })],
             nodes: vec![],

@@ -123,7 +123,7 @@ fn snapshot_with(namespaces: &[(&str, &str)]) -> SharedSnapshot {
     let namespaces = namespaces
         .iter()
         .map(|(name, tier)| {
-            let labels = BTreeMap::from([(TIER_LABEL.to_owned(), (*tier).to_owned())]);
+            let labels = BTreeMap::from([(TIER_LABEL.to_owned(), (*tier).to_owned())]).into();
             (
                 (*name).to_owned(),
                 Arc::new(NamespaceView { name: (*name).to_owned(), labels, ..NamespaceView::default() }),

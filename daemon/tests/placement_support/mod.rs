@@ -120,7 +120,7 @@ pub fn admitted_pod(request: &Request, outcome: &PlacementOutcome, name: &str) -
         uid: format!("uid-{name}"),
         owner_uid: meta.owner_references.as_ref().and_then(|owners| owners.first()).map(|owner| owner.uid.clone()),
         node_name: None,
-        labels,
+        labels: labels.into(),
         annotations,
         requests: BTreeMap::new(),
     }

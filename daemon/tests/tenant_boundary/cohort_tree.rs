@@ -86,8 +86,15 @@ fn sharing_a_cohort_tree_never_lets_a_namespace_into_another_tier_s_cluster_queu
     // Each namespace's LocalQueue leads to its own tier's ClusterQueue only.
     for queue in &desired.local_queues {
         let namespace = queue.metadata.namespace.clone().unwrap();
-        let tier =
-            view().namespaces.iter().find(|view| view.name == namespace).unwrap().labels["tiergate.io/tier"].clone();
+        let tier = view()
+            .namespaces
+            .iter()
+            .find(|view| view.name == namespace)
+            .unwrap()
+            .labels
+            .get("tiergate.io/tier")
+            .unwrap()
+            .to_owned();
         assert_eq!(queue.spec.cluster_queue, format!("tiergate-{tier}"), "{namespace}");
     }
 }

@@ -29,7 +29,7 @@ fn request_of(object: &Value) -> Value {
 
 fn bronze_labels() -> BTreeMap<String, String> {
     let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-    view.namespaces.iter().find(|ns| ns.name == BRONZE).map(|ns| ns.labels.clone()).unwrap()
+    view.namespaces.iter().find(|ns| ns.name == BRONZE).map(|ns| ns.labels.to_btree_map()).unwrap()
 }
 
 /// The webhook down: the mutating policies, then the validating ones. The object as stored, or the refusal.

@@ -30,8 +30,12 @@ fn gate(request: Value) -> GateOutcome {
         let policy = load_policy(None).unwrap();
         let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
         let namespace = request["namespace"].as_str().unwrap_or_default().to_owned();
-        let labels: BTreeMap<String, String> =
-            view.namespaces.iter().find(|ns| ns.name == namespace).map(|ns| ns.labels.clone()).unwrap_or_default();
+        let labels: BTreeMap<String, String> = view
+            .namespaces
+            .iter()
+            .find(|ns| ns.name == namespace)
+            .map(|ns| ns.labels.to_btree_map())
+            .unwrap_or_default();
         CompiledGate::new(gate_of(&policy)).run(&request, &labels)
     })
 }

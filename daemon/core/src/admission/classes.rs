@@ -1,11 +1,10 @@
 //! GPU classes as the decision sees them: a tier's classes, what a nodeSelector selects, who may pick a class
 //! outside the tier, and a class's tolerations as JSON; no I/O.
 
-use std::collections::BTreeMap;
-
 use serde_json::Value;
 
 use super::error::MutateError;
+use crate::labels::LabelLookup;
 use crate::policy::{ForeignClassAction, GpuClass, Tier, TierPolicySpec};
 use crate::request::Request;
 use crate::view::Snapshot;
@@ -71,13 +70,13 @@ pub(super) enum Selection<'p> {
     Unknown(String),
 }
 
-pub(super) fn selection<'p>(policy: &'p TierPolicySpec, selector: &BTreeMap<String, String>) -> Selection<'p> {
+pub(super) fn selection<'p>(policy: &'p TierPolicySpec, selector: &impl LabelLookup) -> Selection<'p> {
     let full = policy.gpu_classes.iter().find(|class| class.is_selected_by(selector));
     if let Some(class) = full {
         return Selection::Class(class);
     }
     selector
-        .iter()
+        .label_pairs()
         .find(|(key, _)| policy.gpu_classes.iter().any(|class| class.node_labels.contains_key(*key)))
         .map_or(Selection::None, |(key, value)| Selection::Unknown(format!("{key}={value}")))
 }
@@ -102,6 +101,8 @@ pub(super) fn toleration_values(class: &GpuClass) -> Result<Vec<Value>, MutateEr
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
     use crate::inputs::load_policy;
 
     fn selector(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -47,7 +47,7 @@ pub(crate) fn observed_pods<'a>(snapshot: &'a Snapshot, namespace: &str, owner: 
     });
     for pod in owned {
         if let Some(rule) = pod.labels.get(RULE_LABEL) {
-            *observed.counts.entry(rule.as_str()).or_default() += 1;
+            *observed.counts.entry(rule).or_default() += 1;
         }
         if let Some(request) = pod.annotations.get(REQUEST_ANNOTATION) {
             observed.requests.insert(request.as_str());

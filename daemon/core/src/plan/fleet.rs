@@ -101,7 +101,7 @@ pub fn desired_for_worker(policy: &TierPolicy, worker: &str, view: &WorkerView<'
     for namespace in &tenants {
         let mut namespace_labels = labels.clone();
         if let Some(tier) = namespace.labels.get(&spec.tier_label) {
-            namespace_labels.insert(spec.tier_label.clone(), tier.clone());
+            namespace_labels.insert(spec.tier_label.clone(), tier.to_owned());
         }
         desired.namespaces.push(Namespace {
             metadata: ObjectMeta {

@@ -162,7 +162,7 @@ mod tests {
             if rack {
                 labels.insert("example.com/rack".into(), "r1".into());
             }
-            NodeView { name: name.into(), labels, ..NodeView::default() }
+            NodeView { name: name.into(), labels: labels.into(), ..NodeView::default() }
         };
         let nodes = [node("a", true), node("b", false), NodeView { name: "other".into(), ..NodeView::default() }];
         let notes = missing_level_notes(&spec, &nodes);

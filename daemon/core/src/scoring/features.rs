@@ -100,7 +100,7 @@ pub fn colocated_job_types(snapshot: &Snapshot, candidates: &[&GpuClass]) -> Vec
         .pods
         .iter()
         .filter(|pod| pod.node_name.as_deref().is_some_and(|node| candidate_nodes.contains(node)))
-        .filter_map(|pod| pod.labels.get(JOB_TYPE_LABEL).map(String::as_str))
+        .filter_map(|pod| pod.labels.get(JOB_TYPE_LABEL))
         .filter(|job_type| !job_type.is_empty())
         .collect::<BTreeSet<&str>>()
         .into_iter()

@@ -75,7 +75,7 @@ mod tests {
     }
 
     fn namespace(name: &str, tier: &str) -> (String, Arc<NamespaceView>) {
-        let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]);
+        let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
         (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, terminating: false }))
     }
 
@@ -90,7 +90,7 @@ mod tests {
     }
 
     fn worker_nodes() -> Snapshot {
-        let labels = BTreeMap::from([("gpu.nvidia.com/class".to_owned(), "h100".to_owned())]);
+        let labels = BTreeMap::from([("gpu.nvidia.com/class".to_owned(), "h100".to_owned())]).into();
         let node = NodeView { name: "east-1".to_owned(), labels, ..NodeView::default() };
         Snapshot { nodes: BTreeMap::from([("east-1".to_owned(), Arc::new(node))]), synced: true, ..Snapshot::default() }
     }

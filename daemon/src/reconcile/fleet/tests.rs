@@ -71,7 +71,7 @@ fn management_snapshot(policy: TierPolicy) -> Snapshot {
     let namespaces = [("team-gold", "gold"), ("team-silver", "silver"), ("team-bronze", "bronze")]
         .into_iter()
         .map(|(name, tier)| {
-            let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]);
+            let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
             (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, terminating: false }))
         })
         .collect();
@@ -325,7 +325,7 @@ async fn a_fleet_of_workers_over_a_thousand_namespaces_converges_and_reports_its
     let namespaces = (0..1000)
         .map(|index| {
             let (name, tier) = (format!("team-{index:04}"), ["gold", "silver", "bronze"][index % 3]);
-            let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]);
+            let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
             (name.clone(), Arc::new(NamespaceView { name, labels, terminating: false }))
         })
         .collect();

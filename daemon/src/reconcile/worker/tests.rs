@@ -255,8 +255,11 @@ fn kueue(kind: &str, name: &str, namespace: Option<&str>, rest: Value) -> Dynami
 /// ClusterQueue over them, a priority class, and team-a with its LocalQueue.
 fn gold_plan() -> WorkerPlan {
     Arc::new(|snapshot: &Snapshot| {
-        let classes: BTreeSet<String> =
-            snapshot.nodes.values().filter_map(|node| node.labels.get("gpu.nvidia.com/class").cloned()).collect();
+        let classes: BTreeSet<String> = snapshot
+            .nodes
+            .values()
+            .filter_map(|node| node.labels.get("gpu.nvidia.com/class").map(str::to_owned))
+            .collect();
         let mut objects: Vec<DynamicObject> = classes
             .iter()
             .map(|class| {
