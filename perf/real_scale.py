@@ -164,7 +164,7 @@ class Kube:
                 connection.request("GET", f"{path}?{query}", headers={
                     **self.headers, "Accept": "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"})
                 page = json.loads(connection.getresponse().read())
-                yield page.get("items", [])
+                yield page.get("items") or []
                 token = page.get("metadata", {}).get("continue", "")
                 if not token:
                     return
