@@ -234,7 +234,7 @@ class Cluster:
     """What is loaded so far; `grow` adds up to the given counts (creates are idempotent: 409 is fine)."""
 
     def __init__(self, kube: Kube) -> None:
-        self.kube, self.namespaces, self.nodes, self.jobs_per_namespace, self.jobs = kube, 0, 0, 0, 0
+        self.kube, self.namespaces, self.nodes, self.jobs = kube, 0, 0, 0
         self.existing_jobs: set[tuple[str, str]] | None = None
         self.existing: set[tuple[str, str]] | None = None
 
@@ -253,20 +253,19 @@ class Cluster:
                                       if ("", f"gpu-node-{i:05d}") not in self.existing])
             log(f"nodes {self.nodes} → {nodes}: {seconds:.1f} s (create + status)")
             self.nodes = nodes
-        per_namespace = -(-jobs // max(self.namespaces, 1)) if jobs else 0
-        if jobs and self.existing_jobs is None:
-            self.existing_jobs = kube.names("/apis/batch/v1/jobs")  # a reused cluster: create only what is missing
-        if jobs:
+        # Job number n is train-(n // namespaces) in team-(n % namespaces): each step adds numbers [self.jobs, jobs).
+        if jobs > self.jobs:
+            if self.existing_jobs is None:
+                self.existing_jobs = kube.names("/apis/batch/v1/jobs")  # a reused cluster: create only what is missing
             calls = []
-            for k in range(self.jobs_per_namespace, per_namespace):
-                for i in range(self.namespaces):
-                    if k * self.namespaces + i < jobs and (f"team-{i}", f"train-{k}") not in self.existing_jobs:
-                        calls.append(create(f"/apis/batch/v1/namespaces/team-{i}/jobs", job_object(i, k)))
+            for n in range(self.jobs, jobs):
+                i, k = n % self.namespaces, n // self.namespaces
+                if (f"team-{i}", f"train-{k}") not in self.existing_jobs:
+                    calls.append(create(f"/apis/batch/v1/namespaces/team-{i}/jobs", job_object(i, k)))
             if calls:
                 seconds = parallel(kube, calls, JOB_WORKERS)
                 log(f"+{len(calls)} suspended Jobs: {seconds:.1f} s ({len(calls) / seconds:.0f}/s)")
-            self.jobs_per_namespace = per_namespace
-        self.jobs = jobs
+            self.jobs = jobs
 
 
 class Daemon:

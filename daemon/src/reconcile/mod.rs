@@ -65,9 +65,10 @@ const UNSYNCED_RETRY: Duration = Duration::from_secs(2);
 const RESYNC: Duration = Duration::from_secs(300);
 /// Re-check of draining LocalQueues (their status changes also trigger a reconcile).
 const DRAIN_RECHECK: Duration = Duration::from_secs(30);
-/// At most this many rounds of LocalQueue applies in one reconcile when the namespaces keep changing meanwhile
-/// (see [`apply_local_queues_until_still`]); the bound keeps a steady stream of relabels from postponing pruning.
-const LOCAL_QUEUE_ROUNDS: usize = 10;
+/// How long one reconcile keeps re-applying LocalQueues while the namespaces keep changing (see
+/// [`apply_local_queues_until_still`]): long enough for a relabel of thousands of namespaces sent over seconds,
+/// bounded so a steady stream of relabels cannot postpone pruning for ever.
+const LOCAL_QUEUE_APPLY_WINDOW: Duration = Duration::from_secs(30);
 
 /// The blockers a reconcile sets from its own failures, and clears once it applies.
 const RECONCILE_BLOCKERS: [BlockedReason; 3] =
@@ -351,7 +352,7 @@ async fn apply_cluster_scoped(
 }
 
 /// Applies the LocalQueues of `snapshot`'s namespaces, then again for as long as the namespaces changed meanwhile
-/// (at most [`LOCAL_QUEUE_ROUNDS`] rounds): a relabel of many namespaces arrives over seconds, and every relabeled
+/// (for up to [`LOCAL_QUEUE_APPLY_WINDOW`]): a relabel of many namespaces arrives over seconds, and every relabeled
 /// namespace gets its new queue before any old queue is pruned. Returns the last round's wanted queues and the
 /// snapshot they came from.
 async fn apply_local_queues_until_still(
@@ -361,12 +362,13 @@ async fn apply_local_queues_until_still(
     applied: &mut Vec<String>,
 ) -> Result<(HashMap<String, String>, Arc<Snapshot>), ReconcileError> {
     let mut sent = SentBodies::new();
-    let mut round = 1;
+    let started = tokio::time::Instant::now();
+    let mut round = 1_u32;
     loop {
         let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
         let wanted = apply_local_queues(ctx, policy, namespaces, applied, &mut sent).await?;
         let latest = ctx.snapshot.load_full();
-        if round >= LOCAL_QUEUE_ROUNDS || !latest.synced || same_namespaces(&snapshot, &latest) {
+        if started.elapsed() >= LOCAL_QUEUE_APPLY_WINDOW || !latest.synced || same_namespaces(&snapshot, &latest) {
             return Ok((wanted, snapshot));
         }
         tracing::debug!(round, "namespaces changed while LocalQueues were applied; applying again before pruning");
