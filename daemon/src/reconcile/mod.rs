@@ -351,10 +351,10 @@ async fn apply_cluster_scoped(
     Ok(applied)
 }
 
-/// Applies the LocalQueues of `snapshot`'s namespaces, then again for as long as the namespaces changed meanwhile
-/// (for up to [`LOCAL_QUEUE_APPLY_WINDOW`]): a relabel of many namespaces arrives over seconds, and every relabeled
-/// namespace gets its new queue before any old queue is pruned. Returns the last round's wanted queues and the
-/// snapshot they came from.
+/// Applies the LocalQueues of `snapshot`'s namespaces, then those of the namespaces that changed meanwhile, for as
+/// long as they keep changing (up to [`LOCAL_QUEUE_APPLY_WINDOW`]): a relabel of many namespaces arrives over
+/// seconds, and every relabeled namespace gets its new queue before any old queue is pruned. Returns the wanted
+/// queues of the last snapshot applied, and that snapshot.
 async fn apply_local_queues_until_still(
     ctx: &Context,
     policy: &TierPolicy,
@@ -363,24 +363,44 @@ async fn apply_local_queues_until_still(
 ) -> Result<(HashMap<String, String>, Arc<Snapshot>), ReconcileError> {
     let mut sent = SentBodies::new();
     let started = tokio::time::Instant::now();
+    let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
+    let mut wanted = apply_local_queues(ctx, policy, namespaces, applied, &mut sent).await?;
     let mut round = 1_u32;
     loop {
-        let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
-        let wanted = apply_local_queues(ctx, policy, namespaces, applied, &mut sent).await?;
         let latest = ctx.snapshot.load_full();
-        if started.elapsed() >= LOCAL_QUEUE_APPLY_WINDOW || !latest.synced || same_namespaces(&snapshot, &latest) {
+        if started.elapsed() >= LOCAL_QUEUE_APPLY_WINDOW || !latest.synced {
             return Ok((wanted, snapshot));
         }
-        tracing::debug!(round, "namespaces changed while LocalQueues were applied; applying again before pruning");
-        snapshot = latest;
+        let changed = changed_namespaces(&snapshot, &latest);
+        if changed.is_empty() {
+            return Ok((wanted, snapshot));
+        }
         round += 1;
+        tracing::debug!(
+            round,
+            changed = changed.len(),
+            "namespaces changed while LocalQueues were applied; applying theirs before pruning"
+        );
+        // Only the changed namespaces are translated again: each namespace's queue depends on it alone.
+        for name in &changed {
+            wanted.remove(name);
+        }
+        let namespaces: Vec<&NamespaceView> =
+            translation_namespaces(&latest).filter(|namespace| changed.contains(&namespace.name)).collect();
+        wanted.extend(apply_local_queues(ctx, policy, namespaces, applied, &mut sent).await?);
+        snapshot = latest;
     }
 }
 
-/// Whether two snapshots hold the very same namespace views (the caches share unchanged views between snapshots).
-fn same_namespaces(left: &Snapshot, right: &Snapshot) -> bool {
-    left.namespaces.len() == right.namespaces.len()
-        && left.namespaces.values().zip(right.namespaces.values()).all(|(left, right)| Arc::ptr_eq(left, right))
+/// The names of the namespaces whose views differ between two snapshots: added, removed or replaced (the caches
+/// share an unchanged view between snapshots, so a different pointer is a change).
+fn changed_namespaces(before: &Snapshot, after: &Snapshot) -> HashSet<String> {
+    let replaced_or_added = after
+        .namespaces
+        .iter()
+        .filter(|(name, view)| before.namespaces.get(name.as_str()).is_none_or(|earlier| !Arc::ptr_eq(earlier, view)));
+    let removed = before.namespaces.keys().filter(|name| !after.namespaces.contains_key(name.as_str()));
+    replaced_or_added.map(|(name, _)| name.clone()).chain(removed.cloned()).collect()
 }
 
 /// The bodies one reconcile already applied, by object and applied-body hash: a later round of the same reconcile

@@ -890,3 +890,45 @@ async fn a_relabel_of_many_namespaces_is_one_migration_event_and_every_old_queue
     );
     assert!(note.ends_with("(+12 more)"), "{note}");
 }
+
+#[tokio::test]
+async fn a_namespace_untiered_between_rounds_loses_its_queue_and_unchanged_ones_keep_theirs() {
+    let before = snapshot_with(&[("team-a", "gold"), ("team-b", "gold"), ("team-c", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let live = converged_objects(&policy, &before);
+    let first = snapshot_with(&[("team-a", "silver"), ("team-b", "gold"), ("team-c", "gold")]);
+    let shared = first.clone();
+    let mut echo = echo_server(policy.clone());
+    let mut changed = false;
+    // While team-a's new queue is applied, team-b loses its tier label; team-c keeps its very view.
+    let responder = move |call: &Call| {
+        if !changed && call.method == "PATCH" && call.path.ends_with("/namespaces/team-a/localqueues/tiergate-silver") {
+            changed = true;
+            let current = shared.load_full();
+            let mut next = Snapshot::clone(&current);
+            next.namespaces.insert(
+                "team-b".to_owned(),
+                Arc::new(NamespaceView { name: "team-b".to_owned(), ..NamespaceView::default() }),
+            );
+            shared.store(Arc::new(next));
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, first, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let mut deleted: Vec<&str> = calls.iter().filter(|call| call.method == "DELETE").map(|c| c.path.as_str()).collect();
+    deleted.sort_unstable();
+    assert_eq!(
+        deleted,
+        [
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/tiergate-gold",
+            "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-b/localqueues/tiergate-gold",
+        ],
+        "team-c's queue is still wanted"
+    );
+}
