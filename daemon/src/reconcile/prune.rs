@@ -48,6 +48,8 @@ enum Outcome {
     Deleted { name: String, migration: Option<QueueMigration> },
     /// Kept until it is empty: stopped now (`stopped`) or already stopped, and the migration still in progress.
     Draining { stopped: Option<QueueMigration>, migration: Option<QueueMigration> },
+    /// Not a LocalQueue, and not deleted: the re-read showed another object by its name.
+    Kept,
 }
 
 /// Deletes owned objects no longer desired (selected by both ownership labels), kind by kind in reverse apply
@@ -74,6 +76,7 @@ pub(super) async fn retire_orphans(ctx: &Context, wanted: &Wanted) -> Result<Ret
                     retired.stopped.extend(stopped);
                     retired.migrations.extend(migration);
                 }
+                Outcome::Kept => {}
             }
         }
     }
@@ -87,11 +90,7 @@ async fn retire_one(ctx: &Context, wanted: &Wanted, orphan: Arc<LiveObject>) -> 
     let name = format!("{} {}", kind.name(), orphan.display_name());
     if kind != KueueKind::LocalQueue {
         let deleted = writes::delete_object(ctx, orphan, |_| true).await?;
-        return Ok(if deleted {
-            Outcome::Deleted { name, migration: None }
-        } else {
-            Outcome::Draining { stopped: None, migration: None }
-        });
+        return Ok(if deleted { Outcome::Deleted { name, migration: None } } else { Outcome::Kept });
     }
     let to_queue = orphan.namespace.as_ref().and_then(|namespace| wanted.local_queues.get(namespace));
     Ok(match build_retire_action(&QueueOccupancy::of(orphan)) {

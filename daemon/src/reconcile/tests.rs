@@ -817,26 +817,45 @@ async fn a_workers_condition_is_written_into_the_policy_status_once_and_an_uncha
     assert!(conditions.iter().any(|condition| condition["type"] == "Ready" && condition["status"] == "True"));
 }
 
+/// An echo server that, when team-a's `tiergate-silver` queue is first applied, replaces the snapshot in `shared`
+/// with `change(current)`: namespaces changing while a reconcile applies LocalQueues.
+fn changing_snapshot_when_team_a_moves(
+    policy: &TierPolicy,
+    shared: SharedSnapshot,
+    change: impl FnOnce(&Snapshot) -> Arc<Snapshot> + Send + 'static,
+) -> Responder {
+    let mut echo = echo_server(policy.clone());
+    let mut change = Some(change);
+    Box::new(move |call: &Call| {
+        if call.method == "PATCH"
+            && call.path.ends_with("/namespaces/team-a/localqueues/tiergate-silver")
+            && let Some(change) = change.take()
+        {
+            shared.store(change(&shared.load()));
+        }
+        echo(call)
+    })
+}
+
+/// The paths of the DELETE calls, sorted (deletes of one kind run concurrently).
+fn sorted_delete_paths(calls: &[Call]) -> Vec<&str> {
+    let mut deleted: Vec<&str> = calls.iter().filter(|call| call.method == "DELETE").map(|c| c.path.as_str()).collect();
+    deleted.sort_unstable();
+    deleted
+}
+
 #[tokio::test]
 async fn namespaces_relabeled_while_queues_are_applied_get_their_queues_before_any_prune() {
     let before = snapshot_with(&[("team-a", "gold"), ("team-b", "gold")]);
     let policy = with_converged_status(sample_policy(), &before);
     let live = converged_objects(&policy, &before);
     let first = snapshot_with(&[("team-a", "silver"), ("team-b", "gold")]);
-    let shared = first.clone();
-    let mut echo = echo_server(policy.clone());
-    let mut relabeled = false;
     // team-b is relabeled while team-a's new queue is being applied: the same reconcile applies team-b's new
     // queue too, before it prunes either old one.
-    let responder = move |call: &Call| {
-        if !relabeled && call.method == "PATCH" && call.path.ends_with("/namespaces/team-a/localqueues/tiergate-silver")
-        {
-            relabeled = true;
-            shared.store(snapshot_with(&[("team-a", "silver"), ("team-b", "silver")]).load_full());
-        }
-        echo(call)
-    };
-    let (client, api) = MockApi::start(Box::new(responder));
+    let responder = changing_snapshot_when_team_a_moves(&policy, first.clone(), |_| {
+        snapshot_with(&[("team-a", "silver"), ("team-b", "silver")]).load_full()
+    });
+    let (client, api) = MockApi::start(responder);
     let ctx = context(client, first, stores_with(live), WriteGate::always_open());
     ctx.assume_kueue_discovered();
 
@@ -873,8 +892,7 @@ async fn a_relabel_of_many_namespaces_is_one_migration_event_and_every_old_queue
     reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
     let calls = api.finish(ctx).await;
 
-    let mut deleted: Vec<&str> = calls.iter().filter(|call| call.method == "DELETE").map(|c| c.path.as_str()).collect();
-    deleted.sort_unstable();
+    let deleted = sorted_delete_paths(&calls);
     let expected: Vec<String> = names
         .iter()
         .map(|name| format!("/apis/kueue.x-k8s.io/v1beta2/namespaces/{name}/localqueues/tiergate-gold"))
@@ -897,32 +915,23 @@ async fn a_namespace_untiered_between_rounds_loses_its_queue_and_unchanged_ones_
     let policy = with_converged_status(sample_policy(), &before);
     let live = converged_objects(&policy, &before);
     let first = snapshot_with(&[("team-a", "silver"), ("team-b", "gold"), ("team-c", "gold")]);
-    let shared = first.clone();
-    let mut echo = echo_server(policy.clone());
-    let mut changed = false;
     // While team-a's new queue is applied, team-b loses its tier label; team-c keeps its very view.
-    let responder = move |call: &Call| {
-        if !changed && call.method == "PATCH" && call.path.ends_with("/namespaces/team-a/localqueues/tiergate-silver") {
-            changed = true;
-            let current = shared.load_full();
-            let mut next = Snapshot::clone(&current);
-            next.namespaces.insert(
-                "team-b".to_owned(),
-                Arc::new(NamespaceView { name: "team-b".to_owned(), ..NamespaceView::default() }),
-            );
-            shared.store(Arc::new(next));
-        }
-        echo(call)
-    };
-    let (client, api) = MockApi::start(Box::new(responder));
+    let responder = changing_snapshot_when_team_a_moves(&policy, first.clone(), |current| {
+        let mut next = current.clone();
+        next.namespaces.insert(
+            "team-b".to_owned(),
+            Arc::new(NamespaceView { name: "team-b".to_owned(), ..NamespaceView::default() }),
+        );
+        Arc::new(next)
+    });
+    let (client, api) = MockApi::start(responder);
     let ctx = context(client, first, stores_with(live), WriteGate::always_open());
     ctx.assume_kueue_discovered();
 
     reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
     let calls = api.finish(ctx).await;
 
-    let mut deleted: Vec<&str> = calls.iter().filter(|call| call.method == "DELETE").map(|c| c.path.as_str()).collect();
-    deleted.sort_unstable();
+    let deleted = sorted_delete_paths(&calls);
     assert_eq!(
         deleted,
         [
