@@ -265,10 +265,9 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     };
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue).await?;
-    let (local_queues, snapshot) = apply_local_queues_until_still(ctx, policy, snapshot, &mut applied).await?;
+    // The snapshots end with the LocalQueue rounds: one rebuilt meanwhile is the only one alive while pruning.
+    let local_queues = apply_local_queues_until_still(ctx, policy, snapshot, &mut applied).await?;
     applied.extend(apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue).await?);
-    // Let a snapshot rebuilt meanwhile be the only one alive while pruning and writing the status.
-    drop(snapshot);
     let wanted = prune::Wanted {
         cluster: cluster_scoped.objects.iter().map(|object| (object.kind, object.object.name_any())).collect(),
         local_queues,
@@ -354,13 +353,13 @@ async fn apply_cluster_scoped(
 /// Applies the LocalQueues of `snapshot`'s namespaces, then those of the namespaces that changed meanwhile, for as
 /// long as they keep changing (up to [`LOCAL_QUEUE_APPLY_WINDOW`]): a relabel of many namespaces arrives over
 /// seconds, and every relabeled namespace gets its new queue before any old queue is pruned. Returns the wanted
-/// queues of the last snapshot applied, and that snapshot.
+/// queues of the last snapshot applied.
 async fn apply_local_queues_until_still(
     ctx: &Context,
     policy: &TierPolicy,
     mut snapshot: Arc<Snapshot>,
     applied: &mut Vec<String>,
-) -> Result<(HashMap<String, String>, Arc<Snapshot>), ReconcileError> {
+) -> Result<HashMap<String, String>, ReconcileError> {
     let mut sent = SentBodies::new();
     let started = tokio::time::Instant::now();
     let namespaces: Vec<&NamespaceView> = translation_namespaces(&snapshot).collect();
@@ -369,11 +368,11 @@ async fn apply_local_queues_until_still(
     loop {
         let latest = ctx.snapshot.load_full();
         if started.elapsed() >= LOCAL_QUEUE_APPLY_WINDOW || !latest.synced {
-            return Ok((wanted, snapshot));
+            return Ok(wanted);
         }
         let changed = changed_namespaces(&snapshot, &latest);
         if changed.is_empty() {
-            return Ok((wanted, snapshot));
+            return Ok(wanted);
         }
         round += 1;
         tracing::debug!(
