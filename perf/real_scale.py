@@ -73,6 +73,7 @@ PHASES = ["empty-webhook", "namespaces", "plain", "cold", "owners", "webhook", "
 PLAIN_CLIENT_APPLIES = 3_000  # enough for a rate; the rest of the 10,000 would only lengthen the run
 JOB_WORKERS = 32  # a Job create waits on Kueue's webhooks: latency-bound, so more in flight
 DAEMON_ENV: dict[str, str] = {}  # --env NAME=VALUE
+DAEMON_LOG_DIR: list[pathlib.Path] = []  # --daemon-logs DIR
 LQ = "/apis/kueue.x-k8s.io/v1beta2"
 WEBHOOK_FIXTURES = ("job-create-bronze-gpu-scored.json", "pod-create-from-job-1.json")
 
@@ -278,7 +279,7 @@ class Daemon:
                             "-out", str(tmp / "tls.crt")], check=True, capture_output=True)
         self.admin = f"http://127.0.0.1:{free_port()}"
         self.webhook_port = free_port()
-        self.log_path = tmp / f"daemon-{time.monotonic_ns()}.log"
+        self.log_path = (DAEMON_LOG_DIR[0] if DAEMON_LOG_DIR else tmp) / f"daemon-{time.strftime('%H%M%S')}.log"
         self.log = open(self.log_path, "w")
         self.started = time.monotonic()
         self.process = subprocess.Popen(
@@ -574,11 +575,16 @@ def main() -> int:
     parser.add_argument("--phase", action="append", choices=PHASES,
                         help="run only these phases (default: all, in order); a loaded cluster is reused")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for the daemon's environment")
+    parser.add_argument("--daemon-logs", type=pathlib.Path,
+                        help="keep each daemon run's log in this directory (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="leave the loaded objects (a KUBECONFIG cluster)")
     args = parser.parse_args()
     if not args.binary.exists():
         raise SystemExit(f"real_scale.py: no {args.binary}: cargo build --release -p tiergate --bin tiergate")
     DAEMON_ENV.update(item.split("=", 1) for item in args.env)
+    if args.daemon_logs:
+        args.daemon_logs.mkdir(parents=True, exist_ok=True)
+        DAEMON_LOG_DIR.append(args.daemon_logs)
     namespaces, nodes, jobs = (int(n * args.scale) for n in (NAMESPACES, NODES, JOBS))
     results: dict = {"scale": args.scale, "namespaces": namespaces, "nodes": nodes, "jobs": jobs,
                      "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

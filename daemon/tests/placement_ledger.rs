@@ -192,3 +192,24 @@ fn two_replicas_whose_cache_catches_up_between_pods_split_exactly_like_one() {
     }
     assert_eq!(counts, expected(&[("od4vcpu16gb", 1), ("spot4vcpu16gb", 4), ("spot8vcpu32gb", 5)]));
 }
+
+#[test]
+fn pods_of_another_namespace_forging_the_owner_annotation_do_not_count_in_the_split() {
+    let requests = web_app_pods(6);
+    let start = Instant::now();
+    let honest = admit_all(&PlacementLedger::default(), &requests, &Snapshot::default(), start);
+    // A tenant of another namespace copies the owner annotation and rule labels of a whole burst onto its pods.
+    let forged: Vec<PodView> = pods_of(&honest)
+        .into_iter()
+        .map(|pod| PodView { namespace: "attacker".to_owned(), ..pod })
+        .chain(pods_of(&honest).into_iter().map(|pod| PodView { namespace: "attacker".to_owned(), ..pod }))
+        .collect();
+    let beside_forgeries = admit_all(&PlacementLedger::default(), &requests, &snapshot_with(forged), start);
+    let rules = |admitted: &[(PlacementOutcome, PodView)]| -> Vec<String> {
+        admitted.iter().map(|(outcome, _)| rule_of(outcome)).collect()
+    };
+    assert_eq!(rules(&beside_forgeries), rules(&honest), "the split counts only the owner's own namespace");
+    let own = snapshot_with(pods_of(&honest));
+    assert_eq!(own.pods_in(&honest[0].1.namespace).count(), 6, "the namespace index finds the owner's pods");
+    assert_eq!(own.pods_in("attacker").count(), 0);
+}

@@ -4,10 +4,14 @@
 //! Views are shared, never copied: the daemon's watch caches hold them behind `Arc`s and every snapshot and
 //! translation view points at the same allocations, so 10,000 namespaces are in memory once.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
+
+mod class_digest;
+
+pub use class_digest::{ClassCapacity, ClassDigest, Inventory, build_class_digest};
 
 use crate::labels::Labels;
 use crate::policy::TierPolicy;
@@ -97,6 +101,12 @@ pub struct Snapshot {
     pub own_namespace: Option<String>,
     /// True once every store behind this snapshot has synced; the webhook is not ready before.
     pub synced: bool,
+    /// The digest of every policy class, filled on first use by [`Snapshot::gpu_class_digest`]; leave it empty
+    /// when building a snapshot (a clone carries it over, so edit the nodes or pods of a fresh one only).
+    pub gpu_class_digest_memo: OnceLock<ClassDigest>,
+    /// Positions in `pods` by namespace, filled on first use by [`Snapshot::pods_in`]; leave it empty when
+    /// building a snapshot, like the digest.
+    pub pods_by_namespace_memo: OnceLock<HashMap<String, Vec<usize>>>,
 }
 
 impl Snapshot {
@@ -106,5 +116,29 @@ impl Snapshot {
             namespaces: self.namespaces.values().cloned().collect(),
             nodes: self.nodes.values().cloned().collect(),
         }
+    }
+
+    /// GPU capacity and running job types of every class of the policy (empty without one), from this
+    /// snapshot's nodes and pods. Computed once per snapshot, on the first scored review, so scoring does not walk
+    /// every node and pod of the cluster for each admission request.
+    pub fn gpu_class_digest(&self) -> &ClassDigest {
+        self.gpu_class_digest_memo.get_or_init(|| {
+            let classes: Vec<_> = self.policy.iter().flat_map(|policy| &policy.spec.gpu_classes).collect();
+            build_class_digest(&classes, self.nodes.values(), &self.pods)
+        })
+    }
+
+    /// The cached pods of `namespace`, from an index built once per snapshot on first use, so a placed pod's
+    /// admission reads its namespace's pods, not every pod of the cluster.
+    pub fn pods_in(&self, namespace: &str) -> impl Iterator<Item = &PodView> {
+        let index = self.pods_by_namespace_memo.get_or_init(|| {
+            let mut index: HashMap<String, Vec<usize>> = HashMap::new();
+            for (position, pod) in self.pods.iter().enumerate() {
+                index.entry(pod.namespace.clone()).or_default().push(position);
+            }
+            index
+        });
+        let positions = index.get(namespace).map_or(&[][..], Vec::as_slice);
+        positions.iter().filter_map(|position| self.pods.get(*position).map(AsRef::as_ref))
     }
 }

@@ -166,6 +166,8 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         replica_set_owners,
         own_namespace: Some(inputs.own_namespace.to_owned()),
         synced: inputs.synced,
+        gpu_class_digest_memo: std::sync::OnceLock::new(),
+        pods_by_namespace_memo: std::sync::OnceLock::new(),
     }
 }
 

@@ -64,8 +64,11 @@ impl Scorer {
         let url = self.agent_url.clone().or_else(|| settings.url.clone().filter(|url| !url.trim().is_empty()));
         let result = match url {
             None => {
-                let inventory = builtin::build_inventory(&job.candidates, snapshot.nodes.values(), &snapshot.pods);
-                let response = builtin::builtin_response(&job.request, &policy.spec.gpu_classes, &inventory);
+                let response = builtin::builtin_response(
+                    &job.request,
+                    &policy.spec.gpu_classes,
+                    &snapshot.gpu_class_digest().inventory,
+                );
                 let answer = build_answer(&response, &job.tier.name, &job.candidates).map_err(AgentCallError::from);
                 self.metrics.agent_calls.get_or_create(&AgentLabels { outcome: "builtin" }).inc();
                 answer.map(|answer| (answer, ScoreSource::BuiltIn))

@@ -42,9 +42,8 @@ pub(crate) struct Observed<'a> {
 /// Counts the snapshot's pods of `owner` in `namespace` by their rule label.
 pub(crate) fn observed_pods<'a>(snapshot: &'a Snapshot, namespace: &str, owner: &str) -> Observed<'a> {
     let mut observed = Observed::default();
-    let owned = snapshot.pods.iter().filter(|pod| {
-        pod.namespace == namespace && pod.annotations.get(OWNER_ANNOTATION).is_some_and(|key| key == owner)
-    });
+    let owned =
+        snapshot.pods_in(namespace).filter(|pod| pod.annotations.get(OWNER_ANNOTATION).is_some_and(|key| key == owner));
     for pod in owned {
         if let Some(rule) = pod.labels.get(RULE_LABEL) {
             *observed.counts.entry(rule).or_default() += 1;

@@ -13,13 +13,11 @@
 //! class), and the score is `round(100 * value)`. No eligible class: score 0 and no choice (the job keeps its
 //! tier's flavors). Batch size, tenant and co-located job types are not used; `avoid_co_locate_with` is empty.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::policy::GpuClass;
-use crate::scoring::features::node_is_of_class;
 use crate::scoring::wire::{GpuSelector, ScoreRequest, ScoreResponse, ScoreTerms};
-use crate::view::{NodeView, PodView};
+use crate::view::{NodeView, PodView, build_class_digest};
 
 /// Weight of memory fit in a class's value.
 pub const FIT_WEIGHT: f64 = 0.6;
@@ -28,18 +26,7 @@ pub const FREE_WEIGHT: f64 = 0.4;
 /// Fit used when the job or the class does not state its GPU memory.
 pub const UNKNOWN_FIT: f64 = 0.5;
 
-/// GPUs of one class: allocatable on its nodes, and the share the caches know to be taken.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClassCapacity {
-    /// Sum of the class's resource over the class's nodes' allocatable.
-    pub allocatable: i64,
-    /// Cached pods on the class's nodes, each counted as one GPU (the pod cache holds no resource requests, and
-    /// only pods with a placement or job-type label, so this is a lower bound).
-    pub in_use: i64,
-}
-
-/// Capacity per GPU class name.
-pub type Inventory = BTreeMap<String, ClassCapacity>;
+pub use crate::view::{ClassCapacity, Inventory};
 
 /// The inventory of `classes` from the node and pod caches (one pass over the nodes, one over the pods).
 pub fn build_inventory<'a>(
@@ -47,23 +34,7 @@ pub fn build_inventory<'a>(
     nodes: impl IntoIterator<Item = &'a Arc<NodeView>>,
     pods: &[Arc<PodView>],
 ) -> Inventory {
-    let mut inventory: Inventory = classes.iter().map(|class| (class.name.clone(), ClassCapacity::default())).collect();
-    let mut classes_of_node: HashMap<&str, Vec<&GpuClass>> = HashMap::new();
-    for node in nodes {
-        for class in classes.iter().filter(|class| node_is_of_class(node, class)) {
-            let capacity = inventory.entry(class.name.clone()).or_default();
-            capacity.allocatable += node.allocatable.get(class.primary_resource()).copied().unwrap_or(0);
-            classes_of_node.entry(node.name.as_str()).or_default().push(class);
-        }
-    }
-    for pod in pods {
-        let node_classes = pod.node_name.as_deref().and_then(|node| classes_of_node.get(node));
-        for class in node_classes.into_iter().flatten() {
-            let requested = pod.requests.get(class.primary_resource()).copied().unwrap_or(0);
-            inventory.entry(class.name.clone()).or_default().in_use += requested;
-        }
-    }
-    inventory
+    build_class_digest(classes, nodes, pods).inventory
 }
 
 /// How well `class` fits a job needing `gpu_mem_gib` per GPU: `None` when it does not fit at all.
@@ -169,6 +140,29 @@ mod tests {
         );
         assert_eq!(inventory["l4"], ClassCapacity { allocatable: 4, in_use: 3 }, "a pod without GPUs uses none");
         assert_eq!(free_share(inventory["l4"]), 0.25);
+    }
+
+    #[test]
+    fn a_snapshot_digests_every_policy_class_once() {
+        use crate::view::Snapshot;
+        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        let pod = Arc::new(PodView {
+            node_name: Some("gpu-l4-node-1".to_owned()),
+            requests: [("nvidia.com/gpu".to_owned(), 1)].into(),
+            ..PodView::default()
+        });
+        let snapshot = Snapshot {
+            policy: Some(Arc::new(load_policy(None).unwrap())),
+            nodes: view.nodes.iter().map(|node| (node.name.clone(), node.clone())).collect(),
+            pods: vec![pod.clone()],
+            ..Snapshot::default()
+        };
+        let expected = build_inventory(&classes().iter().collect::<Vec<_>>(), &view.nodes, &[pod]);
+        assert_eq!(snapshot.gpu_class_digest().inventory, expected);
+        assert_eq!(snapshot.gpu_class_digest().inventory["l4"], ClassCapacity { allocatable: 4, in_use: 1 });
+        assert!(std::ptr::eq(snapshot.gpu_class_digest(), snapshot.gpu_class_digest()), "computed once, reused");
+        let without_policy = Snapshot { policy: None, gpu_class_digest_memo: std::sync::OnceLock::new(), ..snapshot };
+        assert!(without_policy.gpu_class_digest().inventory.is_empty(), "no policy, no classes");
     }
 
     #[test]

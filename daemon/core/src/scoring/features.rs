@@ -9,7 +9,7 @@
 //! - some container (or init container) requests or limits the GPU resource of one of the tier's classes;
 //! - its metadata annotations name a job type (`tiergate.io/job-type` or `app.kubernetes.io/job-type`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use kube_core::admission::Operation;
 use tiergate_compat::scoring_annotations::scoring_inputs;
@@ -90,22 +90,7 @@ pub fn node_is_of_class(node: &NodeView, class: &GpuClass) -> bool {
 /// Job types (the `app.kubernetes.io/job-type` label) of cached pods running on nodes of the candidate classes,
 /// sorted and deduplicated so identical situations give identical requests (and cache hits).
 pub fn colocated_job_types(snapshot: &Snapshot, candidates: &[&GpuClass]) -> Vec<String> {
-    let candidate_nodes: BTreeSet<&str> = snapshot
-        .nodes
-        .values()
-        .filter(|node| candidates.iter().any(|class| node_is_of_class(node, class)))
-        .map(|node| node.name.as_str())
-        .collect();
-    snapshot
-        .pods
-        .iter()
-        .filter(|pod| pod.node_name.as_deref().is_some_and(|node| candidate_nodes.contains(node)))
-        .filter_map(|pod| pod.labels.get(JOB_TYPE_LABEL))
-        .filter(|job_type| !job_type.is_empty())
-        .collect::<BTreeSet<&str>>()
-        .into_iter()
-        .map(str::to_owned)
-        .collect()
+    snapshot.gpu_class_digest().job_types_on(candidates)
 }
 
 #[cfg(test)]
