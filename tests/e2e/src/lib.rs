@@ -16,6 +16,7 @@ use tiergate::admission::server::AdmissionState;
 use tiergate::metrics::Metrics;
 use tiergate::placement::PlacementLedger;
 use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
 use tiergate::reconcile::runtime::{ReconcilerOptions, RunningReconciler, start_reconciler};
 use tiergate::scoring::Scorer;
 use tiergate::view::SharedSnapshot;
@@ -332,6 +333,47 @@ pub async fn apply_policy(client: &Client, policy: &TierPolicy) -> Result<(), Ha
     }
     api.patch(&policy.name_any(), &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(body)).await?;
     Ok(())
+}
+
+/// Starts one run's tiergate as the suites do: the TierPolicy CRD, the daemon's namespace `system`, the tenant
+/// namespaces (name and labels), the in-process daemon (Lease `<policy>-lease` in `system`), then `policy`,
+/// tracked for clean-up. Waits for nothing: each suite waits for the objects it needs.
+pub async fn start_tiergate(
+    client: &Client,
+    cleanup: &Cleanup,
+    policy: &TierPolicy,
+    system: &str,
+    tenants: &[(&str, &[(&str, &str)])],
+) -> Result<InProcessDaemon, HarnessError> {
+    install_tierpolicy_crd(client, cleanup).await?;
+    create_namespace(client, cleanup, system, &[]).await?;
+    for (namespace, labels) in tenants {
+        create_namespace(client, cleanup, namespace, labels).await?;
+    }
+    let name = policy.name_any();
+    let daemon = InProcessDaemon::start(client, &name, system, &format!("{name}-lease"));
+    let applied = apply_policy(client, policy).await;
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &name);
+    if let Err(error) = applied {
+        daemon.stop().await;
+        return Err(error);
+    }
+    Ok(daemon)
+}
+
+/// Waits until the LocalQueue `queue` exists in `namespace`.
+pub async fn wait_for_local_queue(
+    client: &Client,
+    namespace: &str,
+    queue: &str,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let local_queues = KueueKind::LocalQueue.api_resource();
+    wait_for(&format!("LocalQueue {namespace}/{queue}"), timeout, || async {
+        let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &local_queues);
+        queues.get_opt(queue).await.ok()?.map(|_| ())
+    })
+    .await
 }
 
 /// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.

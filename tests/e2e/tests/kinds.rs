@@ -17,14 +17,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
-use tiergate::policy::TierPolicy;
-use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, build_webhook_configuration, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy,
-    create_namespace, install_tierpolicy_crd, prefixed, random_name, wait_for, wait_for_crd_established,
+    Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, build_prefixed_policy, prefixed, random_name,
+    start_tiergate, wait_for, wait_for_crd_established, wait_for_local_queue,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -102,18 +100,9 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
     let bronze_tier = policy.spec.tier(&prefixed(&prefix, "bronze")).ok_or("the e2e policy has no bronze tier")?;
     let local_queue = bronze_tier.local_queue();
     let (system, bronze) = (format!("{prefix}-system"), format!("{prefix}-bronze"));
-    install_tierpolicy_crd(client, cleanup).await?;
-    create_namespace(client, cleanup, &system, &[]).await?;
-    create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &bronze_tier.name), (RUN_LABEL, &prefix)]).await?;
-    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
-    apply_policy(client, &policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
-    let local_queues = KueueKind::LocalQueue.api_resource();
-    wait_for("the bronze LocalQueue", CONVERGE, || async {
-        let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), &bronze, &local_queues);
-        queues.get_opt(&local_queue).await.ok()?
-    })
-    .await?;
+    let bronze_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &bronze_tier.name), (RUN_LABEL, &prefix)];
+    let daemon = start_tiergate(client, cleanup, &policy, &system, &[(&bronze, bronze_labels)]).await?;
+    wait_for_local_queue(client, &bronze, &local_queue, CONVERGE).await?;
     serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
         check_kinds(client, cleanup, endpoint, webhook, &prefix, &bronze, &local_queue).await
     })

@@ -24,8 +24,7 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
-    install_tierpolicy_crd, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -168,12 +167,8 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
 }
 
 async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
-    install_tierpolicy_crd(client, cleanup).await?;
-    create_namespace(client, cleanup, &run.system, &[]).await?;
-    create_namespace(client, cleanup, &run.tenant, &[(E2E_TIER_LABEL, &run.tier()), (RUN_LABEL, &run.prefix)]).await?;
-    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
-    apply_policy(client, &run.policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let tenant_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.tier()), (RUN_LABEL, &run.prefix)];
+    let daemon = start_tiergate(client, cleanup, &run.policy, &run.system, &[(&run.tenant, tenant_labels)]).await?;
     let local_queue = run.policy.spec.tiers[0].local_queue();
     let local_queues = KueueKind::LocalQueue.api_resource();
     let cluster_queues = KueueKind::ClusterQueue.api_resource();

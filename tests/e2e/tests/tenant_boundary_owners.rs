@@ -13,16 +13,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::core::ApiResource;
 use serde_json::json;
 use tiergate::policy::TierPolicy;
-use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, load_sample_workload, prefixed, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, load_sample_workload, prefixed, random_name,
+    start_tiergate, wait_for, wait_for_local_queue,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -73,20 +71,10 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
         policy: build_prefixed_policy(&prefix)?,
         prefix,
     };
-    install_tierpolicy_crd(client, cleanup).await?;
     let bronze_tier = prefixed(&run.prefix, "bronze");
-    create_namespace(client, cleanup, &run.system, &[]).await?;
-    create_namespace(client, cleanup, &run.bronze, &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)]).await?;
-    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
-    apply_policy(client, &run.policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
-    let queue = run.queue()?;
-    let local_queues = KueueKind::LocalQueue.api_resource();
-    wait_for("the bronze LocalQueue", CONVERGE, || async {
-        let queues: Api<kube::core::DynamicObject> = Api::namespaced_with(client.clone(), &run.bronze, &local_queues);
-        queues.get_opt(&queue).await.ok()?.map(|_| ())
-    })
-    .await?;
+    let bronze_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)];
+    let daemon = start_tiergate(client, cleanup, &run.policy, &run.system, &[(&run.bronze, bronze_labels)]).await?;
+    wait_for_local_queue(client, &run.bronze, &run.queue()?, CONVERGE).await?;
     serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
         register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
         wait_until_mutating(client, &run).await?;

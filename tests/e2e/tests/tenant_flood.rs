@@ -15,18 +15,17 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde_json::{Value, json};
 use tiergate::plan::gate::gate_name;
-use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::webhook::{
     FailurePolicy, InProcessWebhook, RUN_LABEL, WEBHOOK_NAME, WebhookEndpoint, register_webhook_with, run_webhook_test,
     serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, metric_sum, prefixed, random_name, tenant_client, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, metric_sum, prefixed, random_name,
+    start_tiergate, tenant_client, wait_for,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -69,7 +68,6 @@ struct Run {
 async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
     let prefix = random_name("e2e-flood");
     let policy = build_prefixed_policy(&prefix)?;
-    install_tierpolicy_crd(client, cleanup).await?;
     let system = format!("{prefix}-system");
     let tier = prefixed(&prefix, "bronze");
     let run = Run {
@@ -81,12 +79,10 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
         tier,
         prefix: prefix.clone(),
     };
-    create_namespace(client, cleanup, &system, &[]).await?;
-    create_namespace(client, cleanup, &run.bronze, &[(E2E_TIER_LABEL, &run.tier), (RUN_LABEL, &prefix)]).await?;
-    create_namespace(client, cleanup, &run.probe, &[(E2E_TIER_LABEL, &run.tier)]).await?;
-    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
-    apply_policy(client, &policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
+    let bronze_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.tier), (RUN_LABEL, &prefix)];
+    let probe_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.tier)];
+    let tenants = [(run.bronze.as_str(), bronze_labels), (run.probe.as_str(), probe_labels)];
+    let daemon = start_tiergate(client, cleanup, &policy, &system, &tenants).await?;
     let metrics = daemon.metrics.clone();
     serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
         let tenant = tenant_client(client, cleanup, &[&run.bronze, &run.probe]).await?;

@@ -32,8 +32,7 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
-    install_tierpolicy_crd, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
 };
 use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
 use tiergate_workloads::QUEUE_NAME_LABEL;
@@ -168,14 +167,10 @@ async fn create_nodes(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(
 }
 
 async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
-    install_tierpolicy_crd(client, cleanup).await?;
-    create_namespace(client, cleanup, &run.system, &[]).await?;
-    for tenant in [&run.gold, &run.bronze] {
-        create_namespace(client, cleanup, tenant, &[(E2E_TIER_LABEL, tenant), (RUN_LABEL, &run.prefix)]).await?;
-    }
-    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
-    apply_policy(client, &run.policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let gold_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.gold), (RUN_LABEL, &run.prefix)];
+    let bronze_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.bronze), (RUN_LABEL, &run.prefix)];
+    let tenants = [(run.gold.as_str(), gold_labels), (run.bronze.as_str(), bronze_labels)];
+    let daemon = start_tiergate(client, cleanup, &run.policy, &run.system, &tenants).await?;
     let topologies = KueueKind::Topology.api_resource();
     let flavors = KueueKind::ResourceFlavor.api_resource();
     let local_queues = KueueKind::LocalQueue.api_resource();

@@ -16,7 +16,6 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
-use kube::core::ApiResource;
 use tiergate::admission::TIER_ANNOTATION;
 use tiergate::policy::{GpuClass, Tier, TierPolicy};
 use tiergate::reconcile::kinds::KueueKind;
@@ -25,8 +24,8 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, load_sample_workload, prefixed, random_name, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, build_prefixed_policy, ensure, load_sample_workload,
+    prefixed, random_name, start_tiergate, wait_for,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -95,14 +94,11 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
 /// CRD, namespaces, the prefixed policy and the in-process daemon, until the bronze LocalQueue and every
 /// bucket's WorkloadPriorityClass exist.
 async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
-    install_tierpolicy_crd(client, cleanup).await?;
     let bronze_tier = run.tier("bronze")?.name.clone();
-    create_namespace(client, cleanup, &run.system, &[]).await?;
-    create_namespace(client, cleanup, &run.bronze, &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)]).await?;
-    create_namespace(client, cleanup, &run.placement, &[(RUN_LABEL, &run.prefix)]).await?;
-    let daemon = InProcessDaemon::start(client, &run.prefix, &run.system, &format!("{}-lease", run.prefix));
-    apply_policy(client, &run.policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &run.prefix);
+    let bronze_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &bronze_tier), (RUN_LABEL, &run.prefix)];
+    let placement_labels: &[(&str, &str)] = &[(RUN_LABEL, &run.prefix)];
+    let tenants = [(run.bronze.as_str(), bronze_labels), (run.placement.as_str(), placement_labels)];
+    let daemon = start_tiergate(client, cleanup, &run.policy, &run.system, &tenants).await?;
 
     let local_queue = run.tier("bronze")?.local_queue();
     let local_queues = KueueKind::LocalQueue.api_resource();

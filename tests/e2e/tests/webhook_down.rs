@@ -15,17 +15,16 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::core::{ApiResource, DynamicObject};
+use kube::core::DynamicObject;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tiergate::admission::gate_marks::{CLASS_ADDED_MARK, GATE_MARKS};
 use tiergate::plan::gate::gate_name;
-use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
-    ensure, install_tierpolicy_crd, prefixed, random_name, run_cluster_test, tenant_client, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, prefixed, random_name, run_cluster_test,
+    start_tiergate, tenant_client, wait_for,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -56,15 +55,10 @@ struct Run {
 async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let prefix = random_name("e2e-down");
     let policy = build_prefixed_policy(&prefix)?;
-    install_tierpolicy_crd(client, cleanup).await?;
     let system = format!("{prefix}-system");
     let bronze = format!("{prefix}-bronze");
     let tier = prefixed(&prefix, "bronze");
-    create_namespace(client, cleanup, &system, &[]).await?;
-    create_namespace(client, cleanup, &bronze, &[(E2E_TIER_LABEL, &tier)]).await?;
-    let daemon = InProcessDaemon::start(client, &prefix, &system, &format!("{prefix}-lease"));
-    apply_policy(client, &policy).await?;
-    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &prefix);
+    let daemon = start_tiergate(client, cleanup, &policy, &system, &[(&bronze, &[(E2E_TIER_LABEL, &tier)])]).await?;
     let class = |name: &str| -> Result<Value, HarnessError> {
         let class = policy.spec.gpu_class(&prefixed(&prefix, name)).ok_or_else(|| format!("no class {name}"))?;
         Ok(serde_json::to_value(&class.node_labels)?)
