@@ -4,11 +4,17 @@
 
 mod support;
 
+use std::sync::{Arc, OnceLock};
+
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use support::{fixture, many_namespaces, score, sized_reviews};
 use tiergate::admission::{AdmissionInputs, build_static_snapshot, encode_review, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::plan::desired;
+use tiergate::policy::GpuClass;
+use tiergate::scoring::builtin::builtin_response;
+use tiergate::scoring::features::scoring_job;
+use tiergate::view::{NodeView, Snapshot, build_class_digest};
 use tiergate_compat::strategy::{parse_custom_pod_strategy, parse_schedule_strategy};
 
 fn bench_mutate(c: &mut Criterion) {
@@ -73,5 +79,38 @@ fn bench_strategies(c: &mut Criterion) {
     c.bench_function("strategy/custom-pod-strategy (seed 004)", |b| b.iter(|| parse_custom_pod_strategy(custom)));
 }
 
-criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies);
+/// The sample cluster's GPU nodes copied to 2,000 (each copy renamed), with the sample policy.
+fn snapshot_with_2000_gpu_nodes() -> Option<Snapshot> {
+    let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").ok()?;
+    let policy = load_policy(None).ok()?;
+    let gpu_nodes: Vec<&NodeView> =
+        view.nodes.iter().map(AsRef::as_ref).filter(|node| !node.allocatable.is_empty()).collect();
+    let nodes = (0..2_000)
+        .map(|index| {
+            let node = NodeView { name: format!("gpu-node-{index:04}"), ..gpu_nodes[index % gpu_nodes.len()].clone() };
+            (node.name.clone(), Arc::new(node))
+        })
+        .collect();
+    let snapshot = build_static_snapshot(policy, view, None);
+    Some(Snapshot { nodes, gpu_class_digest_memo: OnceLock::new(), ..snapshot })
+}
+
+fn bench_scoring(c: &mut Criterion) {
+    let Some(snapshot) = snapshot_with_2000_gpu_nodes() else { return };
+    let Some(policy) = snapshot.policy.clone() else { return };
+    let Ok(request) = parse_review(&fixture("job-create-bronze-gpu-scored.json")) else { return };
+    let classes: Vec<&GpuClass> = policy.spec.gpu_classes.iter().collect();
+    c.bench_function("score/builtin answer, 2,000 GPU nodes, digest built", |b| {
+        b.iter(|| {
+            let job = scoring_job(&request, &snapshot, &policy.spec)?;
+            let inventory = &snapshot.gpu_class_digest().inventory;
+            Some(builtin_response(&job.request, &policy.spec.gpu_classes, inventory))
+        })
+    });
+    c.bench_function("score/class digest build (once per snapshot), 2,000 GPU nodes", |b| {
+        b.iter(|| build_class_digest(&classes, snapshot.nodes.values(), &snapshot.pods))
+    });
+}
+
+criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies, bench_scoring);
 criterion_main!(benches);
