@@ -279,7 +279,7 @@ class Daemon:
                             "-out", str(tmp / "tls.crt")], check=True, capture_output=True)
         self.admin = f"http://127.0.0.1:{free_port()}"
         self.webhook_port = free_port()
-        self.log_path = (DAEMON_LOG_DIR[0] if DAEMON_LOG_DIR else tmp) / f"daemon-{time.strftime('%H%M%S')}.log"
+        self.log_path = (DAEMON_LOG_DIR[0] if DAEMON_LOG_DIR else tmp) / f"daemon-{time.strftime('%H%M%S')}-{time.monotonic_ns()}.log"
         self.log = open(self.log_path, "w")
         self.started = time.monotonic()
         self.process = subprocess.Popen(

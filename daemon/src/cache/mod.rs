@@ -57,9 +57,9 @@ use crate::policy::TierPolicy;
 use crate::view::{SharedSnapshot, Snapshot};
 
 /// Pod label naming the placement rule a pod was given (written by the webhook's placement).
-pub const PLACEMENT_RULE_LABEL: &str = "tiergate.io/placement-rule";
+pub use crate::placement::RULE_LABEL as PLACEMENT_RULE_LABEL;
 /// Pod label naming a job type (seed 000), used for co-location scoring.
-pub const JOB_TYPE_LABEL: &str = "app.kubernetes.io/job-type";
+pub use crate::scoring::features::JOB_TYPE_LABEL;
 /// List page sizes for the kinds whose raw objects are large (a node with its image list is ~30 kB of structs
 /// before trimming): smaller pages keep the memory of the initial list low.
 const NODE_PAGE_SIZE: u32 = 50;

@@ -18,7 +18,7 @@ use tiergate_workloads::{TemplateLayout, WorkloadAdapter, adapter_for, controlle
 use crate::policy::{GpuClass, Tier, TierPolicySpec};
 use crate::request::{Request, metadata_of};
 use crate::scoring::wire::{ScoreFeatures, ScoreRequest};
-use crate::view::{NodeView, Snapshot};
+use crate::view::Snapshot;
 
 /// Pod label whose value names a running pod's job type (read for `colocated_job_types`).
 pub const JOB_TYPE_LABEL: &str = tiergate_compat::scoring_annotations::SEED_JOB_TYPE;
@@ -80,11 +80,6 @@ pub fn scoring_job<'a>(request: &Request, snapshot: &Snapshot, policy: &'a TierP
     };
     let warnings = inputs.problems.iter().map(ToString::to_string).collect();
     Some(ScoringJob { tier, candidates, request, warnings })
-}
-
-/// Whether `node` carries every label of `class`.
-pub fn node_is_of_class(node: &NodeView, class: &GpuClass) -> bool {
-    class.is_selected_by(&node.labels)
 }
 
 /// Job types (the `app.kubernetes.io/job-type` label) of cached pods running on nodes of the candidate classes,
