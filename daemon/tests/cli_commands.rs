@@ -39,8 +39,8 @@ fn render_without_a_cluster_view_prints_cluster_scoped_objects_and_a_note() {
     assert!(stderr(&output).contains("LocalQueues need a cluster view"), "{}", stderr(&output));
     assert!(
         stderr(&output).contains(
-            "in-server gate: validate and mutate (3 ValidatingAdmissionPolicies, 3 MutatingAdmissionPolicies and \
-             their bindings: tiergate-gate-gold"
+            "in-server gate: validate and mutate (Validating- and MutatingAdmissionPolicy tiergate-gate-default, bound once \
+             per tier with its TierGateParameters: gold, silver, bronze)"
         ),
         "{}",
         stderr(&output)
@@ -51,8 +51,9 @@ fn render_without_a_cluster_view_prints_cluster_scoped_objects_and_a_note() {
     assert!(!stdout(&older).contains("kind: MutatingAdmissionPolicy"));
     assert!(stdout(&older).contains("kind: ValidatingAdmissionPolicy\n"));
     assert!(
-        stderr(&older)
-            .contains("in-server gate: validate only (3 ValidatingAdmissionPolicies and bindings: tiergate-gate-gold"),
+        stderr(&older).contains(
+            "in-server gate: validate only (ValidatingAdmissionPolicy tiergate-gate-default, bound once per tier"
+        ),
         "{}",
         stderr(&older)
     );
@@ -124,8 +125,11 @@ fn check_passes_on_the_samples_and_fails_when_a_tier_has_no_pool() {
 fn crd_prints_the_chart_copy() {
     let output = tiergate(&["crd"]);
     assert!(output.status.success());
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/crds/tierpolicies.tiergate.io.yaml");
-    assert_eq!(stdout(&output), std::fs::read_to_string(chart).unwrap());
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/crds");
+    let read = |name: &str| std::fs::read_to_string(chart.join(name)).unwrap();
+    let expected =
+        format!("{}---\n{}", read("tierpolicies.tiergate.io.yaml"), read("tiergateparameters.tiergate.io.yaml"));
+    assert_eq!(stdout(&output), expected);
 }
 
 #[test]

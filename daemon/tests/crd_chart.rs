@@ -25,6 +25,19 @@ fn the_chart_crd_is_identical_to_the_generated_one() {
 }
 
 #[test]
+fn the_chart_ships_the_gate_parameters_crd_as_generated() {
+    use tiergate::plan::gate::params::TierGateParameters;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tiergate/crds/tiergateparameters.tiergate.io.yaml");
+    let generated = serde_saphyr::to_string(&TierGateParameters::crd()).unwrap();
+    if std::env::var_os("TIERGATE_BLESS").is_some_and(|value| value == "1") {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let chart = std::fs::read_to_string(&path).unwrap();
+    pretty_assertions::assert_eq!(chart, generated, "regenerate with TIERGATE_BLESS=1");
+}
+
+#[test]
 fn every_sample_policy_is_valid_against_the_tierpolicy_crd_schema() {
     let crd = serde_json::to_value(TierPolicy::crd()).unwrap();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];

@@ -157,7 +157,7 @@ fn check_agreement(name: &str, request: &Value, snapshot: &Snapshot, gate: &Comp
     let decision = mutate(&parsed, snapshot, &AdmissionInputs::default());
     let labels = namespace_labels(snapshot, request);
     let as_sent = gate.run(request, &labels);
-    let exempt = matches!(&as_sent, GateOutcome::NotMatched { condition } if condition == "not-a-controller");
+    let exempt = matches!(&as_sent, GateOutcome::NotMatched { condition } if condition == gate_support::NOT_TRUSTED);
     tally.exempt_controllers += usize::from(exempt);
     let webhook_denied = matches!(decision.verdict, Verdict::Deny { .. });
     let webhook_constrained =
@@ -175,7 +175,7 @@ fn check_agreement(name: &str, request: &Value, snapshot: &Snapshot, gate: &Comp
         ["nodeSelector", "tolerations", "affinity"].iter().any(|field| path.contains(field))
     }) || matches!(decision.verdict, Verdict::Deny { reason, .. } if reason != "priority_above_ceiling");
     let cpu_only = !gpu_in_webhook
-        && matches!(&as_sent, GateOutcome::NotMatched { condition } if condition.ends_with("-asks-for-a-gpu"));
+        && matches!(&as_sent, GateOutcome::NotMatched { condition } if condition == gate_support::NO_GPU);
     tally.cpu_only_out_of_scope += usize::from(cpu_only && (webhook_denied || webhook_constrained));
     if (webhook_denied || webhook_constrained) && !exempt && !cpu_only {
         assert!(

@@ -276,7 +276,12 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
     let checker = Checker::new();
     let objects = all_sample_objects();
     let kinds: std::collections::BTreeSet<&str> = objects.iter().filter_map(|object| object["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 15, "the samples should exercise every generated kind, got {kinds:?}");
+    assert_eq!(kinds.len(), 16, "the samples should exercise every generated kind, got {kinds:?}");
+    let parameters_crd =
+        serde_json::to_value(<tiergate::plan::gate::params::TierGateParameters as kube::CustomResourceExt>::crd())
+            .unwrap();
+    let parameters_schema =
+        jsonschema::validator_for(&parameters_crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]).unwrap();
     for object in &objects {
         if object["kind"]
             .as_str()
@@ -285,6 +290,11 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
             let errors = metadata_errors(object);
             assert!(errors.is_empty(), "{}: {errors:#?}", object["metadata"]["name"]);
             assert_gate_object_is_well_formed(object);
+            continue;
+        }
+        if object["kind"] == "TierGateParameters" {
+            let errors: Vec<String> = parameters_schema.iter_errors(object).map(|error| error.to_string()).collect();
+            assert!(errors.is_empty(), "TierGateParameters {}: {errors:#?}", object["metadata"]["name"]);
             continue;
         }
         if object["kind"] == "Namespace" {
@@ -300,6 +310,8 @@ fn every_generated_object_of_every_sample_is_accepted_by_its_kueue_crd() {
 /// The in-server gate's objects are built-in kinds (no CRD): each reads back into its typed
 /// `admissionregistration.k8s.io/v1` struct unchanged, with the fields the API server requires.
 fn assert_gate_object_is_well_formed(object: &Value) {
+    let policy_name =
+        tiergate::plan::gate::gate_policy_name(object["metadata"]["labels"]["tiergate.io/policy"].as_str().unwrap());
     use k8s_openapi::api::admissionregistration::v1::{
         MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding, ValidatingAdmissionPolicy,
         ValidatingAdmissionPolicyBinding,
@@ -352,15 +364,18 @@ fn assert_gate_object_is_well_formed(object: &Value) {
     } else if object["kind"] == "MutatingAdmissionPolicyBinding" {
         let typed: MutatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
         assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
-        assert_eq!(
-            typed.spec.and_then(|spec| spec.policy_name).as_deref(),
-            Some(name),
-            "a binding is named after its policy"
-        );
+        let spec = typed.spec.unwrap();
+        assert_eq!(spec.policy_name.as_deref(), Some(policy_name.as_str()), "{name}: binds the one mutating policy");
+        let param = spec.param_ref.unwrap();
+        assert_eq!(param.name.as_deref(), Some(name), "a binding names the parameter object of its own name");
+        assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"), "{name}");
     } else {
         let typed: ValidatingAdmissionPolicyBinding = serde_json::from_value(object.clone()).unwrap();
         assert_eq!(&serde_json::to_value(&typed).unwrap(), object, "{name} has fields the type does not know");
-        assert_eq!(typed.spec.policy_name, name, "a binding is named after its policy");
+        assert_eq!(typed.spec.policy_name, policy_name, "{name}: binds the one validating policy");
+        let param = typed.spec.param_ref.unwrap();
+        assert_eq!(param.name.as_deref(), Some(name), "a binding names the parameter object of its own name");
+        assert_eq!(param.parameter_not_found_action.as_deref(), Some("Deny"), "{name}: fails closed");
         assert_eq!(typed.spec.validation_actions, ["Deny"]);
     }
 }

@@ -37,7 +37,8 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
             "cohorts",
         ]
     },
-    # The in-server gate's admission policies and bindings (docs/admission.md, The in-server gate).
+    # The in-server gate's admission policies, bindings and parameter objects (docs/admission.md).
+    ("tiergate.io", "tiergateparameters"): {"get", "list", "watch", "create", "patch", "delete"},
     **{
         ("admissionregistration.k8s.io", kind): {"get", "list", "watch", "create", "patch", "delete"}
         for kind in [

@@ -45,7 +45,7 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 15] = [
+pub const OWNED_KINDS: [&str; 16] = [
     "Namespace",
     "Topology",
     "ResourceFlavor",
@@ -56,6 +56,7 @@ pub const OWNED_KINDS: [&str; 15] = [
     "AdmissionCheck",
     "Cohort",
     "ClusterQueue",
+    "TierGateParameters",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
     "MutatingAdmissionPolicy",
@@ -93,12 +94,14 @@ pub struct Desired {
     pub cohorts: Vec<Cohort>,
     /// One per tier (tier order).
     pub cluster_queues: Vec<ClusterQueue>,
-    /// Management cluster only: the in-server gate, one per tier (tier order; [`gate`]).
+    /// Management cluster only: the in-server gate's parameter objects, one per tier (tier order; [`gate`]).
+    pub gate_parameters: Vec<gate::params::TierGateParameters>,
+    /// Management cluster only: the in-server gate's one validating policy ([`gate`]).
     pub admission_policies: Vec<ValidatingAdmissionPolicy>,
-    /// Management cluster only: one binding per tier, to the tier's namespaces (tier order).
+    /// Management cluster only: one binding per tier, to the tier's namespaces and parameters (tier order).
     pub admission_policy_bindings: Vec<ValidatingAdmissionPolicyBinding>,
-    /// Management cluster only: the gate's MutatingAdmissionPolicies, one per tier (tier order); the daemon
-    /// applies them only where the API server serves the kind.
+    /// Management cluster only: the gate's one MutatingAdmissionPolicy; the daemon applies it only where the API
+    /// server serves the kind.
     pub mutating_policies: Vec<MutatingAdmissionPolicy>,
     /// Management cluster only: their bindings (tier order).
     pub mutating_policy_bindings: Vec<MutatingAdmissionPolicyBinding>,
@@ -131,6 +134,8 @@ pub enum DesiredObject<'a> {
     Cohort(&'a Cohort),
     /// A ClusterQueue.
     ClusterQueue(&'a ClusterQueue),
+    /// A parameter object of the in-server gate.
+    TierGateParameters(&'a gate::params::TierGateParameters),
     /// A ValidatingAdmissionPolicy of the in-server gate.
     ValidatingAdmissionPolicy(&'a ValidatingAdmissionPolicy),
     /// Its binding.
@@ -192,6 +197,7 @@ impl DesiredObject<'_> {
             Self::AdmissionCheck(_) => "AdmissionCheck",
             Self::Cohort(_) => "Cohort",
             Self::ClusterQueue(_) => "ClusterQueue",
+            Self::TierGateParameters(_) => "TierGateParameters",
             Self::ValidatingAdmissionPolicy(_) => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding(_) => "ValidatingAdmissionPolicyBinding",
             Self::MutatingAdmissionPolicy(_) => "MutatingAdmissionPolicy",
@@ -213,6 +219,7 @@ impl DesiredObject<'_> {
             Self::AdmissionCheck(object) => &object.metadata,
             Self::Cohort(object) => &object.metadata,
             Self::ClusterQueue(object) => &object.metadata,
+            Self::TierGateParameters(object) => &object.metadata,
             Self::ValidatingAdmissionPolicy(object) => &object.metadata,
             Self::ValidatingAdmissionPolicyBinding(object) => &object.metadata,
             Self::MutatingAdmissionPolicy(object) => &object.metadata,
@@ -244,6 +251,7 @@ impl DesiredObject<'_> {
             Self::AdmissionCheck(object) => serde_json::to_value(object),
             Self::Cohort(object) => serde_json::to_value(object),
             Self::ClusterQueue(object) => serde_json::to_value(object),
+            Self::TierGateParameters(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicy(object) => serde_json::to_value(object),
             Self::ValidatingAdmissionPolicyBinding(object) => serde_json::to_value(object),
             Self::MutatingAdmissionPolicy(object) => serde_json::to_value(object),
@@ -269,6 +277,7 @@ impl Desired {
         let checks = self.admission_checks.iter().map(DesiredObject::AdmissionCheck);
         let cohorts = self.cohorts.iter().map(DesiredObject::Cohort);
         let cluster_queues = self.cluster_queues.iter().map(DesiredObject::ClusterQueue);
+        let parameters = self.gate_parameters.iter().map(DesiredObject::TierGateParameters);
         let policies = self.admission_policies.iter().map(DesiredObject::ValidatingAdmissionPolicy);
         let bindings = self.admission_policy_bindings.iter().map(DesiredObject::ValidatingAdmissionPolicyBinding);
         let mutating = self.mutating_policies.iter().map(DesiredObject::MutatingAdmissionPolicy);
@@ -284,6 +293,7 @@ impl Desired {
             .chain(checks)
             .chain(cohorts)
             .chain(cluster_queues)
+            .chain(parameters)
             .chain(policies)
             .chain(bindings)
             .chain(mutating)
@@ -488,7 +498,8 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     let labels = owned_labels(policy);
     desired.multi_kueue_clusters = fleet::build_multi_kueue_clusters(&policy.spec, &labels);
     desired.multi_kueue_configs = fleet::build_multi_kueue_configs(&policy.spec, &labels);
-    let gate = gate::build_gate(&policy.spec, &labels);
+    let gate = gate::build_gate(policy, &labels);
+    desired.gate_parameters = gate.parameters;
     desired.admission_policies = gate.policies;
     desired.admission_policy_bindings = gate.bindings;
     desired.mutating_policies = gate.mutating_policies;

@@ -448,6 +448,46 @@ pub struct AdmissionSettings {
     /// from anyone else is ignored. Empty: no copy is trusted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub multi_kueue_users: Vec<String>,
+    /// The users that write workloads from templates tiergate already checked: the control plane's controllers,
+    /// Kueue and the workload operators. Only they may create a workload's children (a CronJob's Jobs, a JobSet's
+    /// Jobs) without the tier's queue label, and only their owner references are believed. Name exact users, never
+    /// a service account of a namespace a tenant controls. Unset: [`DEFAULT_TRUSTED_CONTROLLERS`]. Pods are
+    /// checked for GPU reach whoever writes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_controllers: Option<Vec<String>>,
+}
+
+/// The controllers trusted when a policy names none: kube-controller-manager (its own identity, and the
+/// per-controller service accounts it uses with `--use-service-account-credentials`), Kueue, and the operators of
+/// the workload kinds Kueue integrates, each at the namespace and service account of its upstream release install.
+pub const DEFAULT_TRUSTED_CONTROLLERS: &[&str] = &[
+    "system:kube-controller-manager",
+    "system:serviceaccount:kube-system:cronjob-controller",
+    "system:serviceaccount:kube-system:job-controller",
+    "system:serviceaccount:kube-system:generic-garbage-collector",
+    "system:serviceaccount:kueue-system:kueue-controller-manager",
+    "system:serviceaccount:jobset-system:jobset-controller-manager",
+    "system:serviceaccount:lws-system:lws-controller-manager",
+    "system:serviceaccount:appwrapper-system:appwrapper-controller-manager",
+    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
+];
+
+impl AdmissionSettings {
+    /// The trusted controllers in force: the policy's `trustedControllers`, or the defaults.
+    pub fn trusted_controllers(&self) -> Vec<&str> {
+        match &self.trusted_controllers {
+            Some(users) => users.iter().map(String::as_str).collect(),
+            None => DEFAULT_TRUSTED_CONTROLLERS.to_vec(),
+        }
+    }
+
+    /// Whether `user` is a trusted controller.
+    pub fn trusts_controller(&self, user: &str) -> bool {
+        match &self.trusted_controllers {
+            Some(users) => users.iter().any(|trusted| trusted == user),
+            None => DEFAULT_TRUSTED_CONTROLLERS.contains(&user),
+        }
+    }
 }
 
 /// The external scheduler agent.

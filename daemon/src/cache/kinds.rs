@@ -14,6 +14,10 @@ pub const KUEUE_VERSION: &str = "v1beta2";
 pub const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
 /// The version of the in-server gate's policies (ValidatingAdmissionPolicy is GA since Kubernetes 1.30).
 pub const ADMISSION_VERSION: &str = "v1";
+/// The group of tiergate's own kinds.
+pub const TIERGATE_GROUP: &str = "tiergate.io";
+/// The version of tiergate's own kinds.
+pub const TIERGATE_VERSION: &str = "v1alpha1";
 /// The oldest Kueue release that serves `kueue.x-k8s.io/v1beta2`.
 pub const MIN_KUEUE_RELEASE: &str = "v0.15";
 /// The single server-side-apply field manager of every tiergate write.
@@ -53,7 +57,9 @@ pub enum KueueKind {
     ClusterQueue,
     /// `LocalQueue`, one per tiered namespace (namespaced).
     LocalQueue,
-    /// `ValidatingAdmissionPolicy` of the in-server gate, one per tier (cluster-scoped).
+    /// tiergate's `TierGateParameters`, the in-server gate's parameters, one per tier (cluster-scoped).
+    TierGateParameters,
+    /// `ValidatingAdmissionPolicy` of the in-server gate (cluster-scoped).
     ValidatingAdmissionPolicy,
     /// `ValidatingAdmissionPolicyBinding` of the in-server gate, one per tier (cluster-scoped).
     ValidatingAdmissionPolicyBinding,
@@ -65,7 +71,7 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Topology,
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
@@ -76,6 +82,7 @@ impl KueueKind {
         Self::Cohort,
         Self::ClusterQueue,
         Self::LocalQueue,
+        Self::TierGateParameters,
         Self::ValidatingAdmissionPolicy,
         Self::ValidatingAdmissionPolicyBinding,
         Self::MutatingAdmissionPolicy,
@@ -94,6 +101,7 @@ impl KueueKind {
             Self::AdmissionCheck => "AdmissionCheck",
             Self::Cohort => "Cohort",
             Self::ClusterQueue => "ClusterQueue",
+            Self::TierGateParameters => "TierGateParameters",
             Self::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
             Self::ValidatingAdmissionPolicyBinding => "ValidatingAdmissionPolicyBinding",
             Self::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
@@ -114,6 +122,7 @@ impl KueueKind {
             Self::AdmissionCheck => "admissionchecks",
             Self::Cohort => "cohorts",
             Self::ClusterQueue => "clusterqueues",
+            Self::TierGateParameters => "tiergateparameters",
             Self::ValidatingAdmissionPolicy => "validatingadmissionpolicies",
             Self::ValidatingAdmissionPolicyBinding => "validatingadmissionpolicybindings",
             Self::MutatingAdmissionPolicy => "mutatingadmissionpolicies",
@@ -126,27 +135,42 @@ impl KueueKind {
     pub fn is_kueue(self) -> bool {
         !matches!(
             self,
-            Self::ValidatingAdmissionPolicy
+            Self::TierGateParameters
+                | Self::ValidatingAdmissionPolicy
                 | Self::ValidatingAdmissionPolicyBinding
                 | Self::MutatingAdmissionPolicy
                 | Self::MutatingAdmissionPolicyBinding
         )
     }
 
-    /// Whether the API server may not serve the kind (MutatingAdmissionPolicy is GA in Kubernetes 1.36): its
-    /// watch asks discovery first and stays empty where it is not served.
+    /// Whether the API server may not serve the kind: MutatingAdmissionPolicy (GA in Kubernetes 1.36), and the
+    /// gate's TierGateParameters (a CRD a worker cluster of a fleet does not have). Its watch asks discovery first
+    /// and stays empty where it is not served.
     pub fn is_optional(self) -> bool {
+        matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding | Self::TierGateParameters)
+    }
+
+    /// Whether the kind is the gate's mutating half (applied only where the API server serves it).
+    pub fn is_mutating_half(self) -> bool {
         matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding)
     }
 
     /// The kind's API group.
     pub fn group(self) -> &'static str {
-        if self.is_kueue() { KUEUE_GROUP } else { ADMISSION_GROUP }
+        match self {
+            Self::TierGateParameters => TIERGATE_GROUP,
+            _ if self.is_kueue() => KUEUE_GROUP,
+            _ => ADMISSION_GROUP,
+        }
     }
 
     /// The API version tiergate writes the kind at.
     pub fn version(self) -> &'static str {
-        if self.is_kueue() { KUEUE_VERSION } else { ADMISSION_VERSION }
+        match self {
+            Self::TierGateParameters => TIERGATE_VERSION,
+            _ if self.is_kueue() => KUEUE_VERSION,
+            _ => ADMISSION_VERSION,
+        }
     }
 
     /// Whether objects of this kind live in a namespace.

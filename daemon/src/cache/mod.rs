@@ -249,8 +249,8 @@ fn start_kueue_watches(client: &Client, spawner: &Spawner, policy_name: &str) ->
 }
 
 /// `events` when discovery lists `kind`'s resource; otherwise one empty list (the store is synced and stays
-/// empty: nothing of the kind exists to own or prune). A discovery error counts as served, so the watch itself
-/// then reports what is wrong.
+/// empty: nothing of the kind exists to own or prune). A group the API server does not serve at all (404) is not
+/// served; any other discovery error counts as served, so the watch itself then reports what is wrong.
 fn watch_if_served<S>(client: Client, kind: KueueKind, events: S) -> impl Stream<Item = S::Item> + Send
 where
     S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send,
@@ -259,6 +259,7 @@ where
         let group_version = format!("{}/{}", kind.group(), kind.version());
         let served = match client.list_api_group_resources(&group_version).await {
             Ok(list) => list.resources.iter().any(|resource| resource.name == kind.plural()),
+            Err(kube::Error::Api(status)) if status.code == 404 => false,
             Err(error) => {
                 tracing::warn!(kind = kind.name(), %error, "discovery failed; watching the kind as if served");
                 true

@@ -562,9 +562,16 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
     requested.sort();
     requested.dedup();
     let mut expected = vec!["/api/v1/namespaces".to_owned(), "/api/v1/nodes".to_owned()];
-    expected.extend(KueueKind::ALL.map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())));
-    // The one discovery request: whether the gate's optional kinds (MutatingAdmissionPolicy) are served.
+    expected.extend(
+        KueueKind::ALL
+            .into_iter()
+            .filter(|kind| !kind.is_optional())
+            .map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())),
+    );
+    // The discovery requests: whether the gate's optional kinds (MutatingAdmissionPolicy, TierGateParameters) are
+    // served; this server answers 404 for both groups, so neither is watched.
     expected.push("/apis/admissionregistration.k8s.io/v1".to_owned());
+    expected.push("/apis/tiergate.io/v1alpha1".to_owned());
     expected.sort();
     assert_eq!(requested, expected, "no TierPolicy, pod, ReplicaSet, owner-kind or other discovery request");
     let snapshot = cache.snapshot.load();

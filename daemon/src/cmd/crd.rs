@@ -1,14 +1,17 @@
-//! `tiergate crd`: prints the TierPolicy CustomResourceDefinition as YAML.
+//! `tiergate crd`: prints tiergate's CustomResourceDefinitions as YAML: the TierPolicy, and the in-server gate's
+//! TierGateParameters.
 
 use std::process::ExitCode;
 
 use kube::CustomResourceExt;
 
 use super::CmdError;
+use crate::plan::gate::params::TierGateParameters;
 use crate::policy::TierPolicy;
 
 /// Runs `tiergate crd`.
 pub fn run() -> Result<ExitCode, CmdError> {
     print!("{}", serde_saphyr::to_string(&TierPolicy::crd())?);
+    print!("---\n{}", serde_saphyr::to_string(&TierGateParameters::crd())?);
     Ok(ExitCode::SUCCESS)
 }

@@ -68,7 +68,7 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     // The arithmetic goes to stderr so stdout stays a stream `kubectl apply -f -` accepts.
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
     eprint!("{}", crate::plan::cohorts::cohort_summary(&policy.spec));
-    eprint!("{}", gate_summary(&build_gate(&policy.spec, &crate::plan::owned_labels(&policy)), mode));
+    eprint!("{}", gate_summary(&build_gate(&policy, &crate::plan::owned_labels(&policy)), mode));
     let text = match args.output {
         OutputFormat::Yaml => fleet.to_yaml_stream()?,
         OutputFormat::Json if fleet.workers.is_empty() => {

@@ -257,7 +257,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         Ok(mut objects) => {
             // Before Kubernetes 1.36 (or when discovery could not tell) the gate is its validating half only.
             if !mutating_served {
-                objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_optional));
+                objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
             }
             build_desired_set(policy, objects)?
         }

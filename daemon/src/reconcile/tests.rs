@@ -170,7 +170,7 @@ fn as_live(mut object: DynamicObject) -> DynamicObject {
 /// MutatingAdmissionPolicy is served (as in these mocked API servers): everything but the gate's mutating half.
 fn applied_objects(policy: &TierPolicy, snapshot: &SharedSnapshot) -> Vec<DynamicObject> {
     let mut objects = desired_objects(policy, &snapshot.load().cluster_view()).unwrap();
-    objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_optional));
+    objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
     objects
 }
 

@@ -1,8 +1,8 @@
-//! The in-server gate evaluated offline: the generated ValidatingAdmissionPolicies and bindings run on an
-//! AdmissionRequest as kube-apiserver runs them (binding namespace selector, resource rules, `matchConditions` in
-//! order, every validation, `failurePolicy: Fail`), and the MutatingAdmissionPolicies' JSON patches (the kind's
-//! removal and addition variables, evaluated, then applied as the fixed mutation expression says), with the `cel`
-//! crate kube-cel builds on; no I/O.
+//! The in-server gate evaluated offline: the generated ValidatingAdmissionPolicy and its bindings run on an
+//! AdmissionRequest as kube-apiserver runs them (binding namespace selector, the binding's parameter object as
+//! `params`, resource rules, `matchConditions` in order, the variables, every validation, `failurePolicy: Fail`),
+//! and the MutatingAdmissionPolicy's JSON patch (its removal and addition variables, evaluated, then applied as the
+//! fixed mutation expression says), with the `cel` crate kube-cel builds on; no I/O.
 #![cfg(test)]
 #![allow(dead_code)]
 
@@ -18,6 +18,11 @@ use tiergate::plan::gate::{Gate, build_gate, mutate};
 use tiergate::plan::owned_labels;
 use tiergate::policy::TierPolicy;
 use tiergate_workloads::ADAPTERS;
+
+/// The outcome's condition for an object that asks no GPU (`variables.gpu` false: every validation holds).
+pub const NO_GPU: &str = "asks-for-a-gpu";
+/// The match condition that leaves trusted controllers' writes of workload kinds alone.
+pub const NOT_TRUSTED: &str = "a-pod-or-not-a-trusted-controller";
 
 /// What the gate does with one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,7 +48,7 @@ impl GateOutcome {
 
 /// The gate of `policy`.
 pub fn gate_of(policy: &TierPolicy) -> Gate {
-    build_gate(&policy.spec, &owned_labels(policy))
+    build_gate(policy, &owned_labels(policy))
 }
 
 /// Whether `selector` selects a namespace with `labels` (matchLabels, In, NotIn, Exists, DoesNotExist).
@@ -115,7 +120,13 @@ impl CompiledGate {
 
     /// [`run_gate`] with the compiled programs.
     pub fn run(&self, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
-        run_with(&self.gate, request, namespace_labels, &|context, expression| self.evaluate(context, expression))
+        run_with(
+            &self.gate,
+            request,
+            namespace_labels,
+            &|context, expression| self.evaluate(context, expression),
+            &|context, expression| self.value(context, expression),
+        )
     }
 }
 
@@ -137,8 +148,8 @@ pub fn evaluate(context: &Context<'_>, expression: &str) -> Result<bool, String>
     }
 }
 
-/// The CEL context of a request: `object`, `oldObject`, `request` (as the API server binds them).
-pub fn context_of(request: &Value) -> Context<'static> {
+/// The CEL context of a request: `object`, `oldObject`, `request` and `params` (as the API server binds them).
+pub fn context_of(request: &Value, params: &Value) -> Context<'static> {
     let mut context = Context::default();
     // kube-apiserver's `dyn()` only widens a type for its checker; the value passes through.
     context.add_function("dyn", passthrough);
@@ -153,12 +164,37 @@ pub fn context_of(request: &Value) -> Context<'static> {
     context.add_variable_from_value("object", to_cel(&object));
     context.add_variable_from_value("oldObject", to_cel(&old));
     context.add_variable_from_value("request", to_cel(&bound));
-    context.add_variable_from_value("params", CelValue::Null);
+    context.add_variable_from_value("params", to_cel(params));
     context
 }
 
-/// The object after the gate's MutatingAdmissionPolicies, or `None` when none is bound to the request or its
-/// `matchConditions` keep it out (a CEL error skips the policy: `failurePolicy: Ignore`, as the API server does).
+/// Binds each of `variables` in order, each seeing those before it as `variables`; one that fails to evaluate is
+/// left unbound (the API server evaluates a variable only when read: an expression reading it then fails).
+fn bind_variables(
+    context: &mut Context<'_>,
+    variables: &[k8s_openapi::api::admissionregistration::v1::Variable],
+    value: ValueEvaluator<'_>,
+) -> serde_json::Map<String, Value> {
+    let mut bound = serde_json::Map::new();
+    context.add_variable_from_value("variables", to_cel(&Value::Object(bound.clone())));
+    for variable in variables {
+        if let Ok(result) = value(context, &variable.expression) {
+            bound.insert(variable.name.clone(), result);
+            context.add_variable_from_value("variables", to_cel(&Value::Object(bound.clone())));
+        }
+    }
+    bound
+}
+
+/// The parameter object a binding names, as JSON.
+fn parameters_named(gate: &Gate, name: Option<&str>) -> Value {
+    let found = gate.parameters.iter().find(|parameters| parameters.metadata.name.as_deref() == name);
+    found.map(|parameters| serde_json::to_value(parameters).unwrap()).unwrap_or(Value::Null)
+}
+
+/// The object after the gate's MutatingAdmissionPolicy, or `None` when no binding selects the request's namespace
+/// or its `matchConditions` keep it out (a CEL error skips the policy: `failurePolicy: Ignore`, as the API server
+/// does).
 pub fn run_mutating(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> Option<Value> {
     let value = |context: &Context<'_>, expression: &str| -> Result<Value, String> {
         let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
@@ -188,16 +224,16 @@ fn run_mutating_with(
     let group = request["kind"]["group"].as_str().unwrap_or_default();
     let kind = request["kind"]["kind"].as_str().unwrap_or_default();
     let adapter = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind)?;
-    let stem = mutate::kind_variable(adapter);
     let mut object = request["object"].clone();
     let mut edited = false;
-    let bound = gate.mutating_bindings.iter().filter(|binding| mutating_binding_selects(binding, &labels)).filter_map(
-        |binding| {
-            let name = binding.spec.as_ref()?.policy_name.as_deref()?;
-            gate.mutating_policies.iter().find(|policy| policy.metadata.name.as_deref() == Some(name))
-        },
-    );
-    for policy in bound {
+    for binding in gate.mutating_bindings.iter().filter(|binding| mutating_binding_selects(binding, &labels)) {
+        let binding_spec = binding.spec.as_ref()?;
+        let name = binding_spec.policy_name.as_deref()?;
+        let Some(policy) = gate.mutating_policies.iter().find(|policy| policy.metadata.name.as_deref() == Some(name))
+        else {
+            continue;
+        };
+        let params = parameters_named(gate, binding_spec.param_ref.as_ref().and_then(|param| param.name.as_deref()));
         let spec = policy.spec.as_ref().unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Ignore"));
         let rules = spec.match_constraints.as_ref().and_then(|constraints| constraints.resource_rules.as_ref());
@@ -211,7 +247,7 @@ fn run_mutating_with(
         }
         let mut current = request.clone();
         current["object"] = object.clone();
-        let context = context_of(&current);
+        let mut context = context_of(&current, &params);
         let matched = spec
             .match_conditions
             .iter()
@@ -231,25 +267,8 @@ fn run_mutating_with(
             [Some(mutate::MUTATION_EXPRESSION)],
             "{kind}: the policy's one mutation is not the fixed expression over its variables"
         );
-        // The kind's own variables and the shared ones, in order, each seeing those before it as `variables` (the
-        // API server evaluates a variable when first read; another kind's are never read, `variables.additions`
-        // choosing the request kind's).
-        let mut context = context;
-        let mut bound = serde_json::Map::new();
-        for variable in spec.variables.iter().flatten() {
-            let own =
-                variable.name.strip_prefix(stem.as_str()).is_some_and(|rest| rest.starts_with(char::is_uppercase));
-            let shared = [mutate::REMOVALS_VARIABLE, mutate::ADDITIONS_VARIABLE].contains(&variable.name.as_str());
-            if !own && !shared {
-                continue;
-            }
-            if let Ok(result) = value(&context, &variable.expression) {
-                bound.insert(variable.name.clone(), result);
-                context.add_variable_from_value("variables", to_cel(&Value::Object(bound.clone())));
-            }
-        }
-        let (Some(removals), Some(additions)) =
-            (bound.get(mutate::REMOVALS_VARIABLE).cloned(), bound.get(mutate::ADDITIONS_VARIABLE).cloned())
+        let bound = bind_variables(&mut context, spec.variables.as_deref().unwrap_or_default(), value);
+        let (Some(removals), Some(additions)) = (bound.get("removals").cloned(), bound.get("additions").cloned())
         else {
             continue;
         };
@@ -286,7 +305,11 @@ fn passthrough(value: CelValue) -> kube_cel::cel::ResolveResult {
 
 /// Runs `gate` on `request` (the AdmissionRequest as JSON) for a namespace with `namespace_labels`.
 pub fn run_gate(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
-    run_with(gate, request, namespace_labels, &evaluate)
+    let value = |context: &Context<'_>, expression: &str| -> Result<Value, String> {
+        let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
+        json_of(&program, context)
+    };
+    run_with(gate, request, namespace_labels, &evaluate, &value)
 }
 
 type Evaluator<'e> = &'e dyn Fn(&Context<'_>, &str) -> Result<bool, String>;
@@ -296,6 +319,7 @@ fn run_with(
     request: &Value,
     namespace_labels: &BTreeMap<String, String>,
     evaluate: Evaluator<'_>,
+    value: ValueEvaluator<'_>,
 ) -> GateOutcome {
     let namespace = request["namespace"].as_str().unwrap_or_default();
     let mut labels = namespace_labels.clone();
@@ -305,22 +329,32 @@ fn run_with(
     let Some(adapter) = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind) else {
         return GateOutcome::NotBound;
     };
-    let bound: Vec<&ValidatingAdmissionPolicy> = gate
+    let bound: Vec<(&ValidatingAdmissionPolicy, Value)> = gate
         .bindings
         .iter()
         .filter(|binding| binding_selects(binding, &labels))
         .filter_map(|binding| {
-            gate.policies.iter().find(|policy| policy.metadata.name.as_deref() == Some(&binding.spec.policy_name))
+            let policy = gate
+                .policies
+                .iter()
+                .find(|policy| policy.metadata.name.as_deref() == Some(&binding.spec.policy_name))?;
+            let params =
+                parameters_named(gate, binding.spec.param_ref.as_ref().and_then(|param| param.name.as_deref()));
+            Some((policy, params))
         })
-        .filter(|policy| policy_matches(policy, adapter.group, &adapter.plural(), request))
+        .filter(|(policy, _)| policy_matches(policy, adapter.group, &adapter.plural(), request))
         .collect();
     if bound.is_empty() {
         return GateOutcome::NotBound;
     }
-    let context = context_of(request);
     let mut denials = Vec::new();
     let mut not_matched = None;
-    for policy in bound {
+    for (policy, params) in bound {
+        if params.is_null() {
+            denials.push("the binding's parameter object does not exist (parameterNotFoundAction: Deny)".to_owned());
+            continue;
+        }
+        let mut context = context_of(request, &params);
         let spec = policy.spec.as_ref().unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
         let mut matched = true;
@@ -342,10 +376,23 @@ fn run_with(
         if !matched {
             continue;
         }
+        let bound = bind_variables(&mut context, spec.variables.as_deref().unwrap_or_default(), value);
+        // Every validation is `!variables.gpu || ...`: an object asking no GPU is out of the policy's scope.
+        if bound.get("gpu") == Some(&Value::Bool(false)) {
+            not_matched.get_or_insert_with(|| NO_GPU.to_owned());
+            continue;
+        }
         for validation in spec.validations.iter().flatten() {
             match evaluate(&context, &validation.expression) {
                 Ok(true) => {}
-                Ok(false) => denials.push(validation.message.clone().unwrap_or_default()),
+                Ok(false) => denials.push(
+                    validation
+                        .message_expression
+                        .as_deref()
+                        .and_then(|expression| value(&context, expression).ok())
+                        .and_then(|message| message.as_str().map(str::to_owned))
+                        .unwrap_or_else(|| validation.message.clone().unwrap_or_default()),
+                ),
                 Err(error) => {
                     denials.push(format!("validation failed to evaluate ({error}): {:?}", validation.message))
                 }

@@ -295,7 +295,11 @@ fn job_pointing_at_the_tenants_own_real_jobset_is_still_queued_and_suspended() {
     assert_allowed(&decision);
     assert_eq!(label(&object, QUEUE), Some("tiergate-bronze"));
     assert_eq!(object["spec"]["suspend"], true);
-    assert!(decision.reasons.iter().any(|reason| reason.contains("not by a controller")), "{:?}", decision.reasons);
+    assert!(
+        decision.reasons.iter().any(|reason| reason.contains("not by a trusted controller")),
+        "{:?}",
+        decision.reasons
+    );
 }
 
 #[test]

@@ -227,10 +227,22 @@ pub async fn create_namespace(
 /// before, `cleanup` removes it at the end. A CRD still being deleted (an earlier suite's cleanup) is waited out
 /// first: applying to it would only delay its removal, and the API server stops serving it once it goes.
 pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    install_crd(client, cleanup, tiergate::plan::gate::params::TierGateParameters::crd()).await?;
+    install_crd(client, cleanup, TierPolicy::crd()).await?;
+    let policies: Api<TierPolicy> = Api::all(client.clone());
+    wait_for("the API server to serve TierPolicies", Duration::from_secs(30), || {
+        let policies = policies.clone();
+        async move { policies.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ()) }
+    })
+    .await
+}
+
+/// Installs (server-side applies) `crd` and waits until it is established; when it was absent before, `cleanup`
+/// removes it at the end.
+async fn install_crd(client: &Client, cleanup: &Cleanup, crd: CustomResourceDefinition) -> Result<(), HarnessError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = TierPolicy::crd();
     let name = crd.metadata.name.clone().unwrap_or_default();
-    wait_for("an earlier TierPolicy CRD to finish terminating", Duration::from_secs(60), || {
+    wait_for("an earlier CRD of tiergate to finish terminating", Duration::from_secs(60), || {
         let crds = crds.clone();
         let name = name.clone();
         async move {
@@ -242,12 +254,6 @@ pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Resul
     let existed = crds.get_opt(&name).await?.is_some();
     crds.patch(&name, &PatchParams::apply(HARNESS_MANAGER).force(), &Patch::Apply(&crd)).await?;
     wait_for_crd_established(client, &name, Duration::from_secs(30)).await?;
-    let policies: Api<TierPolicy> = Api::all(client.clone());
-    wait_for("the API server to serve TierPolicies", Duration::from_secs(30), || {
-        let policies = policies.clone();
-        async move { policies.list(&kube::api::ListParams::default().limit(1)).await.ok().map(|_| ()) }
-    })
-    .await?;
     if !existed {
         cleanup.track(ApiResource::erase::<CustomResourceDefinition>(&()), None, &name);
     }

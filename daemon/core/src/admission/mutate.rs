@@ -207,7 +207,7 @@ fn decide(
             return Ok(Decision::unchanged(adapter.kind, Verdict::Invalid { message: message.clone() }, vec![message]));
         }
     };
-    let owner = check_owner(Some(&owner_references), namespace, requester, snapshot);
+    let owner = check_owner(Some(&owner_references), namespace, requester, &policy.admission, snapshot);
     let mut work = Work {
         adapter,
         templates: adapter.pod_templates(before),

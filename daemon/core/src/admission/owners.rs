@@ -1,14 +1,15 @@
 //! Owner references verified against the snapshot's owner index, never trusted on their word; pure, no I/O.
 //!
 //! An owner is verified only when an object of that kind, with that uid and name, exists in the caches in the
-//! request's namespace, tiergate checks that kind's pod templates itself, and the object is written by a
-//! controller (a `system:` identity that is not a service account of the request's namespace): a tenant can
-//! point an ownerReference at its own real Job, but cannot write objects as the Job controller. A ReplicaSet is
+//! request's namespace, tiergate checks that kind's pod templates itself, and the object is written by a trusted
+//! controller (`spec.admission.trustedControllers`, named users a tenant cannot act as): a tenant can point an
+//! ownerReference at its own real Job, but cannot write objects as the Job controller. A ReplicaSet is
 //! verified only through its controlling Deployment. Offline there are no caches, so no owner is verified.
 
 use std::sync::Arc;
 
 use crate::owners::{OwnerIndex, OwnerRecord, REPLICA_SET, owner_adapter};
+use crate::policy::AdmissionSettings;
 use crate::view::Snapshot;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -50,6 +51,7 @@ pub fn check_owner(
     owner_references: Option<&[OwnerReference]>,
     namespace: &str,
     requester: Option<&str>,
+    admission: &AdmissionSettings,
     snapshot: &Snapshot,
 ) -> OwnerCheck {
     let controller = owner_references.unwrap_or_default().iter().find(|owner| owner.controller == Some(true));
@@ -63,10 +65,10 @@ pub fn check_owner(
             "tiergate runs without caches here (offline or explain), so no owner can be verified".into(),
         );
     };
-    if !is_controller(requester, namespace) {
+    if !requester.is_some_and(|user| admission.trusts_controller(user)) {
         let user = requester.unwrap_or("an unnamed user");
         return unverified(format!(
-            "the object was written by {user}, not by a controller (a system: identity outside namespace {namespace})"
+            "the object was written by {user}, not by a trusted controller (spec.admission.trustedControllers)"
         ));
     }
     let (group, _) = controller.api_version.split_once('/').unwrap_or(("", &controller.api_version));
@@ -104,18 +106,6 @@ pub fn check_owner(
     }
 }
 
-/// Whether `user` is a controller for objects in `namespace`: a `system:` identity (reserved for the control
-/// plane and service accounts) that is not a service account of `namespace` itself, which the tenant controls.
-pub fn is_controller(user: Option<&str>, namespace: &str) -> bool {
-    let Some(user) = user.filter(|user| user.starts_with("system:")) else {
-        return false;
-    };
-    match user.strip_prefix("system:serviceaccount:") {
-        Some(account) => account.split(':').next().is_some_and(|account_namespace| account_namespace != namespace),
-        None => true,
-    }
-}
-
 fn find(index: &OwnerIndex, controller: &OwnerReference, namespace: &str) -> Result<Arc<OwnerRecord>, String> {
     let Some(record) = index.get(&controller.uid) else {
         return Err(format!("no {} with uid {} exists in namespace {namespace}", controller.kind, controller.uid));
@@ -144,11 +134,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_system_identities_outside_the_namespace_are_controllers() {
-        assert!(is_controller(Some("system:serviceaccount:kube-system:job-controller"), "team"));
-        assert!(is_controller(Some("system:kube-controller-manager"), "team"));
-        assert!(!is_controller(Some("system:serviceaccount:team:builder"), "team"), "the tenant's own account");
-        assert!(!is_controller(Some("alice"), "team"));
-        assert!(!is_controller(None, "team"));
+    fn only_named_controllers_are_trusted_never_another_namespaces_service_account() {
+        let defaults = AdmissionSettings::default();
+        assert!(defaults.trusts_controller("system:serviceaccount:kube-system:job-controller"));
+        assert!(defaults.trusts_controller("system:kube-controller-manager"));
+        assert!(!defaults.trusts_controller("system:serviceaccount:team:builder"), "the tenant's own account");
+        assert!(!defaults.trusts_controller("system:serviceaccount:team-dev:builder"), "the tenant's other namespace");
+        assert!(!defaults.trusts_controller("alice"));
+        let named = AdmissionSettings { trusted_controllers: Some(vec!["ops-bot".to_owned()]), ..defaults };
+        assert!(named.trusts_controller("ops-bot"));
+        assert!(!named.trusts_controller("system:kube-controller-manager"), "a named list replaces the defaults");
     }
 }

@@ -1,21 +1,14 @@
-//! CEL expression builders over the adapter table's template layouts: every pod template a kind holds, reached
-//! by the same JSON pointers the webhook reads (`tiergate_workloads::TemplateLayout`); pure string building.
+//! CEL expression builders over the adapter table's template layouts: every pod spec a kind holds, reached by
+//! the same JSON pointers the webhook reads (`tiergate_workloads::TemplateLayout`), as one list of lists; pure
+//! string building.
 //!
-//! A pointer becomes a field path guarded by a `has()` chain; a `*` becomes `all`/`exists` over a list, or over a
-//! map's values (`x.map(k, x[k])`) where the table says the templates sit in a map (`TemplateAt::ReplicaMap`, the
-//! Kubeflow replica specs). Embedded objects (AppWrapper components) dispatch on the embedded `apiVersion` and `kind` to
-//! that kind's own layout.
+//! The gate reads objects as `dyn` (`variables.o`), so one program serves every kind and type-checks against each
+//! kind's schema without error. A pointer becomes a field path guarded by a `has()` chain; a `*` maps over a list,
+//! or over a map's values where the table says the templates sit in a map (`TemplateAt::ReplicaMap`, the Kubeflow
+//! replica specs). Embedded objects (AppWrapper components) are matched on their `apiVersion` and `kind` to that
+//! kind's own layout.
 
 use tiergate_workloads::{ADAPTERS, READ_ONLY_TEMPLATE_OWNERS, TemplateAt, TemplateLayout, pointer_tokens};
-
-/// How a predicate is combined over the templates of an object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Quantifier {
-    /// True when the predicate holds for every template (and when there is none).
-    All,
-    /// True when the predicate holds for some template.
-    Any,
-}
 
 /// A CEL string literal.
 pub(crate) fn literal(text: &str) -> String {
@@ -26,6 +19,12 @@ pub(crate) fn literal(text: &str) -> String {
 pub(crate) fn list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
     let items: Vec<String> = items.into_iter().map(literal).collect();
     format!("[{}]", items.join(", "))
+}
+
+/// CEL: all of `parts` (`true` for none).
+pub(crate) fn all_of(parts: impl IntoIterator<Item = String>) -> String {
+    let parts: Vec<String> = parts.into_iter().collect();
+    if parts.is_empty() { "true".to_owned() } else { format!("({})", parts.join(" && ")) }
 }
 
 /// `base.field` (a pointer token as CEL field selection; every token in the adapter table is an identifier).
@@ -55,37 +54,7 @@ pub(crate) fn pointer_path(base: &str, pointer: &str) -> (String, String) {
     guarded_path(base, &pointer_tokens(pointer))
 }
 
-/// `predicate` combined with `quantifier` over every value matching the pointer `pattern` below `base` (`*` =
-/// every list element or map value); `depth` keeps iteration variables unique.
-fn over_pattern(
-    base: &str,
-    pattern: &str,
-    in_map: bool,
-    quantifier: Quantifier,
-    depth: usize,
-    predicate: &dyn Fn(&str, usize) -> String,
-) -> String {
-    let tokens = pointer_tokens(pattern);
-    let Some(star) = tokens.iter().position(|token| token == "*") else {
-        let (guard, path) = guarded_path(base, &tokens);
-        let inner = predicate(&path, depth);
-        return match quantifier {
-            Quantifier::All => format!("(!({guard}) || ({inner}))"),
-            Quantifier::Any => format!("(({guard}) && ({inner}))"),
-        };
-    };
-    let (guard, collection) = guarded_path(base, &tokens[..star]);
-    let rest: String = tokens[star + 1..].iter().map(|token| format!("/{}", escape(token))).collect();
-    let (key, item) = (format!("k{depth}"), format!("t{depth}"));
-    let values = if in_map { format!("{collection}.map({key}, {collection}[{key}])") } else { collection };
-    let inner = over_pattern(&item, &rest, in_map, quantifier, depth + 1, predicate);
-    match quantifier {
-        Quantifier::All => format!("(!({guard}) || {values}.all({item}, {inner}))"),
-        Quantifier::Any => format!("(({guard}) && {values}.exists({item}, {inner}))"),
-    }
-}
-
-fn escape(token: &str) -> String {
+pub(crate) fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
@@ -108,54 +77,77 @@ fn spec_patterns(layout: TemplateLayout) -> Vec<(String, bool, bool)> {
     }
 }
 
-/// A pod-spec predicate: given the CEL expression of a pod spec, whether it is flat, and a depth for variables.
-pub(crate) type SpecPredicate<'a> = &'a dyn Fn(&str, bool, usize) -> String;
+/// The most `*`s a spec pattern may hold (inside an embedded object: the embedded kind's own, plus the list's).
+const MAX_STARS: usize = 2;
 
-/// `predicate` combined with `quantifier` over every pod spec `layout` holds in the object at `base`.
-pub(crate) fn over_templates(
-    layout: TemplateLayout,
-    base: &str,
-    quantifier: Quantifier,
-    depth: usize,
-    predicate: SpecPredicate<'_>,
-) -> String {
-    if let TemplateLayout::Embedded { list, item } = layout {
-        let pattern = format!("{list}/*{item}");
-        return over_pattern(base, &pattern, false, quantifier, depth, &|embedded, depth| {
-            embedded_dispatch(embedded, quantifier, depth, predicate)
-        });
+/// CEL: the values below the pointer tokens `tokens` of `base` as groups of specs (a list of lists), each `*` a
+/// list element or map value; `None` past [`MAX_STARS`] (`depth` keeps iteration variables unique).
+fn groups_below(base: &str, tokens: &[String], in_map: bool, depth: usize) -> Option<String> {
+    let stars = tokens.iter().filter(|token| *token == "*").count();
+    if stars > MAX_STARS {
+        return None;
     }
-    let parts: Vec<String> = spec_patterns(layout)
-        .into_iter()
-        .map(|(pattern, in_map, flat)| {
-            over_pattern(base, &pattern, in_map, quantifier, depth, &|spec, depth| predicate(spec, flat, depth))
-        })
-        .collect();
-    match (parts.is_empty(), quantifier) {
-        (true, Quantifier::All) => "true".to_owned(),
-        (true, Quantifier::Any) => "false".to_owned(),
-        (false, Quantifier::All) => parts.join(" && "),
-        (false, Quantifier::Any) => parts.join(" || "),
+    let Some(star) = tokens.iter().position(|token| token == "*") else {
+        let (guard, path) = guarded_path(base, tokens);
+        return Some(format!("(({guard}) ? [[{path}]] : [])"));
+    };
+    let (guard, collection) = guarded_path(base, &tokens[..star]);
+    let item = format!("x{depth}");
+    let values = if in_map { format!("{collection}.map(k{depth}, {collection}[k{depth}])") } else { collection };
+    let rest = &tokens[star + 1..];
+    if rest.contains(&"*".to_owned()) {
+        // Two stars: one group per element of the outer list.
+        let next = rest.iter().position(|token| token == "*").unwrap_or_default();
+        let (inner_guard, inner) = guarded_path(&item, &rest[..next]);
+        let inner_item = format!("x{}", depth + 1);
+        let inner_values = if in_map { format!("{inner}.map(k{}, {inner}[k{}])", depth + 1, depth + 1) } else { inner };
+        let (leaf_guard, leaf) = guarded_path(&inner_item, &rest[next + 1..]);
+        return Some(format!(
+            "(({guard}) ? {values}.map({item}, {inner_guard}, {inner_values}.map({inner_item}, {leaf_guard}, {leaf})) : [])"
+        ));
     }
+    let (leaf_guard, leaf) = guarded_path(&item, rest);
+    Some(format!("(({guard}) ? [{values}.map({item}, {leaf_guard}, {leaf})] : [])"))
 }
 
-/// `predicate` over every pod spec of `layout` as one expression per part, all of which must hold: for an
-/// embedded layout one part per embedded kind's layout (a single expression over every kind would pass cel-go's
-/// 100,000-code-point limit), else the one expression of [`over_templates`] with [`Quantifier::All`].
-pub(crate) fn all_templates_split(layout: TemplateLayout, base: &str, predicate: SpecPredicate<'_>) -> Vec<String> {
-    let TemplateLayout::Embedded { list, item } = layout else {
-        return vec![over_templates(layout, base, Quantifier::All, 0, predicate)];
-    };
-    let pattern = format!("{list}/*{item}");
-    embedded_layouts()
-        .into_iter()
-        .map(|(layout, kinds)| {
-            over_pattern(base, &pattern, false, Quantifier::All, 0, &|embedded, depth| {
-                let inner = over_templates(layout, embedded, Quantifier::All, depth, predicate);
-                format!("(!({}) || ({inner}))", embedded_is(embedded, &kinds))
+/// CEL: every pod spec `layout` holds in the object at `base`, as a list of lists (a group per list the specs sit
+/// in), or `[]`. An embedded kind with more than one `*` of its own (a TrainJob inside an AppWrapper) contributes
+/// none: the webhook checks it (docs/admission.md).
+pub(crate) fn spec_groups(layout: TemplateLayout, base: &str) -> String {
+    let parts: Vec<String> = match layout {
+        TemplateLayout::Embedded { list, item } => embedded_layouts()
+            .into_iter()
+            .flat_map(|(inner, kinds)| {
+                spec_patterns(inner).into_iter().filter_map(move |(pattern, in_map, _flat)| {
+                    let tokens = pointer_tokens(&format!("{list}/*{item}{pattern}"));
+                    let star = tokens.iter().position(|token| token == "*")?;
+                    let (guard, collection) = guarded_path(base, &tokens[..star]);
+                    let component = "c0";
+                    let embedded_tokens = pointer_tokens(item);
+                    let (embedded_guard, embedded) = guarded_path(component, &embedded_tokens);
+                    let inner_tokens = pointer_tokens(&pattern);
+                    let matches = format!("{embedded_guard} && {}", embedded_is(&embedded, &kinds));
+                    if inner_tokens.contains(&"*".to_owned()) {
+                        let inner = groups_below(&embedded, &inner_tokens, in_map, 1)?;
+                        // One star inside: `inner` is `[list]` or `[]`; a component's single group.
+                        let group = format!("(({inner}).size() > 0 ? ({inner})[0] : [])");
+                        (inner_tokens.iter().filter(|token| *token == "*").count() == 1)
+                            .then(|| format!("(({guard}) ? {collection}.map({component}, {matches}, {group}) : [])"))
+                    } else {
+                        let (leaf_guard, leaf) = guarded_path(&embedded, &inner_tokens);
+                        Some(format!(
+                            "(({guard}) ? [{collection}.map({component}, ({matches}) && {leaf_guard}, {leaf})] : [])"
+                        ))
+                    }
+                })
             })
-        })
-        .collect()
+            .collect(),
+        _ => spec_patterns(layout)
+            .into_iter()
+            .filter_map(|(pattern, in_map, _flat)| groups_below(base, &pointer_tokens(&pattern), in_map, 0))
+            .collect(),
+    };
+    if parts.is_empty() { "[]".to_owned() } else { parts.join(" + ") }
 }
 
 /// The kinds an embedded object may be, grouped by layout (Job, Deployment, StatefulSet and ReplicaSet share
@@ -176,36 +168,11 @@ fn embedded_layouts() -> Vec<(TemplateLayout, Vec<(&'static str, &'static str)>)
     by_layout
 }
 
-/// CEL: the embedded object `embedded` is one of `kinds` (its `kind`, and its `apiVersion` in the kind's group).
+/// CEL: the embedded object `embedded` is one of `kinds`, by its `kind` alone: reading a same-named kind of
+/// another group as this one only ever checks more specs, never fewer.
 fn embedded_is(embedded: &str, kinds: &[(&str, &str)]) -> String {
-    let kinds: Vec<String> = kinds
-        .iter()
-        .map(|(group, kind)| {
-            let api_version = if group.is_empty() {
-                format!("{embedded}.apiVersion == 'v1'")
-            } else {
-                format!("{embedded}.apiVersion.startsWith({})", literal(&format!("{group}/")))
-            };
-            format!("({embedded}.kind == {} && {api_version})", literal(kind))
-        })
-        .collect();
-    format!("has({embedded}.apiVersion) && has({embedded}.kind) && ({})", kinds.join(" || "))
-}
-
-/// An embedded object's templates through its own kind's layout; a kind tiergate does not know has none here
-/// (CEL cannot search an object of unknown shape; the webhook does, see docs/admission.md).
-fn embedded_dispatch(embedded: &str, quantifier: Quantifier, depth: usize, predicate: SpecPredicate<'_>) -> String {
-    let otherwise = match quantifier {
-        Quantifier::All => "true",
-        Quantifier::Any => "false",
-    };
-    let mut expression = otherwise.to_owned();
-    for (layout, kinds) in embedded_layouts().into_iter().rev() {
-        let matches = embedded_is(embedded, &kinds);
-        let inner = over_templates(layout, embedded, quantifier, depth, predicate);
-        expression = format!("(({matches}) ? ({inner}) : {expression})");
-    }
-    expression
+    let names: std::collections::BTreeSet<&str> = kinds.iter().map(|(_, kind)| *kind).collect();
+    format!("has({embedded}.kind) && {embedded}.kind in {}", list(names))
 }
 
 #[cfg(test)]
@@ -213,31 +180,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_single_template_is_guarded_by_a_has_chain() {
-        let expression =
-            over_templates(TemplateLayout::Single("/spec/template"), "object", Quantifier::Any, 0, &|s, _, _| {
-                format!("P({s})")
-            });
+    fn a_single_template_is_one_guarded_group() {
         assert_eq!(
-            expression,
-            "((has(object.spec) && has(object.spec.template) && has(object.spec.template.spec)) && \
-             (P(object.spec.template.spec)))"
+            spec_groups(TemplateLayout::Single("/spec/template"), "o"),
+            "((has(o.spec) && has(o.spec.template) && has(o.spec.template.spec)) ? [[o.spec.template.spec]] : [])"
         );
     }
 
     #[test]
-    fn a_star_iterates_a_replica_map_by_its_values() {
-        let expression = over_templates(
+    fn a_star_maps_a_replica_map_by_its_values() {
+        let groups = spec_groups(
             TemplateLayout::Patterns(&[TemplateAt::ReplicaMap("/spec/pytorchReplicaSpecs/*/template")]),
-            "object",
-            Quantifier::All,
-            0,
-            &|s, _, _| format!("P({s})"),
+            "o",
         );
         assert!(
-            expression.contains("object.spec.pytorchReplicaSpecs.map(k0, object.spec.pytorchReplicaSpecs[k0]).all(t0,")
+            groups.contains("o.spec.pytorchReplicaSpecs.map(k0, o.spec.pytorchReplicaSpecs[k0]).map(x0,"),
+            "{groups}"
         );
-        assert!(expression.contains("P(t0.template.spec)"), "{expression}");
+        assert!(groups.contains("x0.template.spec)]"), "{groups}");
+    }
+
+    #[test]
+    fn every_layout_of_the_table_has_groups() {
+        for adapter in ADAPTERS {
+            assert_ne!(spec_groups(adapter.templates, "o"), "[]", "{}", adapter.kind);
+        }
     }
 
     #[test]
