@@ -226,3 +226,67 @@ pub(crate) fn gate_match_resources<'a>(
         ..MatchResources::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::load_policy;
+
+    /// The YAML size of every object of `gate`, as `tiergate render` prints them.
+    fn rendered_size(gate: &Gate) -> usize {
+        fn yaml<T: serde::Serialize>(objects: &[T]) -> usize {
+            objects.iter().map(|object| serde_saphyr::to_string(object).unwrap().len()).sum()
+        }
+        yaml(&gate.parameters)
+            + yaml(&gate.policies)
+            + yaml(&gate.bindings)
+            + yaml(&gate.mutating_policies)
+            + yaml(&gate.mutating_bindings)
+    }
+
+    fn gate_of(policy: &TierPolicy) -> Gate {
+        build_gate(policy, &BTreeMap::new())
+    }
+
+    #[test]
+    fn the_gate_stays_small_for_the_sample_and_each_tier_adds_little() {
+        let policy = load_policy(None).unwrap();
+        let size = rendered_size(&gate_of(&policy));
+        assert!(size <= 128 * 1024, "the sample's gate is {size} bytes, over 128 KiB");
+        let mut bigger = policy.clone();
+        let mut tier = bigger.spec.tiers.last().unwrap().clone();
+        tier.name = "platinum".to_owned();
+        tier.local_queue_name = None;
+        bigger.spec.tiers.push(tier);
+        let grown = rendered_size(&gate_of(&bigger));
+        assert!(grown > size && grown - size <= 4096, "a tier adds {} bytes, over 4 KiB", grown - size);
+    }
+
+    #[test]
+    fn the_programs_do_not_change_with_the_policy() {
+        let policy = load_policy(None).unwrap();
+        let mut other = policy.clone();
+        other.spec.tiers.truncate(1);
+        for class in &mut other.spec.gpu_classes {
+            class.node_labels.insert("extra".into(), "x".into());
+        }
+        let (one, two) = (gate_of(&policy), gate_of(&other));
+        assert_eq!(one.policies[0].spec, two.policies[0].spec, "the validating program reads its facts from params");
+        assert_eq!(one.mutating_policies[0].spec, two.mutating_policies[0].spec);
+        assert_ne!(one.parameters[0].spec, two.parameters[0].spec);
+    }
+
+    #[test]
+    fn every_binding_names_its_tiers_parameters_and_selects_its_tiers_namespaces() {
+        let policy = load_policy(None).unwrap();
+        let gate = gate_of(&policy);
+        for ((tier, binding), parameters) in policy.spec.tiers.iter().zip(&gate.bindings).zip(&gate.parameters) {
+            let param = binding.spec.param_ref.as_ref().unwrap();
+            assert_eq!(param.name, parameters.metadata.name);
+            assert_eq!(parameters.spec.tier.name, tier.name);
+            let selector = binding.spec.match_resources.as_ref().unwrap().namespace_selector.as_ref().unwrap();
+            let tier_requirement = &selector.match_expressions.as_ref().unwrap()[0];
+            assert_eq!(tier_requirement.values.as_deref(), Some(&[tier.name.clone()][..]));
+        }
+    }
+}
