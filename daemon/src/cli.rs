@@ -300,14 +300,15 @@ pub struct RunArgs {
     /// `tiergate run --kubeconfig` from a laptop may not find it). Needs `create` on namespaces.
     #[arg(long, env = "TIERGATE_CREATE_LEASE_NAMESPACE", default_value_t = false)]
     pub create_lease_namespace: bool,
-    /// Apply the in-server gate's MutatingAdmissionPolicies where the API server serves them (Kubernetes 1.36+):
-    /// with the webhook down, plain GPU workloads are then stored in their tier instead of refused. `false` keeps
-    /// the validating half alone (refused instead); each matched GPU create then costs the API server one JSON
-    /// patch less (docs/admission.md, "The in-server gate").
+    /// Also apply the in-server gate's MutatingAdmissionPolicy where the API server serves it (Kubernetes 1.36+):
+    /// with the webhook down, plain GPU workloads are then stored in their tier instead of refused, at the price of
+    /// a JSON patch of every GPU create inside the API server, webhook up or down (docs/admission.md, "The
+    /// in-server gate"). Off: the validating half alone holds the gate (GPU workloads refused while the webhook is
+    /// down), which keeps it within a millisecond per create.
     #[arg(
         long,
         env = "TIERGATE_MUTATING_GATE",
-        default_value_t = true,
+        default_value_t = false,
         action = clap::ArgAction::Set,
         num_args = 0..=1,
         default_missing_value = "true",

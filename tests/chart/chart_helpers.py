@@ -35,7 +35,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "host-network": {"hostNetwork": True, "webhookPort": 9443, "adminPort": 9080},
     "pod-deletes-no-jobsets": {"webhook": {"podDeletes": True, "jobsets": False}},
     "no-match-conditions": {"webhook": {"matchConditions": {"enabled": False}}},
-    "validate-only-gate": {"inServerGate": {"mutating": False}},
+    "mutating-gate": {"inServerGate": {"mutating": True}},
     "agent-and-extra-namespaces": {
         "agentUrl": "http://scheduler-agent.ml:8080",
         "webhook": {"excludedNamespaces": ["kube-public", "monitoring"]},

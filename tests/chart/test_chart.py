@@ -353,13 +353,13 @@ def test_fleet_secrets_are_readable_by_name_only_in_kueues_namespace_and_not_at_
     assert env["TIERGATE_KUEUE_NAMESPACE"] == "kueue"
 
 
-def test_the_mutating_half_of_the_in_server_gate_is_on_by_default_and_can_be_turned_off(rendered) -> None:
+def test_the_mutating_half_of_the_in_server_gate_is_off_by_default_and_can_be_turned_on(rendered) -> None:
     def mutating_gate(scenario: str) -> str | None:
         env = {item["name"]: item.get("value") for item in workload_pod_spec(rendered(scenario))["containers"][0]["env"]}
         return env.get("TIERGATE_MUTATING_GATE")
 
-    assert mutating_gate("defaults") == "true"
-    assert mutating_gate("validate-only-gate") == "false"
+    assert mutating_gate("defaults") == "false"
+    assert mutating_gate("mutating-gate") == "true"
 
 
 def test_self_managed_certificates_grant_only_their_own_secret_and_webhook_configuration(rendered) -> None:

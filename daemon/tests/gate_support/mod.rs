@@ -21,8 +21,8 @@ use tiergate_workloads::ADAPTERS;
 
 /// The outcome's condition for an object that asks no GPU (`variables.gpu` false: every validation holds).
 pub const NO_GPU: &str = "asks-for-a-gpu";
-/// The match condition that leaves trusted controllers' writes of workload kinds alone.
-pub const NOT_TRUSTED: &str = "a-pod-or-not-a-trusted-controller";
+/// The identity check that leaves trusted controllers' writes of workload kinds alone.
+pub const NOT_TRUSTED: &str = tiergate::plan::gate::program::NOT_TRUSTED;
 
 /// What the gate does with one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -329,7 +329,7 @@ fn run_with(
     let Some(adapter) = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind) else {
         return GateOutcome::NotBound;
     };
-    let bound: Vec<(&ValidatingAdmissionPolicy, Value)> = gate
+    let bound: Vec<(&ValidatingAdmissionPolicy, Value, Option<String>)> = gate
         .bindings
         .iter()
         .filter(|binding| binding_selects(binding, &labels))
@@ -340,16 +340,16 @@ fn run_with(
                 .find(|policy| policy.metadata.name.as_deref() == Some(&binding.spec.policy_name))?;
             let params =
                 parameters_named(gate, binding.spec.param_ref.as_ref().and_then(|param| param.name.as_deref()));
-            Some((policy, params))
+            Some((policy, params, binding.metadata.name.clone()))
         })
-        .filter(|(policy, _)| policy_matches(policy, adapter.group, &adapter.plural(), request))
+        .filter(|(policy, _, _)| policy_matches(policy, adapter.group, &adapter.plural(), request))
         .collect();
     if bound.is_empty() {
         return GateOutcome::NotBound;
     }
     let mut denials = Vec::new();
     let mut not_matched = None;
-    for (policy, params) in bound {
+    for (policy, params, binding_name) in bound {
         if params.is_null() {
             denials.push("the binding's parameter object does not exist (parameterNotFoundAction: Deny)".to_owned());
             continue;
@@ -377,25 +377,34 @@ fn run_with(
             continue;
         }
         let bound = bind_variables(&mut context, spec.variables.as_deref().unwrap_or_default(), value);
-        // Every validation is `!variables.gpu || ...`: an object asking no GPU is out of the policy's scope.
+        // Every validation is `!variables.gpu || ...`, and `gpu` starts with the identity checks: an exempt or
+        // trusted writer, or an object asking no GPU, is out of the policy's scope.
         if bound.get("gpu") == Some(&Value::Bool(false)) {
-            not_matched.get_or_insert_with(|| NO_GPU.to_owned());
+            let failed = tiergate::plan::gate::program::identity_checks()
+                .into_iter()
+                .find(|(_, expression)| evaluate(&context, expression) == Ok(false))
+                .map_or(NO_GPU, |(name, _)| name);
+            not_matched.get_or_insert_with(|| failed.to_owned());
             continue;
         }
+        let binding = binding_name.as_deref().unwrap_or_default();
+        let policy_name = policy.metadata.name.as_deref().unwrap_or_default();
+        let as_api_server = |message: String| {
+            format!("ValidatingAdmissionPolicy '{policy_name}' with binding '{binding}' denied request: {message}")
+        };
         for validation in spec.validations.iter().flatten() {
             match evaluate(&context, &validation.expression) {
                 Ok(true) => {}
-                Ok(false) => denials.push(
+                Ok(false) => denials.push(as_api_server(
                     validation
                         .message_expression
                         .as_deref()
                         .and_then(|expression| value(&context, expression).ok())
                         .and_then(|message| message.as_str().map(str::to_owned))
                         .unwrap_or_else(|| validation.message.clone().unwrap_or_default()),
-                ),
-                Err(error) => {
-                    denials.push(format!("validation failed to evaluate ({error}): {:?}", validation.message))
-                }
+                )),
+                Err(error) => denials
+                    .push(as_api_server(format!("validation failed to evaluate ({error}): {:?}", validation.message))),
             }
         }
         if denials.is_empty() {

@@ -123,7 +123,12 @@ fn with_the_webhook_down_another_tiers_queue_label_is_replaced_by_bronzes() {
 #[test]
 fn with_the_webhook_down_an_h100_selector_is_not_rewritten_but_refused() {
     let message = webhook_down(gpu_job(json!({}), json!({}), json!({"nodeSelector": {CLASS: "h100"}}))).unwrap_err();
-    assert!(message.contains("tier bronze: GPU pods of a Job must select gpu.nvidia.com/class=l4"), "{message}");
+    assert!(
+        message.contains(
+            "with binding 'tiergate-gate-bronze' denied request: GPU pods must select a GPU class of this tier"
+        ),
+        "{message}"
+    );
 }
 
 #[test]
@@ -145,7 +150,7 @@ fn a_foreign_class_job_is_left_to_the_validating_half_not_patched_first() {
         let matched = with_big_stack(move || run_mutating(&gate, &request, &bronze_labels()));
         assert_eq!(matched, None, "{name}: the mutating half matched a foreign-class Job");
         let message = webhook_down(object.clone()).unwrap_err();
-        assert!(message.contains("tier bronze: GPU pods of a Job must select"), "{name}: {message}");
+        assert!(message.contains("GPU pods must select a GPU class of this tier"), "{name}: {message}");
         let denied = webhook_up(object, true).unwrap_err();
         assert!(denied.contains("GPU class"), "{name}: {denied}");
     }

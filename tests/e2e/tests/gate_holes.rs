@@ -81,7 +81,7 @@ async fn holes(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
 
 async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) -> Result<(), HarnessError> {
     let tenant = tenant_client(client, cleanup, &[&run.bronze, &run.other]).await?;
-    let tier_part = format!("tier {}", run.tier);
+    let tier_part = format!("binding '{}'", tiergate::plan::gate::gate_name(&run.tier));
     let h100 = json!({"nodeSelector": run.h100});
     wait_for("the API server to enforce the gate", ENFORCEMENT, || async {
         let job: Job =

@@ -124,7 +124,7 @@ async fn prepare(
         created.metadata.labels?.get(QUEUE_NAME_LABEL).filter(|queue| **queue == run.local_queue).map(|_| ())
     })
     .await?;
-    let tier_part = format!("tier {}", run.tier);
+    let tier_part = format!("binding '{}'", gate_name(&run.tier));
     let mut probe = job_body(run, "probe", &json!(run.h100), true, 0);
     probe["metadata"]["namespace"] = json!(run.probe);
     let probe: Job = serde_json::from_value(probe)?;

@@ -86,7 +86,7 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), Har
         .await?;
     }
     let tenant = tenant_client(client, cleanup, &[&run.bronze]).await?;
-    let tier_part = format!("tier {}", run.tier);
+    let tier_part = format!("binding '{}'", tiergate::plan::gate::gate_name(&run.tier));
 
     // The API server enforces a new policy once it has compiled it: wait (dry runs) until a GPU Job selecting h100
     // is refused, and, in validate-and-mutate mode, until a plain one comes back in bronze's queue.

@@ -2,7 +2,7 @@
 //! the same JSON pointers the webhook reads (`tiergate_workloads::TemplateLayout`), as one list of lists; pure
 //! string building.
 //!
-//! The gate reads objects as `dyn` (`variables.o`), so one program serves every kind and type-checks against each
+//! The gate reads objects as `dyn` (`dyn(object)`), so one program serves every kind and type-checks against each
 //! kind's schema without error. A pointer becomes a field path guarded by a `has()` chain; a `*` maps over a list,
 //! or over a map's values where the table says the templates sit in a map (`TemplateAt::ReplicaMap`, the Kubeflow
 //! replica specs). Embedded objects (AppWrapper components) are matched on their `apiVersion` and `kind` to that

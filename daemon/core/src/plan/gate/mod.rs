@@ -10,7 +10,7 @@
 pub mod cel;
 pub mod mutate;
 pub mod params;
-pub(crate) mod program;
+pub mod program;
 pub(crate) mod rules;
 pub mod validate;
 

@@ -10,10 +10,11 @@ use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, TemplateLayout, WorkloadAda
 use super::cel::{list, literal, pointer_path, spec_groups};
 use super::rules::{F, P, is_gpu_resource, reaches_gpu, requirements_any};
 
-/// The object, read as `dyn` so that one program type-checks against every kind's schema.
-pub(crate) const OBJECT: &str = "variables.o";
+/// The object, read as `dyn` so that one program type-checks against every kind's schema (written out each time,
+/// not a variable: the API server evaluates each variable as a program of its own, and reading one costs a lookup).
+pub(crate) const OBJECT: &str = "dyn(object)";
 /// The old object on UPDATE, as `dyn`.
-pub(crate) const OLD_OBJECT: &str = "variables.old";
+pub(crate) const OLD_OBJECT: &str = "dyn(oldObject)";
 
 /// CEL: `request.kind` is the adapter's kind.
 pub(crate) fn is_kind(adapter: &WorkloadAdapter) -> String {
@@ -113,12 +114,10 @@ pub(crate) fn queued() -> String {
     format!("{REQUEST_KIND} in {}", list(kinds.iter().map(String::as_str)))
 }
 
-/// The variables every program starts with: the object and old object as `dyn`, the specs, whether a requirement
-/// outside them asks a GPU, whether the kind is queued.
+/// The variables every program starts with: the specs, whether a requirement outside them asks a GPU, whether the
+/// kind is queued.
 pub(crate) fn common_variables(kinds: Kinds) -> Vec<Variable> {
     vec![
-        variable("o", "dyn(object)".to_owned()),
-        variable("old", "dyn(oldObject)".to_owned()),
         variable("specs", spec_groups_by_kind(OBJECT, kinds)),
         variable("outside", outside_asks_gpu(OBJECT)),
         variable("queued", queued()),
@@ -130,26 +129,39 @@ pub(crate) fn variable(name: &str, expression: String) -> Variable {
     Variable { name: name.to_owned(), expression }
 }
 
-/// The match conditions both halves start with: the policy's exempt users and groups (admins, MultiKueue) are
-/// left alone; trusted controllers (`trustedControllers`) write any kind but a Pod unchecked. A Pod is checked
-/// whoever writes it: it is where GPU reach becomes real.
-pub(crate) fn identity_conditions() -> Vec<MatchCondition> {
-    vec![
-        MatchCondition {
-            name: "not-an-exempt-user-or-group".to_owned(),
-            expression: format!(
+/// The name and CEL of the identity checks both halves start with: the policy's exempt users and groups (admins,
+/// MultiKueue) are left alone; trusted controllers (`trustedControllers`) write any kind but a Pod unchecked. A Pod
+/// is checked whoever writes it: it is where GPU reach becomes real.
+pub fn identity_checks() -> [(&'static str, String); 2] {
+    [
+        (
+            NOT_EXEMPT,
+            format!(
                 "!(request.userInfo.username in {P}.exemptUsers) && (!has(request.userInfo.groups) || \
                  !request.userInfo.groups.exists(u, u in {P}.exemptGroups))"
             ),
-        },
-        MatchCondition {
-            name: "a-pod-or-not-a-trusted-controller".to_owned(),
-            expression: format!(
+        ),
+        (
+            NOT_TRUSTED,
+            format!(
                 "(request.kind.group == '' && request.kind.kind == 'Pod') || !(request.userInfo.username in \
                  {P}.trustedControllers)"
             ),
-        },
+        ),
     ]
+}
+
+/// The identity check passed by everyone but the exempt users and groups.
+pub const NOT_EXEMPT: &str = "not-an-exempt-user-or-group";
+/// The identity check passed by everyone but trusted controllers writing a kind other than a Pod.
+pub const NOT_TRUSTED: &str = "a-pod-or-not-a-trusted-controller";
+
+/// The identity checks as match conditions (the mutating half: a request it leaves alone costs no patch).
+pub(crate) fn identity_conditions() -> Vec<MatchCondition> {
+    identity_checks()
+        .into_iter()
+        .map(|(name, expression)| MatchCondition { name: name.to_owned(), expression })
+        .collect()
 }
 
 /// CEL: the labels at the metadata pointer `at` of `root` carry a usable queue (non-empty, no other tier's

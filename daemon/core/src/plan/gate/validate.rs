@@ -10,7 +10,7 @@ use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queue
 
 use super::cel::{all_of, literal, pointer_path};
 use super::program::{
-    Kinds, OBJECT, OLD_OBJECT, by_kind, common_variables, identity_conditions, usable_queue, variable,
+    Kinds, OBJECT, OLD_OBJECT, by_kind, common_variables, identity_checks, outside_asks_gpu, usable_queue, variable,
 };
 use super::rules::{F, asks_only_tier_resources, confined, names_priority_class, reaches_gpu};
 use super::{GATE_FAILURE_POLICY, gate_match_resources, param_kind};
@@ -23,7 +23,9 @@ pub fn build_validating_spec() -> ValidatingAdmissionPolicySpec {
         failure_policy: Some(GATE_FAILURE_POLICY.to_owned()),
         param_kind: Some(param_kind()),
         match_constraints: Some(gate_match_resources(&["CREATE", "UPDATE"], ADAPTERS.iter())),
-        match_conditions: Some(identity_conditions()),
+        // No match conditions: the API server converts the object for CEL once per evaluation, and match
+        // conditions are a second evaluation. The identity checks are a variable every validation reads first.
+        match_conditions: None,
         variables: Some(variables()),
         validations: Some(validations()),
         ..ValidatingAdmissionPolicySpec::default()
@@ -32,155 +34,86 @@ pub fn build_validating_spec() -> ValidatingAdmissionPolicySpec {
 
 fn variables() -> Vec<Variable> {
     let mut variables = common_variables(Kinds::All);
+    let [(_, not_exempt), (_, not_trusted)] = identity_checks();
     variables.extend([
+        // The one variable every validation reads first: for an object that asks no GPU (most creates) it is the
+        // only work, so it reads the identity checks and the walk directly rather than through more variables.
+        variable(
+            "gpu",
+            format!(
+                "({not_exempt}) && ({not_trusted}) && ({} || variables.specs.exists(g, g.exists(s, {})))",
+                outside_asks_gpu(OBJECT),
+                reaches_gpu("s", 1)
+            ),
+        ),
         variable("reaching", format!("variables.specs.map(g, g.filter(s, {}))", reaches_gpu("s", 1))),
-        variable("gpu", "variables.outside || variables.reaching.exists(g, size(g) > 0)".to_owned()),
         variable("gpuSpecs", "variables.outside ? variables.specs : variables.reaching".to_owned()),
         variable("kept", by_kind(&templates_kept, "false")),
         variable("free", format!("variables.queued && {F}.classLeftToKueue")),
-        variable("queueOk", by_kind(&queue_rule, "true")),
-        variable("priorityOk", by_kind(&|adapter| Some(priority_rule(adapter)), "true")),
-        variable("priorityClassOk", by_kind(&priority_class_rule, "true")),
     ]);
     variables
 }
 
-fn validation(rule: &str, message: &str, message_expression: String) -> Validation {
-    Validation {
-        expression: format!("!variables.gpu || {rule}"),
-        message: Some(message.to_owned()),
-        reason: Some("Forbidden".to_owned()),
-        message_expression: Some(message_expression),
-    }
-}
-
-/// A message: `parts` joined, each text as a CEL literal and each `Cel` as is.
-fn message(parts: &[Part<'_>]) -> String {
-    parts
-        .iter()
-        .map(|part| match part {
-            Part::Text(text) => literal(text),
-            Part::Cel(expression) => format!("({expression})"),
-        })
-        .collect::<Vec<_>>()
-        .join(" + ")
-}
-
-/// A piece of a message.
-enum Part<'a> {
-    /// Fixed text.
-    Text(&'a str),
-    /// A CEL string expression.
-    Cel(&'a str),
-}
-
+/// One validation per rule, each `!variables.gpu || <rule>` with a fixed message naming the field and the fix.
+///
+/// Fixed messages, not `messageExpression`: kube-apiserver evaluates every message expression of a policy on every
+/// request it judges, passing or not (`validating/validator.go`), which measured half the gate's cost per create.
+/// The tier is in the error already (the API server names the binding, `tiergate-gate-<tier>`), and what it may use
+/// is in the binding's TierGateParameters; `kubectl tiergate explain` names it for a workload.
 fn validations() -> Vec<Validation> {
-    use Part::{Cel, Text};
-    let tier = format!("{F}.name");
-    let kind = "request.kind.kind";
-    let (classes, names, allowed, queue, default) = (
-        format!("{F}.classSelectorsText"),
-        format!("{F}.classNamesText"),
-        format!("{F}.allowedPrioritiesText"),
-        format!("{F}.queue"),
-        format!("{F}.defaultPriority"),
-    );
-    let fallback = "variables.free ? '; or leave the GPU class to Kueue (no GPU-class selector)' : ''";
-    let claims = "params.spec.claimsDenied ? ', and claim no devices through DRA (resourceClaims)' : ''";
-    let suspended = by_kind(
-        &|adapter| adapter.suspend_pointer().map(|_| literal(" and be created suspended, as Kueue expects")),
-        "''",
-    );
-    let other_labels = by_kind(
-        &|adapter| {
-            (adapter.queue_labels_at != "/metadata")
-                .then(|| literal(&format!(" (its own and at {})", adapter.queue_labels_at)))
-        },
-        "''",
-    );
-    let labels_at = by_kind(&|adapter| Some(literal(&format!("{}/labels", adapter.queue_labels_at))), "''");
-    vec![
-        validation(
-            &format!("variables.kept || variables.gpuSpecs.all(g, g.all(s, {}))", confined("s", 1, "variables.free")),
-            "GPU pods must select the tier's GPU class and no other",
-            message(&[
-                Text("tier "),
-                Cel(&tier),
-                Text(": GPU pods of a "),
-                Cel(kind),
-                Text(" must select "),
-                Cel(&classes),
-                Text(" (nodeSelector, or required node affinity In) and no other GPU class"),
-                Cel(fallback),
-                Text(&format!("; {WEBHOOK}")),
-            ]),
+    let suspended = "where Kueue suspends the kind, be created with suspend: true";
+    [
+        (
+            format!("variables.kept || variables.gpuSpecs.all(g, g.all(s, {}))", confined("s", 1, "variables.free")),
+            format!(
+                "GPU pods must select a GPU class of this tier (all node labels of one class in nodeSelector, or \
+                 required node affinity In the tier's values; the classes are in this binding's TierGateParameters, \
+                 spec.tier.classes) and no other GPU class; {WEBHOOK}"
+            ),
         ),
-        validation(
-            &format!(
+        (
+            format!(
                 "variables.kept || variables.specs.all(g, g.all(s, {}))",
                 asks_only_tier_resources("s", 1, "variables.queued")
             ),
-            "GPU pods may ask only the GPU resources of the tier's classes that it has quota for",
-            message(&[
-                Text("tier "),
-                Cel(&tier),
-                Text(": GPU pods of a "),
-                Cel(kind),
-                Text(" may ask only the GPU resources of "),
-                Cel(&names),
-                Text(" that the tier has quota for"),
-                Cel(claims),
-                Text("; ask one of those (the TierPolicy's gpuClasses and the tier's quotas)"),
-            ]),
+            "GPU pods may ask only GPU resources that a class of this tier counts and the tier has quota for \
+             (TierGateParameters spec.tier.resourceNames, resourcePrefixes and quotaResources), and, under \
+             draClaims: Deny, claim no devices (resourceClaims); ask one of those"
+                .to_owned(),
         ),
-        validation(
-            "variables.queueOk",
-            "a GPU workload must carry the tier's queue label and be created suspended",
-            message(&[
-                Text("tier "),
-                Cel(&tier),
-                Text(": a GPU "),
-                Cel(kind),
-                Text(&format!(" must carry the label {QUEUE_NAME_LABEL}=")),
-                Cel(&queue),
-                Text(" (no other tier's queue)"),
-                Cel(&suspended),
-                Text(&format!("; {WEBHOOK}")),
-            ]),
+        (
+            by_kind(&queue_rule, "true"),
+            format!(
+                "a GPU workload must carry the label {QUEUE_NAME_LABEL} naming this tier's LocalQueue \
+                 (TierGateParameters spec.tier.queue), no other tier's, and, {suspended}; {WEBHOOK}"
+            ),
         ),
-        validation(
-            "variables.priorityOk",
-            "the priority-class label may name only a priority the tier may use",
-            message(&[
-                Text("tier "),
-                Cel(&tier),
-                Text(&format!(": the {PRIORITY_CLASS_LABEL} label of a GPU ")),
-                Cel(kind),
-                Cel(&other_labels),
-                Text(" may name only "),
-                Cel(&allowed),
-                Text(&format!("; remove it or name one of those; {WEBHOOK}")),
-            ]),
+        (
+            by_kind(&|adapter| Some(priority_rule(adapter)), "true"),
+            format!(
+                "the {PRIORITY_CLASS_LABEL} label of a GPU workload (and of a CronJob's job template) may name only a \
+                 priority this tier may use (TierGateParameters spec.tier.allowedPriorities); remove it or name \
+                 one of those; {WEBHOOK}"
+            ),
         ),
-        validation(
-            "variables.priorityClassOk",
-            "a queued GPU workload whose pods name a priorityClassName must carry the priority-class label",
-            message(&[
-                Text("tier "),
-                Cel(&tier),
-                Text(": the pods of a GPU "),
-                Cel(kind),
-                Text(" name a priorityClassName, which Kueue would take as the workload priority; set the label "),
-                Text(&format!("{PRIORITY_CLASS_LABEL}=")),
-                Cel(&default),
-                Text(" (or one of "),
-                Cel(&allowed),
-                Text(") at "),
-                Cel(&labels_at),
-                Text(&format!(", or remove priorityClassName; {WEBHOOK}")),
-            ]),
+        (
+            by_kind(&priority_class_rule, "true"),
+            format!(
+                "the pods of a queued GPU workload name a priorityClassName, which Kueue would take as the workload \
+                 priority: set the {PRIORITY_CLASS_LABEL} label where Kueue reads it (the object, or a CronJob's \
+                 job template) to this tier's default (TierGateParameters spec.tier.defaultPriority) or another \
+                 allowed priority, or remove priorityClassName; {WEBHOOK}"
+            ),
         ),
     ]
+    .into_iter()
+    .map(|(rule, message)| Validation {
+        expression: format!("!variables.gpu || {rule}"),
+        message: Some(message),
+        reason: Some("Forbidden".to_owned()),
+        message_expression: None,
+    })
+    .collect()
 }
 
 /// CEL: an UPDATE that leaves the kind's immutable templates as they were (`immutable_on_update` other than
