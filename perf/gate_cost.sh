@@ -10,8 +10,10 @@
 #   until [ -s /tmp/gate-cp.env ]; do sleep 2; done; set -a; . /tmp/gate-cp.env; set +a
 #   perf/gate_cost.sh              # CREATES=10 per kind of Job and phase
 #
-# Needs KUBECONFIG (a cluster where it may create a namespace tiergate-gate-cost-<time>-<pid> and the gate's
-# cluster-scoped policies `tiergate-gate-bronze`; it deletes all of them on exit), kubectl, curl and python3.
+# Needs KUBECONFIG (a cluster where it may create a namespace tiergate-gate-cost-<time>-<pid>, the TierGateParameters
+# CRD and the gate's cluster-scoped objects of the sample: the policies `tiergate-gate-default`, the bronze bindings
+# and parameters `tiergate-gate-bronze`; it deletes all of them on exit), kubectl, curl and python3. For the cost
+# per create of a typical Job, gate on and off paired request by request, see perf/gate_latency.py.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -26,15 +28,19 @@ PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 cleanup() {
     [ -n "${PROXY:-}" ] && kill "$PROXY" 2> /dev/null || true
     kubectl delete --ignore-not-found --wait=false namespace "$NAMESPACE" > /dev/null 2>&1 || true
-    for kind in mutatingadmissionpolicybinding mutatingadmissionpolicy validatingadmissionpolicybinding \
-        validatingadmissionpolicy; do
+    for kind in mutatingadmissionpolicybinding validatingadmissionpolicybinding tiergateparameters; do
         kubectl delete --ignore-not-found "$kind" tiergate-gate-bronze > /dev/null 2>&1 || true
+    done
+    for kind in mutatingadmissionpolicy validatingadmissionpolicy; do
+        kubectl delete --ignore-not-found "$kind" tiergate-gate-default > /dev/null 2>&1 || true
     done
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
 cargo build -q -p tiergate --bin tiergate
+target/debug/tiergate crd | kubectl apply --server-side -f - > /dev/null
+kubectl wait --for=condition=Established crd/tiergateparameters.tiergate.io --timeout=60s > /dev/null
 target/debug/tiergate render --policy samples/kubenexus/policy.yaml --cluster samples/kubenexus/cluster.yaml \
     --gate validate-and-mutate -o json > "$WORK/render.json" 2> /dev/null
 python3 - "$WORK" "$NAMESPACE" << 'EOF'
@@ -42,10 +48,12 @@ import json, sys
 work, namespace = sys.argv[1], sys.argv[2]
 items = json.load(open(f"{work}/render.json"))["items"]
 def bronze(kind):
-    (item,) = [i for i in items if i["kind"] == kind and i["metadata"]["name"] == "tiergate-gate-bronze"]
+    # One program per policy; the bindings and parameters are per tier.
+    (item,) = [i for i in items if i["kind"] == kind and i["metadata"]["name"] in
+               ("tiergate-gate-default", "tiergate-gate-bronze")]
     return item
 for kind in ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
-             "MutatingAdmissionPolicyBinding"]:
+             "MutatingAdmissionPolicyBinding", "TierGateParameters"]:
     json.dump(bronze(kind), open(f"{work}/{kind}.json", "w"))
 (queue,) = {i["metadata"]["name"] for i in items if i["kind"] == "LocalQueue" and "bronze" in i["metadata"]["name"]}
 env = [{"name": f"COST_VAR_{index:05}", "value": "x" * 80} for index in range(5000)]
@@ -122,8 +130,8 @@ await_plain 201
 measure "none" confined
 measure "none" plain
 measure "none" foreign
-kubectl apply --server-side -f "$WORK/ValidatingAdmissionPolicy.json" -f "$WORK/ValidatingAdmissionPolicyBinding.json" \
-    > /dev/null
+kubectl apply --server-side -f "$WORK/TierGateParameters.json" -f "$WORK/ValidatingAdmissionPolicy.json" \
+    -f "$WORK/ValidatingAdmissionPolicyBinding.json" > /dev/null
 await_plain 403
 measure "validating half" confined
 measure "validating half" plain

@@ -10,7 +10,9 @@ Workloads, as a tenant sends them (no webhook is registered; the gate works alon
   gpu-job-confined  the same Job as the webhook leaves it (queue, suspend, class selector and toleration)
   cpu-job           the same Job asking no GPU (the gate must cost next to nothing here)
   gpu-pod           a 1-GPU Pod (measured with the mutating half only)
-  gpu-deployment    a 1-GPU Deployment (likewise)
+  gpu-pod-confined  the same Pod with the tier's class selector and toleration, as the webhook leaves it
+  gpu-deployment    a 1-GPU Deployment (with the mutating half only)
+  gpu-deployment-confined  the same Deployment as the webhook leaves it
 
   cargo build -q -p tiergate-e2e --bin control-plane
   (target/debug/control-plane up --env-file /tmp/gate-cp.env > /tmp/gate-cp.out 2>&1 &)
@@ -118,11 +120,17 @@ def workloads(namespace: str) -> dict[str, tuple[str, bytes]]:
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}, "spec": spec(True)}
+    confined_pod = copy.deepcopy(pod)
+    confined_pod["spec"]["nodeSelector"] = confined["spec"]["template"]["spec"]["nodeSelector"]
+    confined_pod["spec"]["tolerations"] = confined["spec"]["template"]["spec"]["tolerations"]
     deployment_spec = copy.deepcopy(spec(True))
     deployment_spec["restartPolicy"] = "Always"
     deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": namespace},
                   "spec": {"selector": {"matchLabels": {"app": "d"}},
                            "template": {"metadata": {"labels": {"app": "d"}}, "spec": deployment_spec}}}
+    confined_deployment = copy.deepcopy(deployment)
+    confined_deployment["spec"]["template"]["spec"]["nodeSelector"] = confined_pod["spec"]["nodeSelector"]
+    confined_deployment["spec"]["template"]["spec"]["tolerations"] = confined_pod["spec"]["tolerations"]
     jobs, pods = f"/apis/batch/v1/namespaces/{namespace}/jobs", f"/api/v1/namespaces/{namespace}/pods"
     deployments = f"/apis/apps/v1/namespaces/{namespace}/deployments"
     return {
@@ -130,7 +138,9 @@ def workloads(namespace: str) -> dict[str, tuple[str, bytes]]:
         "gpu-job-confined": (jobs, json.dumps(confined).encode()),
         "cpu-job": (jobs, json.dumps(job(False)).encode()),
         "gpu-pod": (pods, json.dumps(pod).encode()),
+        "gpu-pod-confined": (pods, json.dumps(confined_pod).encode()),
         "gpu-deployment": (deployments, json.dumps(deployment).encode()),
+        "gpu-deployment-confined": (deployments, json.dumps(confined_deployment).encode()),
     }
 
 

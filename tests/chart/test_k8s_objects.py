@@ -146,7 +146,7 @@ def validate_object(document: dict[str, Any]) -> None:
         assert set(document) == {"apiVersion", "kind", "metadata", "spec"}
         return
     if (api_version, kind) == ("tiergate.io/v1alpha1", "TierPolicy"):
-        (crd,) = crds()
+        (crd,) = [crd for crd in crds() if crd["spec"]["names"]["kind"] == "TierPolicy"]
         version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
         jsonschema.validate(document, version["schema"]["openAPIV3Schema"])
         return
@@ -169,11 +169,13 @@ def test_strict_validation_catches_a_misspelt_field(rendered) -> None:
         validate_object(deployment)
 
 
-def test_the_crd_in_the_chart_is_a_valid_custom_resource_definition() -> None:
+def test_the_crds_in_the_chart_are_valid_custom_resource_definitions() -> None:
+    names = set()
     for crd in crds():
         kubernetes_validate.validate(crd, KUBERNETES_VERSION, strict=True)
-        assert crd["metadata"]["name"] == "tierpolicies.tiergate.io"
+        names.add(crd["metadata"]["name"])
         assert crd["spec"]["scope"] == "Cluster"
+    assert names == {"tierpolicies.tiergate.io", "tiergateparameters.tiergate.io"}
 
 
 def exported_metric_names() -> set[str]:

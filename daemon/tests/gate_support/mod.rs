@@ -109,24 +109,16 @@ impl CompiledGate {
 
     /// [`run_mutating`] with the compiled programs.
     pub fn run_mutating(&self, request: &Value, namespace_labels: &BTreeMap<String, String>) -> Option<Value> {
-        run_mutating_with(
-            &self.gate,
-            request,
-            namespace_labels,
-            &|context, expression| self.evaluate(context, expression),
-            &|context, expression| self.value(context, expression),
-        )
+        let evaluate = |context: &Context<'_>, expression: &str| self.evaluate(context, expression);
+        let value = |context: &Context<'_>, expression: &str| self.value(context, expression);
+        run_mutating_with(&self.gate, request, namespace_labels, &evaluate, &value)
     }
 
     /// [`run_gate`] with the compiled programs.
     pub fn run(&self, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
-        run_with(
-            &self.gate,
-            request,
-            namespace_labels,
-            &|context, expression| self.evaluate(context, expression),
-            &|context, expression| self.value(context, expression),
-        )
+        let evaluate = |context: &Context<'_>, expression: &str| self.evaluate(context, expression);
+        let value = |context: &Context<'_>, expression: &str| self.value(context, expression);
+        run_with(&self.gate, request, namespace_labels, &evaluate, &value)
     }
 }
 
@@ -196,11 +188,13 @@ fn parameters_named(gate: &Gate, name: Option<&str>) -> Value {
 /// or its `matchConditions` keep it out (a CEL error skips the policy: `failurePolicy: Ignore`, as the API server
 /// does).
 pub fn run_mutating(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> Option<Value> {
-    let value = |context: &Context<'_>, expression: &str| -> Result<Value, String> {
-        let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
-        json_of(&program, context)
-    };
-    run_mutating_with(gate, request, namespace_labels, &evaluate, &value)
+    run_mutating_with(gate, request, namespace_labels, &evaluate, &value_of)
+}
+
+/// `expression`'s value in `context`, as JSON (compiled each time).
+fn value_of(context: &Context<'_>, expression: &str) -> Result<Value, String> {
+    let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
+    json_of(&program, context)
 }
 
 /// `program`'s value in `context`, as JSON.
@@ -305,11 +299,7 @@ fn passthrough(value: CelValue) -> kube_cel::cel::ResolveResult {
 
 /// Runs `gate` on `request` (the AdmissionRequest as JSON) for a namespace with `namespace_labels`.
 pub fn run_gate(gate: &Gate, request: &Value, namespace_labels: &BTreeMap<String, String>) -> GateOutcome {
-    let value = |context: &Context<'_>, expression: &str| -> Result<Value, String> {
-        let program = Program::compile(expression).map_err(|error| format!("compile: {error}"))?;
-        json_of(&program, context)
-    };
-    run_with(gate, request, namespace_labels, &evaluate, &value)
+    run_with(gate, request, namespace_labels, &evaluate, &value_of)
 }
 
 type Evaluator<'e> = &'e dyn Fn(&Context<'_>, &str) -> Result<bool, String>;

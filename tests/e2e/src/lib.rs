@@ -423,6 +423,8 @@ impl InProcessDaemon {
             ledger: Some(ledger.clone()),
             kueue_namespace: "kueue-system".to_owned(),
             create_lease_namespace: false,
+            // The suites run both halves of the in-server gate (the default is the validating half alone), so the
+            // mutating half stays tested against the real API server.
             mutating_gate: true,
             policy_choice: None,
             certificate: None,

@@ -34,17 +34,15 @@ const TYPE_CHECK: Duration = Duration::from_secs(300);
 /// How long a controller may take to try its pods.
 const CONTROLLER: Duration = Duration::from_secs(90);
 
+/// One test function: both scenarios install and remove the same cluster-scoped CRDs, so they run in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holes_of_issue_40_are_closed_with_the_webhook_down() {
-    if let Err(error) = run_cluster_test("holes_of_issue_40_are_closed_with_the_webhook_down", holes).await {
-        panic!("{error}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gate_type_checks_clean_and_the_render_applies_as_kubectl_sends_it() {
-    let test = "the_gate_type_checks_clean_and_the_render_applies_as_kubectl_sends_it";
-    if let Err(error) = run_cluster_test(test, type_check_and_apply).await {
+async fn holes_of_issue_40_are_closed_the_gate_type_checks_clean_and_its_render_applies() {
+    let test = "holes_of_issue_40_are_closed_the_gate_type_checks_clean_and_its_render_applies";
+    let scenarios = async |client: &Client, cleanup: &Cleanup| {
+        holes(client, cleanup).await?;
+        type_check_and_apply(client, cleanup).await
+    };
+    if let Err(error) = run_cluster_test(test, scenarios).await {
         panic!("{error}");
     }
 }
