@@ -36,7 +36,9 @@ KINDS = [
     ("cohorts", "Cohort", False),
     ("clusterqueues", "ClusterQueue", False),
     ("localqueues", "LocalQueue", True),
-    # The in-server gate comes after the LocalQueues: the API server compiles each policy for seconds.
+    # The in-server gate comes after the LocalQueues: the API server compiles each policy for seconds. Its
+    # parameters (tiergate.io) first, then the policy and its bindings.
+    ("tiergateparameters", "TierGateParameters", False),
     ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
     ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
 ]
@@ -302,6 +304,12 @@ class FakeApi:
                         "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "kueue.x-k8s.io/v1beta2",
                         "resources": [{"name": name, "singularName": "", "namespaced": namespaced, "kind": kind,
                                        "verbs": ["get"]} for name, kind, namespaced in KINDS]})
+                if path == "/apis/tiergate.io/v1alpha1":
+                    return self._send(200, {
+                        "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "tiergate.io/v1alpha1",
+                        "resources": [{"name": name, "singularName": "", "namespaced": False, "kind": kind,
+                                       "verbs": ["list", "watch"]} for name, kind in
+                                      [("tierpolicies", "TierPolicy"), ("tiergateparameters", "TierGateParameters")]]})
                 if path in OWNER_APIS:
                     # The owner kinds the daemon's owner index watches (metadata only); JobSet is not served.
                     return self._send(200, {
