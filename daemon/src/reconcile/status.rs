@@ -163,29 +163,30 @@ fn build_in_server_gate(
     let count = |kind: &str| object_counts.get(kind).copied().unwrap_or(0);
     let (policies, bindings) = (count("ValidatingAdmissionPolicy"), count("ValidatingAdmissionPolicyBinding"));
     let (mutating, mutating_bindings) = (count("MutatingAdmissionPolicy"), count("MutatingAdmissionPolicyBinding"));
-    if policies == 0 || policies != bindings {
+    if policies == 0 || bindings == 0 {
         return (
             "False",
             "NotInstalled".to_owned(),
             "the policy generated no admission policies (no tiers)".to_owned(),
         );
     }
-    if mutating > 0 && mutating == mutating_bindings {
+    if mutating > 0 && mutating_bindings == bindings {
         let message = format!(
-            "{policies} ValidatingAdmissionPolicies and {mutating} MutatingAdmissionPolicies with their bindings \
-             (tiergate-gate-<tier>) hold the tier boundary inside the API server: when the webhook does not answer, \
+            "the validating and mutating admission policies, bound to {bindings} tiers with their TierGateParameters \
+             (tiergate-gate-<tier>), hold the tier boundary inside the API server: when the webhook does not answer, \
              a GPU workload gets its tier's queue, class and priority ceiling there, and one still not confined to \
              its tier is refused, never stored unconstrained"
         );
         return ("True", GateMode::ValidateAndMutate.reason().to_owned(), message);
     }
     let message = format!(
-        "{policies} ValidatingAdmissionPolicies and bindings (tiergate-gate-<tier>) hold the tier boundary inside the \
-         API server: a GPU workload the webhook does not answer for is refused, never stored unconstrained; {}",
+        "the validating admission policy, bound to {bindings} tiers with their TierGateParameters \
+         (tiergate-gate-<tier>), holds the tier boundary inside the API server: a GPU workload the webhook does not \
+         answer for is refused, never stored unconstrained; {}",
         match mutating_policies_served {
             Some(true) =>
-                "the API server serves MutatingAdmissionPolicy, but `tiergate run --mutating-gate=false` is set, so \
-                           the webhook alone edits workloads",
+                "the mutating half is off (the default; `tiergate run --mutating-gate` turns it on), so the webhook \
+                 alone edits workloads",
             Some(false) =>
                 "the API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36), so the \
                             webhook alone edits workloads",
@@ -301,7 +302,7 @@ mod tests {
         let input = StatusInput::Applied {
             tier_count: 3,
             object_counts: BTreeMap::from([
-                ("ValidatingAdmissionPolicy".to_owned(), 3),
+                ("ValidatingAdmissionPolicy".to_owned(), 1),
                 ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
             ]),
             migrations: Vec::new(),
@@ -317,13 +318,33 @@ mod tests {
     }
 
     #[test]
+    fn the_sample_policys_gate_reports_installed_with_one_program_and_a_binding_per_tier() {
+        let policy = crate::inputs::load_policy(None).unwrap();
+        let mut object_counts = BTreeMap::new();
+        let desired = crate::plan::desired_cluster_scoped(&policy);
+        for object in desired.objects() {
+            *object_counts.entry(object.kind().to_owned()).or_insert(0) += 1;
+        }
+        let input = StatusInput::Applied {
+            tier_count: 3,
+            object_counts,
+            migrations: Vec::new(),
+            shrunk_tiers: Vec::new(),
+            mutating_policies_served: Some(true),
+        };
+        let status = build_status(None, Some(1), &input, &at(0));
+        let gate = condition(&status, IN_SERVER_GATE);
+        assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateAndMutate"), "{}", gate.message);
+    }
+
+    #[test]
     fn an_applied_gate_with_mutating_policies_reports_validate_and_mutate() {
         let input = StatusInput::Applied {
             tier_count: 3,
             object_counts: BTreeMap::from([
-                ("ValidatingAdmissionPolicy".to_owned(), 3),
+                ("ValidatingAdmissionPolicy".to_owned(), 1),
                 ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
-                ("MutatingAdmissionPolicy".to_owned(), 3),
+                ("MutatingAdmissionPolicy".to_owned(), 1),
                 ("MutatingAdmissionPolicyBinding".to_owned(), 3),
             ]),
             migrations: Vec::new(),
@@ -333,7 +354,11 @@ mod tests {
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
         assert_eq!((gate.status.as_str(), gate.reason.as_str()), ("True", "ValidateAndMutate"));
-        assert!(gate.message.contains("3 MutatingAdmissionPolicies"), "{}", gate.message);
+        assert!(
+            gate.message.contains("validating and mutating admission policies, bound to 3 tiers"),
+            "{}",
+            gate.message
+        );
     }
 
     #[test]
