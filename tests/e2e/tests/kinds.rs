@@ -27,7 +27,10 @@ use tiergate_e2e::{
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
 const CONVERGE: Duration = Duration::from_secs(30);
-const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+/// A guard against a hang, not a timing assertion: besides the webhook configuration, the in-server gate's
+/// mutating half needs the API server's type converter to have fetched a CRD installed moments before (it polls
+/// OpenAPI every 5 s and answers 503 for the kind until then), which takes long on a loaded machine.
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(240);
 /// Kueue creates a Workload for a queued object within seconds once its integration is enabled.
 const WORKLOAD_CREATED: Duration = Duration::from_secs(60);
 
@@ -187,11 +190,23 @@ async fn check_kinds(
         let what = format!("{} {bronze}/{}", case.kind, object.metadata.name.as_deref().unwrap_or_default());
         // The first create waits for the configuration to reach the API server (a dry run until it is mutated).
         let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-        wait_for(&format!("the API server to send {what} to the webhook"), WEBHOOK_PROPAGATION, || async {
-            let stored = api.create(&dry_run, &object).await.ok()?;
-            stored.metadata.labels.as_ref()?.contains_key(QUEUE_NAME_LABEL).then_some(())
-        })
-        .await?;
+        let last_error = std::sync::Mutex::new(String::new());
+        let propagated =
+            wait_for(&format!("the API server to send {what} to the webhook"), WEBHOOK_PROPAGATION, || async {
+                let stored = match api.create(&dry_run, &object).await {
+                    Ok(stored) => stored,
+                    Err(error) => {
+                        *last_error.lock().ok()? = error.to_string();
+                        return None;
+                    }
+                };
+                stored.metadata.labels.as_ref()?.contains_key(QUEUE_NAME_LABEL).then_some(())
+            })
+            .await;
+        if let Err(error) = propagated {
+            let last = last_error.lock().map(|last| last.clone()).unwrap_or_default();
+            return Err(format!("{error} (the last dry run answered: {last})").into());
+        }
         let stored = api.create(&PostParams::default(), &object).await?;
         let queue = stored.metadata.labels.as_ref().and_then(|labels| labels.get(QUEUE_NAME_LABEL)).cloned();
         if queue.as_deref() != Some(local_queue) {
