@@ -58,56 +58,57 @@ pub(crate) fn escape(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
-/// Where one layout's pod specs are, as pointer patterns: whether each `*` is over a map, and whether the spec is
-/// a flat SparkPodSpec.
-fn spec_patterns(layout: TemplateLayout) -> Vec<(String, bool, bool)> {
+/// Where one layout's pod specs are, as pointer patterns, and whether each `*` is over a map.
+fn spec_patterns(layout: TemplateLayout) -> Vec<(String, bool)> {
     match layout {
-        TemplateLayout::Pod => vec![("/spec".to_owned(), false, false)],
-        TemplateLayout::Single(template) => vec![(format!("{template}/spec"), false, false)],
-        TemplateLayout::PerItem { list, item } => vec![(format!("{list}/*{item}/spec"), false, false)],
+        TemplateLayout::Pod => vec![("/spec".to_owned(), false)],
+        TemplateLayout::Single(template) => vec![(format!("{template}/spec"), false)],
+        TemplateLayout::PerItem { list, item } => vec![(format!("{list}/*{item}/spec"), false)],
         TemplateLayout::Patterns(patterns) => patterns
             .iter()
             .map(|pattern| match pattern {
-                TemplateAt::PodTemplate(template) => (format!("{template}/spec"), false, false),
-                TemplateAt::ReplicaMap(template) => (format!("{template}/spec"), true, false),
-                TemplateAt::Flat(at) => ((*at).to_owned(), false, true),
+                TemplateAt::PodTemplate(template) => (format!("{template}/spec"), false),
+                TemplateAt::ReplicaMap(template) => (format!("{template}/spec"), true),
+                TemplateAt::Flat(at) => ((*at).to_owned(), false),
             })
             .collect(),
         TemplateLayout::Embedded { .. } => Vec::new(),
     }
 }
 
-/// The most `*`s a spec pattern may hold (inside an embedded object: the embedded kind's own, plus the list's).
-const MAX_STARS: usize = 2;
+/// CEL: the values of `list` (`in_map`: the values of the map `list`), for `depth`'s iteration variable.
+fn values_of(list: String, in_map: bool, depth: usize) -> String {
+    if in_map { format!("{list}.map(k{depth}, {list}[k{depth}])") } else { list }
+}
 
-/// CEL: the values below the pointer tokens `tokens` of `base` as groups of specs (a list of lists), each `*` a
-/// list element or map value; `None` past [`MAX_STARS`] (`depth` keeps iteration variables unique).
-fn groups_below(base: &str, tokens: &[String], in_map: bool, depth: usize) -> Option<String> {
-    let stars = tokens.iter().filter(|token| *token == "*").count();
-    if stars > MAX_STARS {
-        return None;
-    }
+/// CEL: one group of specs, the values below the pointer tokens `tokens` of `base` (`[]` where absent); `None` when
+/// `tokens` hold more than one `*` (`depth` keeps iteration variables unique).
+fn group_of(base: &str, tokens: &[String], in_map: bool, depth: usize) -> Option<String> {
     let Some(star) = tokens.iter().position(|token| token == "*") else {
         let (guard, path) = guarded_path(base, tokens);
-        return Some(format!("(({guard}) ? [[{path}]] : [])"));
+        return Some(format!("(({guard}) ? [{path}] : [])"));
     };
+    let rest = &tokens[star + 1..];
+    if rest.iter().any(|token| token == "*") {
+        return None;
+    }
     let (guard, collection) = guarded_path(base, &tokens[..star]);
     let item = format!("x{depth}");
-    let values = if in_map { format!("{collection}.map(k{depth}, {collection}[k{depth}])") } else { collection };
-    let rest = &tokens[star + 1..];
-    if rest.contains(&"*".to_owned()) {
-        // Two stars: one group per element of the outer list.
-        let next = rest.iter().position(|token| token == "*").unwrap_or_default();
-        let (inner_guard, inner) = guarded_path(&item, &rest[..next]);
-        let inner_item = format!("x{}", depth + 1);
-        let inner_values = if in_map { format!("{inner}.map(k{}, {inner}[k{}])", depth + 1, depth + 1) } else { inner };
-        let (leaf_guard, leaf) = guarded_path(&inner_item, &rest[next + 1..]);
-        return Some(format!(
-            "(({guard}) ? {values}.map({item}, {inner_guard}, {inner_values}.map({inner_item}, {leaf_guard}, {leaf})) : [])"
-        ));
-    }
     let (leaf_guard, leaf) = guarded_path(&item, rest);
-    Some(format!("(({guard}) ? [{values}.map({item}, {leaf_guard}, {leaf})] : [])"))
+    Some(format!("(({guard}) ? {}.map({item}, {leaf_guard}, {leaf}) : [])", values_of(collection, in_map, depth)))
+}
+
+/// CEL: the values below the pointer tokens `tokens` of `base` as groups of specs (a list of lists): one group for
+/// at most one `*`, one per element of the outer list for two; `None` past two.
+fn groups_below(base: &str, tokens: &[String], in_map: bool, depth: usize) -> Option<String> {
+    if let Some(group) = group_of(base, tokens, in_map, depth) {
+        return Some(format!("[{group}]"));
+    }
+    let star = tokens.iter().position(|token| token == "*")?;
+    let (guard, collection) = guarded_path(base, &tokens[..star]);
+    let item = format!("x{depth}");
+    let inner = group_of(&item, &tokens[star + 1..], in_map, depth + 1)?;
+    Some(format!("(({guard}) ? {}.map({item}, {inner}) : [])", values_of(collection, in_map, depth)))
 }
 
 /// CEL: every pod spec `layout` holds in the object at `base`, as a list of lists (a group per list the specs sit
@@ -115,36 +116,27 @@ fn groups_below(base: &str, tokens: &[String], in_map: bool, depth: usize) -> Op
 /// none: the webhook checks it (docs/admission.md).
 pub(crate) fn spec_groups(layout: TemplateLayout, base: &str) -> String {
     let parts: Vec<String> = match layout {
-        TemplateLayout::Embedded { list, item } => embedded_layouts()
-            .into_iter()
-            .flat_map(|(inner, kinds)| {
-                spec_patterns(inner).into_iter().filter_map(move |(pattern, in_map, _flat)| {
-                    let tokens = pointer_tokens(&format!("{list}/*{item}{pattern}"));
-                    let star = tokens.iter().position(|token| token == "*")?;
-                    let (guard, collection) = guarded_path(base, &tokens[..star]);
-                    let component = "c0";
-                    let embedded_tokens = pointer_tokens(item);
-                    let (embedded_guard, embedded) = guarded_path(component, &embedded_tokens);
-                    let inner_tokens = pointer_tokens(&pattern);
+        TemplateLayout::Embedded { list, item } => {
+            let (guard, collection) = guarded_path(base, &pointer_tokens(list));
+            let component = "c0";
+            let (embedded_guard, embedded) = guarded_path(component, &pointer_tokens(item));
+            embedded_layouts()
+                .into_iter()
+                .flat_map(|(inner, kinds)| {
                     let matches = format!("{embedded_guard} && {}", embedded_is(&embedded, &kinds));
-                    if inner_tokens.contains(&"*".to_owned()) {
-                        let inner = groups_below(&embedded, &inner_tokens, in_map, 1)?;
-                        // One star inside: `inner` is `[list]` or `[]`; a component's single group.
-                        let group = format!("(({inner}).size() > 0 ? ({inner})[0] : [])");
-                        (inner_tokens.iter().filter(|token| *token == "*").count() == 1)
-                            .then(|| format!("(({guard}) ? {collection}.map({component}, {matches}, {group}) : [])"))
-                    } else {
-                        let (leaf_guard, leaf) = guarded_path(&embedded, &inner_tokens);
-                        Some(format!(
-                            "(({guard}) ? [{collection}.map({component}, ({matches}) && {leaf_guard}, {leaf})] : [])"
-                        ))
-                    }
+                    let (guard, collection) = (guard.clone(), collection.clone());
+                    let embedded = embedded.clone();
+                    spec_patterns(inner).into_iter().filter_map(move |(pattern, in_map)| {
+                        // One group per component of these kinds.
+                        let group = group_of(&embedded, &pointer_tokens(&pattern), in_map, 1)?;
+                        Some(format!("(({guard}) ? {collection}.map({component}, {matches}, {group}) : [])"))
+                    })
                 })
-            })
-            .collect(),
+                .collect()
+        }
         _ => spec_patterns(layout)
             .into_iter()
-            .filter_map(|(pattern, in_map, _flat)| groups_below(base, &pointer_tokens(&pattern), in_map, 0))
+            .filter_map(|(pattern, in_map)| groups_below(base, &pointer_tokens(&pattern), in_map, 0))
             .collect(),
     };
     if parts.is_empty() { "[]".to_owned() } else { parts.join(" + ") }
@@ -183,7 +175,7 @@ mod tests {
     fn a_single_template_is_one_guarded_group() {
         assert_eq!(
             spec_groups(TemplateLayout::Single("/spec/template"), "o"),
-            "((has(o.spec) && has(o.spec.template) && has(o.spec.template.spec)) ? [[o.spec.template.spec]] : [])"
+            "[((has(o.spec) && has(o.spec.template) && has(o.spec.template.spec)) ? [o.spec.template.spec] : [])]"
         );
     }
 
@@ -197,7 +189,7 @@ mod tests {
             groups.contains("o.spec.pytorchReplicaSpecs.map(k0, o.spec.pytorchReplicaSpecs[k0]).map(x0,"),
             "{groups}"
         );
-        assert!(groups.contains("x0.template.spec)]"), "{groups}");
+        assert!(groups.contains("x0.template.spec) : [])]"), "{groups}");
     }
 
     #[test]

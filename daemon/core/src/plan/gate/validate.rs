@@ -3,14 +3,15 @@
 //! tier's facts from its parameter object; pure.
 //!
 //! Each validation is `!variables.gpu || <rule>`: a CPU-only object costs the walk of its specs and nothing else.
-//! Messages name the tier, the kind, the field and the fix (`messageExpression`, from the parameter object).
+//! Messages are fixed text naming the field, where the tier's facts are and the fix ([`validations`]).
 
 use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicySpec, Validation, Variable};
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
 use super::cel::{all_of, literal, pointer_path};
 use super::program::{
-    Kinds, OBJECT, OLD_OBJECT, by_kind, common_variables, identity_checks, outside_asks_gpu, usable_queue, variable,
+    Kinds, OBJECT, OLD_OBJECT, asks_gpu, by_kind, common_variables, identity_checks, outside_asks_gpu, usable_queue,
+    variable,
 };
 use super::rules::{F, asks_only_tier_resources, confined, names_priority_class, reaches_gpu};
 use super::{GATE_FAILURE_POLICY, gate_match_resources, param_kind};
@@ -40,11 +41,7 @@ fn variables() -> Vec<Variable> {
         // only work, so it reads the identity checks and the walk directly rather than through more variables.
         variable(
             "gpu",
-            format!(
-                "({not_exempt}) && ({not_trusted}) && ({} || variables.specs.exists(g, g.exists(s, {})))",
-                outside_asks_gpu(OBJECT),
-                reaches_gpu("s", 1)
-            ),
+            format!("({not_exempt}) && ({not_trusted}) && {}", asks_gpu("variables.specs", &outside_asks_gpu(OBJECT))),
         ),
         variable("reaching", format!("variables.specs.map(g, g.filter(s, {}))", reaches_gpu("s", 1))),
         variable("gpuSpecs", "variables.outside ? variables.specs : variables.reaching".to_owned()),
@@ -177,16 +174,15 @@ fn priority_rule(adapter: &WorkloadAdapter) -> String {
 
 /// CEL: a queued kind whose pods name a `priorityClassName` carries the priority-class label where Kueue reads it
 /// (the tier has a default bucket; `admission/priority.rs` gives it that default), unless an UPDATE keeps the
-/// templates as they were.
+/// templates as they were (`variables.kept`).
 fn priority_class_rule(adapter: &WorkloadAdapter) -> Option<String> {
     if !adapter.is_queued() {
         return None;
     }
     let (guard, path) = pointer_path(OBJECT, &format!("{}/labels", adapter.queue_labels_at));
     let labelled = format!("(({guard}) && {} in {path})", literal(PRIORITY_CLASS_LABEL));
-    let kept = templates_kept(adapter).unwrap_or_else(|| "false".to_owned());
     Some(format!(
-        "({F}.defaultPriority == '' || {labelled} || {kept} || variables.specs.all(g, g.all(s, !{})))",
+        "({F}.defaultPriority == '' || {labelled} || variables.kept || variables.specs.all(g, g.all(s, !{})))",
         names_priority_class("s")
     ))
 }
