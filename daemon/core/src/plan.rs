@@ -6,6 +6,7 @@
 //! the daemon prunes exactly what it owns.
 
 pub mod cohorts;
+pub mod dra;
 pub mod fleet;
 pub mod gate;
 pub mod names;
@@ -19,6 +20,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::{Namespace, Taint, Toleration};
+use k8s_openapi::api::resource::v1::DeviceClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde_json::Value;
@@ -45,9 +47,10 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 16] = [
+pub const OWNED_KINDS: [&str; 17] = [
     "Namespace",
     "Topology",
+    "DeviceClass",
     "ResourceFlavor",
     "WorkloadPriorityClass",
     "ProvisioningRequestConfig",
@@ -76,6 +79,8 @@ pub struct Desired {
     pub namespaces: Vec<Namespace>,
     /// One per distinct topology level list of the GPU classes the flavors are built for (first-use order).
     pub topologies: Vec<Topology>,
+    /// One per GPU class with `dra` (declaration order; [`dra`]).
+    pub device_classes: Vec<DeviceClass>,
     /// One per GPU class (declaration order), then one per rule of each tier's placement strategy on the tier's
     /// class (tier order, each once).
     pub resource_flavors: Vec<ResourceFlavor>,
@@ -118,6 +123,8 @@ pub enum DesiredObject<'a> {
     Namespace(&'a Namespace),
     /// A Topology.
     Topology(&'a Topology),
+    /// A DeviceClass of a DRA GPU class.
+    DeviceClass(&'a DeviceClass),
     /// A ResourceFlavor.
     ResourceFlavor(&'a ResourceFlavor),
     /// A WorkloadPriorityClass.
@@ -189,6 +196,7 @@ impl DesiredObject<'_> {
         match self {
             Self::Namespace(_) => "Namespace",
             Self::Topology(_) => "Topology",
+            Self::DeviceClass(_) => "DeviceClass",
             Self::ResourceFlavor(_) => "ResourceFlavor",
             Self::WorkloadPriorityClass(_) => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig(_) => "ProvisioningRequestConfig",
@@ -211,6 +219,7 @@ impl DesiredObject<'_> {
         match self {
             Self::Namespace(object) => &object.metadata,
             Self::Topology(object) => &object.metadata,
+            Self::DeviceClass(object) => &object.metadata,
             Self::ResourceFlavor(object) => &object.metadata,
             Self::WorkloadPriorityClass(object) => &object.metadata,
             Self::ProvisioningRequestConfig(object) => &object.metadata,
@@ -243,6 +252,7 @@ impl DesiredObject<'_> {
         let result = match self {
             Self::Namespace(object) => serde_json::to_value(object),
             Self::Topology(object) => serde_json::to_value(object),
+            Self::DeviceClass(object) => serde_json::to_value(object),
             Self::ResourceFlavor(object) => serde_json::to_value(object),
             Self::WorkloadPriorityClass(object) => serde_json::to_value(object),
             Self::ProvisioningRequestConfig(object) => serde_json::to_value(object),
@@ -269,6 +279,7 @@ impl Desired {
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
         let namespaces = self.namespaces.iter().map(DesiredObject::Namespace);
         let topologies = self.topologies.iter().map(DesiredObject::Topology);
+        let device_classes = self.device_classes.iter().map(DesiredObject::DeviceClass);
         let flavors = self.resource_flavors.iter().map(DesiredObject::ResourceFlavor);
         let classes = self.workload_priority_classes.iter().map(DesiredObject::WorkloadPriorityClass);
         let configs = self.provisioning_request_configs.iter().map(DesiredObject::ProvisioningRequestConfig);
@@ -285,6 +296,7 @@ impl Desired {
         let local_queues = self.local_queues.iter().map(DesiredObject::LocalQueue);
         namespaces
             .chain(topologies)
+            .chain(device_classes)
             .chain(flavors)
             .chain(classes)
             .chain(configs)
@@ -533,6 +545,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         })
         .collect();
     let topologies = topology::build_topologies(built_classes.iter().copied(), &labels);
+    let device_classes = dra::build_device_classes(built_classes.iter().copied(), &labels);
     let class_flavors = built_classes.iter().filter_map(|class| flavor_for_gpu_class(spec, &class.name));
     let mut rule_flavors: Vec<FlavorSelector> = Vec::new();
     for flavor in tiers.iter().flat_map(|tier| tier_flavor_sources(spec, tier)) {
@@ -616,6 +629,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
 
     Desired {
         topologies,
+        device_classes,
         resource_flavors,
         workload_priority_classes,
         provisioning_request_configs,

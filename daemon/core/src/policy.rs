@@ -143,7 +143,9 @@ pub struct Dispatch {
 pub struct GpuClass {
     /// DNS label, e.g. `h100`; also the ResourceFlavor name.
     pub name: String,
-    /// Labels every node of this class carries, e.g. `gpu.nvidia.com/class: h100`.
+    /// Labels every node of this class carries, e.g. `gpu.nvidia.com/class: h100`. May be empty only for a class
+    /// with `dra`.
+    #[serde(default)]
     pub node_labels: BTreeMap<String, String>,
     /// Taints the nodes of this class carry (copied to the ResourceFlavor's `nodeTaints`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -169,6 +171,29 @@ pub struct GpuClass {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub topology_levels: Vec<TopologyLevel>,
+    /// How the class's devices are found through Dynamic Resource Allocation: tiergate renders one DeviceClass
+    /// (`<class>.tiergate.io`) for them and holds a tier's claims to its classes' DeviceClasses. Unset: the class
+    /// is reached through its extended resource and node labels only. docs/configuration.md "DRA".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dra: Option<DraDevices>,
+}
+
+/// The devices of a GPU class as a DRA driver publishes them in ResourceSlices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DraDevices {
+    /// The DRA driver publishing the devices, e.g. `gpu.nvidia.com` (a ResourceSlice's `spec.driver`).
+    pub driver: String,
+    /// A CEL expression over a device (`device.attributes`, `device.capacity`, `device.driver`) that is true for
+    /// this class's devices, e.g. `device.attributes["gpu.nvidia.com"].productName.startsWith("NVIDIA H100")`.
+    /// ANDed with the driver match in the DeviceClass. Unset: every device of the driver.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// The driver's own DeviceClasses (installed with it) that reach every device of the driver. A claim in a
+    /// tiered namespace that names one is given the tier's class or refused (`admission.draGenericClasses`).
+    /// Unset: the class named like the driver (NVIDIA's driver installs `gpu.nvidia.com` and `mig.nvidia.com`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generic_device_classes: Vec<String>,
 }
 
 /// A tenant tier: which namespaces belong to it (by the tier label's value), its GPU class and its quota.
@@ -378,16 +403,27 @@ pub enum CeilingAction {
     Deny,
 }
 
-/// What the webhook does with a pod template that claims devices through DRA (`spec.resourceClaims`) in a tiered
-/// namespace.
+/// What the webhook does with a DRA claim in a tiered namespace that names a DeviceClass tiergate does not know.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum DraClaimAction {
-    /// Deny: tiergate cannot tell which GPU class a claim's DeviceClass reaches, and Kueue v0.19 charges claims
-    /// only with its alpha `KueueDRAIntegration` gate and `deviceClassMappings`.
+    /// Deny: tiergate cannot tell which devices such a DeviceClass reaches, and Kueue cannot charge it without a
+    /// `deviceClassMappings` entry.
     #[default]
     Deny,
-    /// Admit, confined to the tier's GPU classes like any other template that can reach GPU nodes.
+    /// Admit, the pod confined to the tier's GPU classes by node like any other template that can reach GPU
+    /// nodes (weaker: a class known only by DRA has no nodes to confine to).
     Confine,
+}
+
+/// What the webhook does with a claim that names a DRA driver's generic DeviceClass (`dra.genericDeviceClasses`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DraGenericClassAction {
+    /// Name the tier's DeviceClass of that driver instead (the claim's own selectors still apply, ANDed), with a
+    /// warning and the reason in the `tiergate.io/device-class-retargeted` annotation.
+    #[default]
+    Retarget,
+    /// Refuse, naming the tier's DeviceClass to use.
+    Deny,
 }
 
 /// What the webhook does with GPU pods of a kind neither tiergate nor Kueue knows (a Pod whose controller is such a
@@ -439,9 +475,16 @@ pub struct AdmissionSettings {
     /// `Deny`.
     #[serde(default)]
     pub priority_above_ceiling: CeilingAction,
-    /// DRA `resourceClaims` on a pod template in a tiered namespace: `Deny` (default) or `Confine`.
+    /// DRA claims naming a DeviceClass tiergate does not know (neither a DRA class's, a driver's generic one nor a
+    /// shared one): `Deny` (default) or `Confine` (admitted, the pod confined to the tier's classes by node).
     #[serde(default)]
     pub dra_claims: DraClaimAction,
+    /// A claim naming a DRA driver's generic DeviceClass: `Retarget` (default) to the tier's class, or `Deny`.
+    #[serde(default)]
+    pub dra_generic_classes: DraGenericClassAction,
+    /// DeviceClasses of other devices (NICs, FPGAs) that a claim of any tier may name; never a GPU class's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_device_classes: Vec<String>,
     /// On a worker cluster: the users MultiKueue writes as here (the identity of the kubeconfig in the management
     /// cluster's Secret, e.g. `system:serviceaccount:kueue-system:multikueue`). A Job they create carrying Kueue's
     /// `kueue.x-k8s.io/multikueue-origin` label is a copy MultiKueue dispatched and passes unchanged; the label
@@ -570,6 +613,14 @@ pub struct QueueMigration {
     pub remaining_workloads: i32,
 }
 
+/// Suffix of the DeviceClasses tiergate renders (`h100` -> `h100.tiergate.io`).
+pub const DEVICE_CLASS_SUFFIX: &str = ".tiergate.io";
+
+/// The DeviceClass name of the GPU class `class` (whether or not it has `dra`).
+pub fn device_class_name(class: &str) -> String {
+    format!("{class}{DEVICE_CLASS_SUFFIX}")
+}
+
 fn default_true() -> bool {
     true
 }
@@ -607,6 +658,21 @@ pub fn default_priority_buckets() -> Vec<PriorityBucket> {
 }
 
 impl GpuClass {
+    /// The DeviceClass tiergate renders for this class's DRA devices, `<class>.tiergate.io` (`None` without
+    /// `dra`). Stable: tenants' ResourceClaimTemplates name it.
+    pub fn device_class_name(&self) -> Option<String> {
+        self.dra.as_ref().map(|_| device_class_name(&self.name))
+    }
+
+    /// The driver's generic DeviceClasses a claim may name instead of this class's (empty without `dra`).
+    pub fn generic_device_classes(&self) -> Vec<&str> {
+        match &self.dra {
+            None => Vec::new(),
+            Some(dra) if dra.generic_device_classes.is_empty() => vec![dra.driver.as_str()],
+            Some(dra) => dra.generic_device_classes.iter().map(String::as_str).collect(),
+        }
+    }
+
     /// Whether `labels` (a node's labels or a nodeSelector) carry every node label of this class; never for a
     /// class without labels.
     pub fn is_selected_by(&self, labels: &impl LabelLookup) -> bool {

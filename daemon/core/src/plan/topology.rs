@@ -137,6 +137,7 @@ mod tests {
             resource_names: vec![],
             memory_gib: None,
             topology_levels: levels,
+            dra: None,
         };
         let classes = [
             class("h100", vec![level("rack", "example.com/rack"), level("host", "kubernetes.io/hostname")]),
