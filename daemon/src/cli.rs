@@ -176,6 +176,10 @@ pub struct RenderArgs {
     /// MutatingAdmissionPolicies), `validate-only` for older API servers, which do not serve MutatingAdmissionPolicy.
     #[arg(long = "gate", env = "TIERGATE_GATE", value_enum, default_value_t = GateArg::ValidateAndMutate)]
     pub gate: GateArg,
+    /// Print only the fragment of Kueue's Configuration the policy's DRA classes need
+    /// (`resources.deviceClassMappings`), instead of the objects. Without it the fragment goes to stderr.
+    #[arg(long = "kueue-config")]
+    pub kueue_config: bool,
 }
 
 /// `tiergate render --gate`.

@@ -6,6 +6,7 @@
 
 mod boundary;
 pub mod cohorts;
+mod dra;
 pub mod fields;
 pub mod fleet;
 /// Kubernetes name and label syntax, where validation has always offered it.
@@ -192,6 +193,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     fleet::check_fleet(spec, problems);
     topology::check_topology(spec, problems);
     cohorts::check_cohorts(spec, problems);
+    dra::check_dra(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {
@@ -216,11 +218,11 @@ fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {
 
 fn check_gpu_class(path: &str, class: &GpuClass, problems: &mut Problems) {
     problems.dns_label(&format!("{path}.name"), &class.name, "GPU class");
-    if class.node_labels.is_empty() {
+    if class.node_labels.is_empty() && class.dra.is_none() {
         problems.push(
             format!("{path}.nodeLabels"),
             "a GPU class without node labels would select every node",
-            "add the label its nodes carry, e.g. `gpu.nvidia.com/class: h100`",
+            "add the label its nodes carry, e.g. `gpu.nvidia.com/class: h100`, or find its devices through `dra`",
         );
     }
     if class.node_labels.len() > kueue::MAX_FLAVOR_ENTRIES {

@@ -79,6 +79,33 @@ pub struct PodView {
     pub requests: BTreeMap<String, i64>,
 }
 
+/// One device request of a DRA claim spec (`devices.requests[i].exactly`, or one `firstAvailable` alternative), as
+/// the tenant boundary judges it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRequestView {
+    /// JSON pointer of its `deviceClassName` below the claim spec, e.g. `/devices/requests/0/exactly/deviceClassName`.
+    pub pointer: String,
+    /// The DeviceClass it names (empty when the request names none).
+    pub device_class: String,
+    /// `adminAccess: true`: access to every device of the class, allocated or not.
+    pub admin_access: bool,
+    /// `allocationMode: All`: every matching device.
+    pub all_devices: bool,
+    /// One alternative of a `firstAvailable` list.
+    pub alternative: bool,
+}
+
+/// A ResourceClaimTemplate, reduced to its device requests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClaimTemplateView {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Every device request of `spec.spec`.
+    pub requests: Vec<DeviceRequestView>,
+}
+
 /// Everything the webhook decides from: an immutable copy of synced caches.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -97,6 +124,9 @@ pub struct Snapshot {
     /// Owners the caches have seen (by uid), to verify ownerReferences; `None` offline (`webhook --offline`,
     /// `explain`, tests without caches), where no owner can be verified.
     pub owners: Option<Arc<crate::owners::OwnerIndex>>,
+    /// ResourceClaimTemplates by (namespace, name): the DeviceClasses their requests name, so a pod referencing
+    /// one is judged by what it claims (a template written before its namespace joined a tier included).
+    pub claim_templates: BTreeMap<(String, String), Arc<ClaimTemplateView>>,
     /// The daemon's own namespace (always excluded).
     pub own_namespace: Option<String>,
     /// True once every store behind this snapshot has synced; the webhook is not ready before.

@@ -13,7 +13,7 @@ use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 
 use crate::labels::Labels;
-use crate::view::{NamespaceView, NodeView, PodView};
+use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView};
 
 /// Annotation kubectl copies whole objects into; never kept in caches.
 pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -167,6 +167,9 @@ macro_rules! impl_view_lookup {
 impl_view_lookup!(NamespaceView, Namespace, |_view| None);
 impl_view_lookup!(NodeView, Node, |_view| None);
 impl_view_lookup!(PodView, Pod, |pod| Some(Cow::Borrowed(pod.namespace.as_str())));
+impl_view_lookup!(ClaimTemplateView, k8s_openapi::api::resource::v1::ResourceClaimTemplate, |template| Some(
+    Cow::Borrowed(template.namespace.as_str())
+));
 
 /// Object metadata as the caches decode it: name, namespace, labels, deletion time and resourceVersion only, so
 /// managedFields, annotations (kubectl's last-applied copy) and the rest are never materialized. The watcher needs

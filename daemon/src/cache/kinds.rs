@@ -20,6 +20,10 @@ pub const TIERGATE_GROUP: &str = "tiergate.io";
 pub const TIERGATE_VERSION: &str = "v1alpha1";
 /// The oldest Kueue release that serves `kueue.x-k8s.io/v1beta2`.
 pub const MIN_KUEUE_RELEASE: &str = "v0.15";
+/// The API group of DRA's DeviceClass.
+pub const RESOURCE_GROUP: &str = "resource.k8s.io";
+/// The version of DeviceClass tiergate writes (GA since Kubernetes 1.34).
+pub const RESOURCE_VERSION: &str = "v1";
 /// The single server-side-apply field manager of every tiergate write.
 pub const FIELD_MANAGER: &str = "tiergate";
 /// Label marking an object as written by tiergate.
@@ -39,6 +43,8 @@ pub const APPLIED_HASH_LABEL: &str = "tiergate.io/applied-hash";
 pub enum KueueKind {
     /// `Topology`, one per distinct topology level list of the GPU classes (cluster-scoped).
     Topology,
+    /// DRA's `DeviceClass`, one per GPU class with `dra` (`resource.k8s.io/v1`, cluster-scoped).
+    DeviceClass,
     /// `ResourceFlavor`, one per GPU class or placement rule (cluster-scoped).
     ResourceFlavor,
     /// `WorkloadPriorityClass`, one per priority bucket (cluster-scoped).
@@ -71,8 +77,9 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::Topology,
+        Self::DeviceClass,
         Self::ResourceFlavor,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
@@ -93,6 +100,7 @@ impl KueueKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Topology => "Topology",
+            Self::DeviceClass => "DeviceClass",
             Self::ResourceFlavor => "ResourceFlavor",
             Self::WorkloadPriorityClass => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig => "ProvisioningRequestConfig",
@@ -114,6 +122,7 @@ impl KueueKind {
     pub fn plural(self) -> &'static str {
         match self {
             Self::Topology => "topologies",
+            Self::DeviceClass => "deviceclasses",
             Self::ResourceFlavor => "resourceflavors",
             Self::WorkloadPriorityClass => "workloadpriorityclasses",
             Self::ProvisioningRequestConfig => "provisioningrequestconfigs",
@@ -131,11 +140,12 @@ impl KueueKind {
         }
     }
 
-    /// Whether the kind is Kueue's (the rest belong to the in-server gate).
+    /// Whether the kind is Kueue's (the rest are DRA's DeviceClass and the in-server gate's).
     pub fn is_kueue(self) -> bool {
         !matches!(
             self,
-            Self::TierGateParameters
+            Self::DeviceClass
+                | Self::TierGateParameters
                 | Self::ValidatingAdmissionPolicy
                 | Self::ValidatingAdmissionPolicyBinding
                 | Self::MutatingAdmissionPolicy
@@ -143,11 +153,17 @@ impl KueueKind {
         )
     }
 
-    /// Whether the API server may not serve the kind: MutatingAdmissionPolicy (GA in Kubernetes 1.36), and the
-    /// gate's TierGateParameters (a CRD a worker cluster of a fleet does not have). Its watch asks discovery first
-    /// and stays empty where it is not served.
+    /// Whether the API server may not serve the kind: MutatingAdmissionPolicy (GA in Kubernetes 1.36), the
+    /// gate's TierGateParameters (a CRD a worker cluster of a fleet does not have) and DeviceClass (GA in 1.34).
+    /// Its watch asks discovery first and stays empty where it is not served.
     pub fn is_optional(self) -> bool {
-        matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding | Self::TierGateParameters)
+        matches!(
+            self,
+            Self::MutatingAdmissionPolicy
+                | Self::MutatingAdmissionPolicyBinding
+                | Self::TierGateParameters
+                | Self::DeviceClass
+        )
     }
 
     /// Whether the kind is the gate's mutating half (applied only where the API server serves it).
@@ -159,6 +175,7 @@ impl KueueKind {
     pub fn group(self) -> &'static str {
         match self {
             Self::TierGateParameters => TIERGATE_GROUP,
+            Self::DeviceClass => RESOURCE_GROUP,
             _ if self.is_kueue() => KUEUE_GROUP,
             _ => ADMISSION_GROUP,
         }
@@ -168,6 +185,7 @@ impl KueueKind {
     pub fn version(self) -> &'static str {
         match self {
             Self::TierGateParameters => TIERGATE_VERSION,
+            Self::DeviceClass => RESOURCE_VERSION,
             _ if self.is_kueue() => KUEUE_VERSION,
             _ => ADMISSION_VERSION,
         }
@@ -232,10 +250,11 @@ mod tests {
     #[test]
     fn apply_order_puts_topologies_first_and_the_gate_after_local_queues() {
         assert_eq!(KueueKind::ALL.first(), Some(&KueueKind::Topology));
-        assert_eq!(KueueKind::ALL.get(1), Some(&KueueKind::ResourceFlavor));
+        assert_eq!(KueueKind::ALL.get(1), Some(&KueueKind::DeviceClass));
+        assert_eq!(KueueKind::ALL.get(2), Some(&KueueKind::ResourceFlavor));
         let queues = KueueKind::ALL.iter().position(|kind| *kind == KueueKind::LocalQueue).unwrap();
         assert!(KueueKind::ALL[queues + 1..].iter().all(|kind| !kind.is_kueue()), "only the gate after LocalQueues");
-        assert!(KueueKind::ALL[..queues].iter().all(|kind| kind.is_kueue()));
+        assert!(KueueKind::ALL[..queues].iter().all(|kind| kind.is_kueue() || *kind == KueueKind::DeviceClass));
         let mut sorted = KueueKind::ALL;
         sorted.sort();
         assert_eq!(sorted, KueueKind::ALL, "Ord must follow apply order");

@@ -248,30 +248,61 @@ fn start_kueue_watches(client: &Client, spawner: &Spawner, policy_name: &str) ->
     owned
 }
 
+/// A kind watched only where the API server serves it: its name, group/version and plural.
+#[derive(Clone, Copy, Debug)]
+struct OptionalKind {
+    name: &'static str,
+    group_version: &'static str,
+    plural: &'static str,
+}
+
+/// DRA's ResourceClaimTemplates (`resource.k8s.io/v1`, GA in Kubernetes 1.34), read by the webhook.
+const CLAIM_TEMPLATES: OptionalKind = OptionalKind {
+    name: "ResourceClaimTemplate",
+    group_version: "resource.k8s.io/v1",
+    plural: "resourceclaimtemplates",
+};
+
+fn claim_template_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", CLAIM_TEMPLATES.name),
+        CLAIM_TEMPLATES.plural,
+    )
+}
+
+impl From<KueueKind> for OptionalKind {
+    fn from(kind: KueueKind) -> Self {
+        let group_version: &'static str = match kind.group() {
+            "tiergate.io" => "tiergate.io/v1alpha1",
+            "resource.k8s.io" => "resource.k8s.io/v1",
+            "kueue.x-k8s.io" => "kueue.x-k8s.io/v1beta2",
+            _ => "admissionregistration.k8s.io/v1",
+        };
+        Self { name: kind.name(), group_version, plural: kind.plural() }
+    }
+}
+
 /// `events` when discovery lists `kind`'s resource; otherwise one empty list (the store is synced and stays
 /// empty: nothing of the kind exists to own or prune). A group the API server does not serve at all (404) is not
 /// served; any other discovery error counts as served, so the watch itself then reports what is wrong.
-fn watch_if_served<S>(client: Client, kind: KueueKind, events: S) -> impl Stream<Item = S::Item> + Send
+fn watch_if_served<S>(client: Client, kind: impl Into<OptionalKind>, events: S) -> impl Stream<Item = S::Item> + Send
 where
     S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send,
 {
+    let kind: OptionalKind = kind.into();
     let chosen = async move {
-        let group_version = format!("{}/{}", kind.group(), kind.version());
-        let served = match client.list_api_group_resources(&group_version).await {
-            Ok(list) => list.resources.iter().any(|resource| resource.name == kind.plural()),
+        let served = match client.list_api_group_resources(kind.group_version).await {
+            Ok(list) => list.resources.iter().any(|resource| resource.name == kind.plural),
             Err(kube::Error::Api(status)) if status.code == 404 => false,
             Err(error) => {
-                tracing::warn!(kind = kind.name(), %error, "discovery failed; watching the kind as if served");
+                tracing::warn!(kind = kind.name, %error, "discovery failed; watching the kind as if served");
                 true
             }
         };
         if served {
             events.left_stream()
         } else {
-            tracing::info!(
-                kind = kind.name(),
-                "the API server does not serve this kind; the in-server gate goes without it"
-            );
+            tracing::info!(kind = kind.name, "the API server does not serve this kind; tiergate goes without it");
             let empty = [Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
             futures::stream::iter(empty).chain(futures::stream::pending()).right_stream()
         }
@@ -314,8 +345,24 @@ fn start_management_watches(client: &Client, spawner: &Spawner) -> ManagementRea
             },
         ),
     );
+    let claim_templates = spawner.watch(
+        "ResourceClaimTemplate",
+        Trigger::Never,
+        Writer::default(),
+        watch_if_served(
+            client.clone(),
+            CLAIM_TEMPLATES,
+            watcher(Api::<DynamicObject>::all_with(client.clone(), &claim_template_resource()), watch_config()),
+        )
+        .map_ok(|event| {
+            map_watch_event(event, |template| {
+                let value = serde_json::to_value(&template).unwrap_or_default();
+                Cached::new_view(tiergate_core::admission::claims::claim_template_view(&value))
+            })
+        }),
+    );
     let owners = start_owner_watches(client, spawner, watch_config);
-    ManagementReaders { policies, placed_pods, typed_pods, replica_sets, owners }
+    ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, owners }
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use super::stores::Readers;
 use crate::metrics::Metrics;
 use crate::owners::{OwnerIndex, OwnerRecord, OwnerStore, REPLICA_SET};
 use crate::policy::TierPolicy;
-use crate::view::{NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
+use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
 
 pub(crate) struct SnapshotLoop {
     pub(crate) readers: Readers,
@@ -76,6 +76,9 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
                 })
                 .unwrap_or_default(),
             replica_sets: management.map(|readers| readers.replica_sets.state()).unwrap_or_default(),
+            claim_templates: management
+                .map(|readers| unwrap_cached(readers.claim_templates.state()))
+                .unwrap_or_default(),
             owners: management.map(|readers| readers.owners.store()),
             synced: state.synced.load(Ordering::Relaxed),
         };
@@ -119,6 +122,8 @@ pub struct SnapshotInputs<'a> {
     pub pods: Vec<Arc<PodView>>,
     /// ReplicaSet metadata.
     pub replica_sets: Vec<Arc<PartialObjectMeta<ReplicaSet>>>,
+    /// ResourceClaimTemplates.
+    pub claim_templates: Vec<Arc<ClaimTemplateView>>,
     /// The live records of the owner kinds (Jobs, JobSets, Deployments, ...), if they are watched.
     pub owners: Option<Arc<OwnerStore>>,
     /// Whether every store has synced.
@@ -164,6 +169,11 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         local_queues,
         pods,
         replica_set_owners,
+        claim_templates: inputs
+            .claim_templates
+            .iter()
+            .map(|template| ((template.namespace.clone(), template.name.clone()), template.clone()))
+            .collect(),
         own_namespace: Some(inputs.own_namespace.to_owned()),
         synced: inputs.synced,
         gpu_class_digest_memo: std::sync::OnceLock::new(),

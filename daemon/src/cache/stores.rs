@@ -14,7 +14,7 @@ use super::health::Signals;
 use super::live::{LiveObject, OwnedStores};
 use super::owners::OwnerTables;
 use crate::policy::TierPolicy;
-use crate::view::{NamespaceView, NodeView, PodView};
+use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView};
 
 /// Readers of every store the snapshot is folded from.
 #[derive(Clone, Debug)]
@@ -33,6 +33,8 @@ pub(crate) struct ManagementReaders {
     pub(crate) placed_pods: Store<Cached<PodView>>,
     pub(crate) typed_pods: Store<Cached<PodView>>,
     pub(crate) replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
+    /// ResourceClaimTemplates (empty where the API server serves no `resource.k8s.io/v1`).
+    pub(crate) claim_templates: Store<Cached<ClaimTemplateView>>,
     /// The owner-kind tables, filled once discovery has said which kinds are served.
     pub(crate) owners: OwnerTables,
 }
@@ -54,7 +56,8 @@ pub(crate) async fn wait_for_sync(
         Box::pin(async move { local_queues.wait_until_ready().await.is_ok() }),
     ];
     if let Some(management) = management {
-        let ManagementReaders { policies, placed_pods, typed_pods, replica_sets, owners } = management;
+        let ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, owners } = management;
+        waits.push(Box::pin(async move { claim_templates.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { policies.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { placed_pods.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { typed_pods.wait_until_ready().await.is_ok() }));

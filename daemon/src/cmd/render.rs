@@ -2,6 +2,7 @@
 //! a YAML stream or a JSON `List`. Without `--policy` it renders the embedded sample policy and cluster view. A
 //! policy with worker clusters renders both sides: this cluster's objects, then each worker's under a
 //! `# cluster: <name>` line, each worker from its own `--worker-view NAME=FILE` (default: the `--cluster` view).
+//! The Kueue Configuration fragment DRA classes need goes to stderr (`--kueue-config`: alone, to stdout).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,6 +11,7 @@ use std::process::ExitCode;
 use super::CmdError;
 use crate::cli::{OutputFormat, RenderArgs};
 use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
+use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
 use crate::validation::validate_policy;
@@ -50,6 +52,13 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
             worker_views.insert(cluster.name.clone(), management.clone());
         }
     }
+    let fragment = kueue_configuration_fragment(&kueue_device_class_mappings(&policy.spec));
+    if args.kueue_config {
+        let text = fragment
+            .unwrap_or_else(|| "# the policy has no DRA class: Kueue needs no deviceClassMappings\n".to_owned());
+        std::io::stdout().lock().write_all(text.as_bytes())?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut fleet = build_fleet(&policy, &management, &worker_views);
     let mode = args.gate.mode();
     if mode == GateMode::ValidateOnly {
@@ -69,6 +78,9 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
     eprint!("{}", crate::plan::cohorts::cohort_summary(&policy.spec));
     eprint!("{}", gate_summary(&build_gate(&policy, &crate::plan::owned_labels(&policy)), mode));
+    if let Some(fragment) = fragment {
+        eprint!("{fragment}");
+    }
     let text = match args.output {
         OutputFormat::Yaml => fleet.to_yaml_stream()?,
         OutputFormat::Json if fleet.workers.is_empty() => {

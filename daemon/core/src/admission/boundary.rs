@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::classes::{Selection, selection};
 use super::patch::Lookup;
 use crate::placement::Entries;
-use crate::policy::{DraClaimAction, GpuClass, Tier, TierPolicySpec};
+use crate::policy::{GpuClass, Tier, TierPolicySpec};
 use crate::view::{NodeView, Snapshot};
 
 /// Extended-resource prefixes that are GPUs whatever the policy says: NVIDIA whole GPUs and their shared or
@@ -276,9 +276,9 @@ fn find_node<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s NodeView> {
 
 /// One thing a template in a tiered namespace may not do, whatever else it asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Violation {
-    /// Fixed reason for metrics: `foreign_gpu_class`, `unprovided_gpu_resource`, `gpu_resource_without_quota`
-    /// or `dra_claim`.
+pub(crate) struct Violation {
+    /// Fixed reason for metrics: `foreign_gpu_class`, `unprovided_gpu_resource`, `gpu_resource_without_quota`,
+    /// or a DRA reason of [`super::claims`] (`foreign_device_class`, `dra_direct_claim`...).
     pub(super) reason: &'static str,
     /// The field and what is wrong with it.
     pub(super) problem: String,
@@ -290,6 +290,7 @@ pub(super) struct Violation {
 pub(super) struct TierBounds<'a> {
     pub(super) policy: &'a TierPolicySpec,
     pub(super) snapshot: &'a Snapshot,
+    pub(super) namespace: &'a str,
     pub(super) tier: &'a Tier,
     pub(super) classes: &'a [&'a GpuClass],
     /// The kind is queued by tiergate (its GPUs are charged to the tier's ClusterQueue).
@@ -335,15 +336,16 @@ pub(super) fn violations(bounds: &TierBounds<'_>, spec: &Value) -> Vec<Violation
             }
         }
     }
-    if reach.dra_claims && bounds.policy.admission.dra_claims == DraClaimAction::Deny {
-        found.push(Violation {
-            reason: "dra_claim",
-            problem: "spec.resourceClaims claims devices through DRA, which tiergate cannot confine to a GPU class"
-                .to_owned(),
-            fix: "request the GPU as an extended resource (e.g. nvidia.com/gpu), or ask the platform team to set \
-                  spec.admission.draClaims: Confine"
-                .to_owned(),
-        });
+    if reach.dra_claims {
+        let claims = super::claims::judge_pod_claims(
+            bounds.policy,
+            bounds.snapshot,
+            bounds.namespace,
+            &bounds.tier.name,
+            bounds.classes,
+            spec,
+        );
+        found.extend(claims.violations);
     }
     found
 }

@@ -3,6 +3,7 @@
 //! the `tiergate` crate's `admission::server`.
 
 mod boundary;
+pub mod claims;
 mod classes;
 mod decision;
 mod error;

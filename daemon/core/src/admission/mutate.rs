@@ -16,6 +16,7 @@ use tiergate_workloads::{
 };
 
 use super::boundary::{self, Reach, TierBounds, Violation};
+use super::claims;
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
 use super::error::MutateError;
@@ -46,6 +47,9 @@ pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
 /// running it on its own output yields an empty patch.
 pub fn mutate(request: &Request, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
+    if let Some(spec) = claims::claim_spec_pointer(&kind.kind).filter(|_| kind.group == claims::RESOURCE_GROUP) {
+        return claims::decide_claim_object(request, snapshot, spec);
+    }
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
         // Placement validates owners tiergate never mutates (ReplicaSet); its "deny" still holds.
         if let Err(error) = &inputs.placement {
@@ -466,7 +470,13 @@ impl Work<'_> {
                     _ => return Ok(None),
                 }
             }
-            Selection::None => self.tier_class_for(context, score),
+            Selection::None => match self.claimed_class(context, template) {
+                Some(class) => {
+                    self.reasons.push(format!("pinned to GPU class {}: its DRA claims name that class", class.name));
+                    Some(class)
+                }
+                None => self.tier_class_for(context, score),
+            },
         };
         let Some(class) = class else {
             let all: Vec<&GpuClass> = context.classes.clone();
@@ -482,6 +492,24 @@ impl Work<'_> {
             podspec::add_tolerations(spec, &tolerations)
         })?;
         Ok(None)
+    }
+
+    /// The one class of the tier the template's DRA claims reach (through templates the snapshot knows), if
+    /// exactly one: its pods must run on that class's nodes, and Kueue charges the flavor they select.
+    fn claimed_class<'p>(&self, context: &TierContext<'p>, template: &PodTemplatePointers) -> Option<&'p GpuClass> {
+        let spec = self.after.lookup(&template.spec)?;
+        let judged = claims::judge_pod_claims(
+            context.policy,
+            context.snapshot,
+            context.namespace,
+            &context.tier.name,
+            &context.classes,
+            spec,
+        );
+        match judged.classes.as_slice() {
+            [class] if !class.node_labels.is_empty() => Some(*class),
+            _ => None,
+        }
     }
 
     /// The class for a template without a GPU-class selector: the scorer's choice inside the tier, else the
@@ -545,6 +573,7 @@ impl Work<'_> {
         let bounds = TierBounds {
             policy: context.policy,
             snapshot: context.snapshot,
+            namespace: context.namespace,
             tier: context.tier,
             classes: &context.classes,
             queued: self.adapter.is_queued(),

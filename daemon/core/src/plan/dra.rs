@@ -43,11 +43,7 @@ pub fn build_device_class(class: &GpuClass, labels: &BTreeMap<String, String>) -
     let mut selectors = vec![cel(driver_expression(&dra.driver))];
     selectors.extend(dra.selector.as_ref().map(|selector| cel(selector.trim().to_owned())));
     Some(DeviceClass {
-        metadata: ObjectMeta {
-            name: class.device_class_name(),
-            labels: Some(labels.clone()),
-            ..ObjectMeta::default()
-        },
+        metadata: ObjectMeta { name: class.device_class_name(), labels: Some(labels.clone()), ..ObjectMeta::default() },
         spec: Some(DeviceClassSpec { selectors: Some(selectors), ..DeviceClassSpec::default() }),
     })
 }
@@ -69,8 +65,9 @@ pub fn kueue_device_class_mappings(spec: &TierPolicySpec) -> Vec<DeviceClassMapp
         let resource = class.primary_resource();
         match mappings.iter_mut().find(|mapping| mapping.name == resource) {
             Some(mapping) => mapping.device_class_names.push(device_class),
-            None => mappings
-                .push(DeviceClassMapping { name: resource.to_owned(), device_class_names: vec![device_class] }),
+            None => {
+                mappings.push(DeviceClassMapping { name: resource.to_owned(), device_class_names: vec![device_class] })
+            }
         }
     }
     mappings
@@ -174,7 +171,10 @@ mod tests {
             .collect();
         assert_eq!(
             expressions,
-            ["device.driver == \"gpu.nvidia.com\"", "device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA L4\""]
+            [
+                "device.driver == \"gpu.nvidia.com\"",
+                "device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA L4\""
+            ]
         );
     }
 
@@ -206,9 +206,11 @@ mod tests {
         assert_eq!(differences.len(), 2, "{differences:?}");
         assert!(differences[0].contains("counted as example.com/dra-gpu by Kueue"), "{differences:?}");
         assert!(differences[1].contains("l4.tiergate.io is not in Kueue's deviceClassMappings"), "{differences:?}");
-        assert!(parse_kueue_mappings("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n")
-            .expect("parses")
-            .is_empty());
+        assert!(
+            parse_kueue_mappings("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n")
+                .expect("parses")
+                .is_empty()
+        );
         assert!(parse_kueue_mappings("resources: [").is_err());
     }
 }
