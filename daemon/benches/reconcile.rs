@@ -259,6 +259,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         local_queues: queues.as_reader().state(),
         pods: vec![],
         replica_sets: vec![],
+        claim_templates: vec![],
         owners: None,
         synced: true,
     };

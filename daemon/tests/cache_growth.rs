@@ -117,6 +117,7 @@ fn snapshot_inputs(namespaces: Vec<Arc<NamespaceView>>, nodes: Vec<Arc<NodeView>
         local_queues: vec![],
         pods: vec![],
         replica_sets: vec![],
+        claim_templates: vec![],
         owners: None,
         synced: true,
     }

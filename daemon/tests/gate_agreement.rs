@@ -414,3 +414,94 @@ fn generated_workloads_get_no_false_denial_and_no_escape() {
         assert!(tally.gate_admitted_as_webhook_left_it >= 50, "{tally:?}");
     });
 }
+
+/// A DRA claim or claim template of a tenant in one of `samples/dra`'s namespaces: each request an `exactly` or a
+/// `firstAvailable` list, naming the tier's class, the other tier's, the driver's generic class or an unknown one,
+/// with or without `adminAccess` and `allocationMode: All`.
+fn generated_claim() -> impl Strategy<Value = Value> {
+    let class = prop::sample::select(vec!["l4.tiergate.io", "h100.tiergate.io", "gpu.nvidia.com", "example.com-nic"]);
+    let mode = prop::sample::select(vec!["ExactCount", "All"]);
+    let exactly = (class.clone(), mode.clone(), any::<bool>()).prop_map(|(class, mode, admin)| {
+        let mut request = json!({"deviceClassName": class, "allocationMode": mode});
+        if mode == "ExactCount" {
+            request["count"] = json!(1);
+        }
+        if admin {
+            request["adminAccess"] = json!(true);
+        }
+        json!({"name": "r", "exactly": request})
+    });
+    let alternatives = prop::collection::vec((class, mode), 1..3).prop_map(|alternatives| {
+        let list: Vec<Value> = alternatives
+            .iter()
+            .enumerate()
+            .map(|(index, (class, mode))| json!({"name": format!("a{index}"), "deviceClassName": class, "allocationMode": mode}))
+            .collect();
+        json!({"name": "r", "firstAvailable": list})
+    });
+    let request = prop_oneof![3 => exactly, 1 => alternatives];
+    (prop::collection::vec(request, 1..3), any::<bool>(), prop::sample::select(vec!["team-dev", "research"])).prop_map(
+        |(requests, is_template, namespace)| {
+            let spec = json!({"devices": {"requests": requests}});
+            if is_template {
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                    "metadata": {"name": "t", "namespace": namespace}, "spec": {"spec": spec}})
+            } else {
+                json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                    "metadata": {"name": "c", "namespace": namespace}, "spec": spec})
+            }
+        },
+    )
+}
+
+/// Claims: what the webhook refuses, the gate refuses as sent (no escape); what the webhook admits, the gate admits
+/// as the webhook left it (no false denial); a claim the webhook retargets is refused as sent (the webhook must be
+/// up to retarget it).
+#[test]
+fn generated_claims_get_the_same_verdict_from_both_gates() {
+    gate_support::with_big_stack(|| {
+        let read = |file: &str| std::fs::read_to_string(repo().join("samples/dra").join(file)).unwrap();
+        let policy = tiergate::inputs::parse_policy(&read("policy.yaml"), "samples/dra/policy.yaml").unwrap();
+        let view = parse_cluster_view(&read("cluster.yaml"), "samples/dra/cluster.yaml").unwrap();
+        let snapshot = build_static_snapshot(policy.clone(), view, Some("tiergate-system".into()));
+        let gate = CompiledGate::new(gate_of(&policy));
+        let counts = std::cell::RefCell::new([0_usize; 3]);
+        let mut runner =
+            proptest::test_runner::TestRunner::new(ProptestConfig { cases: 256, ..ProptestConfig::default() });
+        runner
+            .run(&generated_claim(), |object| {
+                let request = tenant_request(&object);
+                let labels = namespace_labels(&snapshot, &request);
+                let review =
+                    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+                let parsed = parse_review(review.to_string().as_bytes()).unwrap_or_else(|(_, error)| panic!("{error}"));
+                let decision = mutate(&parsed, &snapshot, &AdmissionInputs::default());
+                let as_sent = gate.run(&request, &labels);
+                match &decision.verdict {
+                    Verdict::Deny { message, .. } => {
+                        prop_assert!(matches!(as_sent, GateOutcome::Denied(_)), "escape: {object} ({message})");
+                        counts.borrow_mut()[0] += 1;
+                    }
+                    Verdict::Allow if decision.patch.0.is_empty() => {
+                        prop_assert_eq!(&as_sent, &GateOutcome::Admitted, "false denial: {}", object);
+                        counts.borrow_mut()[1] += 1;
+                    }
+                    Verdict::Allow => {
+                        prop_assert!(matches!(as_sent, GateOutcome::Denied(_)), "retarget not needed: {object}");
+                        let mut left = object.clone();
+                        json_patch::patch(&mut left, &decision.patch).unwrap();
+                        let mut after = request.clone();
+                        after["object"] = left;
+                        prop_assert_eq!(gate.run(&after, &labels), GateOutcome::Admitted, "false denial: {}", object);
+                        counts.borrow_mut()[2] += 1;
+                    }
+                    other => prop_assert!(false, "unexpected verdict {other:?} for {object}"),
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|error| panic!("{error}"));
+        let [denied, admitted, retargeted] = counts.into_inner();
+        println!("claims: {denied} denied by both, {admitted} admitted by both, {retargeted} retargeted");
+        assert!(denied >= 50 && admitted >= 10 && retargeted >= 5, "{denied} {admitted} {retargeted}");
+    });
+}

@@ -339,6 +339,7 @@ fn snapshot_folds_stores_and_finds_the_named_policy() {
         local_queues: vec![],
         pods: vec![pod.clone(), pod],
         replica_sets: vec![],
+        claim_templates: vec![],
         owners: None,
         synced: true,
     };

@@ -316,8 +316,17 @@ fn run_with(
     labels.insert("kubernetes.io/metadata.name".to_owned(), namespace.to_owned());
     let group = request["kind"]["group"].as_str().unwrap_or_default();
     let kind = request["kind"]["kind"].as_str().unwrap_or_default();
-    let Some(adapter) = ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind) else {
-        return GateOutcome::NotBound;
+    let claim_plural = match (group, kind) {
+        ("resource.k8s.io", "ResourceClaim") => Some("resourceclaims".to_owned()),
+        ("resource.k8s.io", "ResourceClaimTemplate") => Some("resourceclaimtemplates".to_owned()),
+        _ => None,
+    };
+    let plural = match ADAPTERS.iter().find(|adapter| adapter.group == group && adapter.kind == kind) {
+        Some(adapter) => adapter.plural(),
+        None => match &claim_plural {
+            Some(plural) => plural.clone(),
+            None => return GateOutcome::NotBound,
+        },
     };
     let bound: Vec<(&ValidatingAdmissionPolicy, Value, Option<String>)> = gate
         .bindings
@@ -332,7 +341,7 @@ fn run_with(
                 parameters_named(gate, binding.spec.param_ref.as_ref().and_then(|param| param.name.as_deref()));
             Some((policy, params, binding.metadata.name.clone()))
         })
-        .filter(|(policy, _, _)| policy_matches(policy, adapter.group, &adapter.plural(), request))
+        .filter(|(policy, _, _)| policy_matches(policy, group, &plural, request))
         .collect();
     if bound.is_empty() {
         return GateOutcome::NotBound;
@@ -369,7 +378,8 @@ fn run_with(
         let bound = bind_variables(&mut context, spec.variables.as_deref().unwrap_or_default(), value);
         // Every validation is `!variables.gpu || ...`, and `gpu` starts with the identity checks: an exempt or
         // trusted writer, or an object asking no GPU, is out of the policy's scope.
-        if bound.get("gpu") == Some(&Value::Bool(false)) {
+        // A DRA claim asks no GPU through a pod spec: only the claim rule speaks for it.
+        if claim_plural.is_none() && bound.get("gpu") == Some(&Value::Bool(false)) {
             let failed = tiergate::plan::gate::program::identity_checks()
                 .into_iter()
                 .find(|(_, expression)| evaluate(&context, expression) == Ok(false))

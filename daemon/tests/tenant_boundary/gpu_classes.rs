@@ -223,10 +223,13 @@ fn bronze_pod_requesting_a_gpu_only_in_an_init_container_is_confined_to_l4() {
 }
 
 #[test]
-fn bronze_pod_with_a_dra_resource_claim_is_refused() {
-    let spec = json!({"containers": [cpu()], "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "h100"}]});
-    let message = denied(&decide(&create(&pod(BRONZE, spec))), "dra_claim");
-    assert!(message.contains("spec.resourceClaims") && message.contains("draClaims: Confine"), "{message}");
+fn bronze_pod_with_a_direct_dra_resource_claim_is_refused() {
+    let spec = json!({"containers": [cpu()], "resourceClaims": [{"name": "gpu", "resourceClaimName": "h100"}]});
+    let message = denied(&decide(&create(&pod(BRONZE, spec))), "dra_direct_claim");
+    assert!(
+        message.contains("spec.resourceClaims[0].resourceClaimName") && message.contains("resourceClaimTemplateName"),
+        "{message}"
+    );
 }
 
 #[test]

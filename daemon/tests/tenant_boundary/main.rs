@@ -2,6 +2,7 @@
 //! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
 
 mod cohort_tree;
+mod dra_claims;
 mod fleet;
 mod gate_marks;
 #[path = "../gate_support/mod.rs"]

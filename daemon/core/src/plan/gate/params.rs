@@ -65,9 +65,14 @@ pub struct TierGateParametersSpec {
     /// `foreignGpuClass: Allow`: any class may be selected.
     #[serde(default)]
     pub foreign_classes_allowed: bool,
-    /// `draClaims: Deny`: no pod template may claim devices.
+    /// `draClaims: Deny`: a pod may not name a ResourceClaim directly, and a claim may not name a DeviceClass
+    /// tiergate does not know (`knownDeviceClasses`).
     #[serde(default)]
     pub claims_denied: bool,
+    /// Every DeviceClass tiergate knows: each DRA class's, each driver's generic one and the shared ones; a claim
+    /// naming one outside its tier's `deviceClasses` is refused whatever `claimsDenied` says.
+    #[serde(default)]
+    pub known_device_classes: Vec<String>,
     /// `priorityAboveCeiling: Clamp`: a priority above the ceiling is lowered (else it is refused).
     #[serde(default)]
     pub priority_clamped: bool,
@@ -136,6 +141,9 @@ pub struct TierFacts {
     /// The bucket a priority above the ceiling is clamped to (empty: removed).
     #[serde(default)]
     pub priority_ceiling: String,
+    /// The DeviceClasses the tier's claims may name: its DRA classes' and the shared ones.
+    #[serde(default)]
+    pub device_classes: Vec<String>,
     /// The tier's default bucket, given to a queued workload whose pods name a `priorityClassName` (empty: none).
     #[serde(default)]
     pub default_priority: String,
@@ -194,6 +202,17 @@ pub fn build_gate_parameters(spec: &TierPolicySpec, labels: &BTreeMap<String, St
         gpu_taints: taints,
         foreign_classes_allowed: admission.foreign_gpu_class == ForeignClassAction::Allow,
         claims_denied: admission.dra_claims == DraClaimAction::Deny,
+        known_device_classes: sorted(
+            spec.gpu_classes
+                .iter()
+                .flat_map(|class| {
+                    class
+                        .device_class_name()
+                        .into_iter()
+                        .chain(class.generic_device_classes().into_iter().map(str::to_owned))
+                })
+                .chain(admission.shared_device_classes.iter().cloned()),
+        ),
         priority_clamped: admission.priority_above_ceiling == CeilingAction::Clamp,
         tier_queues: sorted(spec.tiers.iter().map(Tier::local_queue)),
         priority_buckets: sorted(spec.priority_buckets.iter().map(|bucket| bucket.name.clone())),
@@ -254,6 +273,7 @@ fn build_tier_facts(spec: &TierPolicySpec, tier: &Tier, class_keys: &[String]) -
         allowed_priorities: allowed,
         priority_ceiling: priority_ceiling(tier, buckets).map(|bucket| bucket.name.clone()).unwrap_or_default(),
         default_priority: default_priority_class(tier, buckets).unwrap_or_default(),
+        device_classes: sorted(crate::admission::claims::allowed_device_classes(spec, &classes)),
         node_selector: primary.map(|class| class.node_labels.clone()).unwrap_or_default(),
         node_selector_entries: primary
             .iter()

@@ -167,11 +167,35 @@ pub(crate) fn confined(spec: &str, depth: usize, free: &str) -> String {
     format!("({P}.foreignClassesAllowed || ({} && ({selects} || {affinity} || {free})))", no_foreign_class(spec, depth))
 }
 
-/// CEL: the spec asks no GPU resource the tier lacks and, under `draClaims: Deny`, claims no device.
+/// CEL: the spec asks no GPU resource the tier lacks and, under `draClaims: Deny`, names no ResourceClaim directly
+/// (its claims come from templates, which the claim rule judges when the claims are made).
 pub(crate) fn asks_only_tier_resources(spec: &str, depth: usize, queued: &str) -> String {
     let foreign =
         asks(spec, depth, &|name| format!("{} && !{}", is_gpu_resource(name, depth), is_provided(name, queued, depth)));
-    format!("(!{foreign} && (!{P}.claimsDenied || !{}))", claims(spec))
+    let direct = format!(
+        "(has({spec}.resourceClaims) && {spec}.resourceClaims.exists(d{depth}, has(d{depth}.resourceClaimName)))"
+    );
+    format!("(!{foreign} && (!{P}.claimsDenied || !{direct}))")
+}
+
+/// CEL: the DeviceClass name `class` may be claimed in the tier (`admission::claims::judge_requests`): one of the
+/// tier's, or, under `draClaims: Confine`, one tiergate does not know.
+fn claimable(class: &str) -> String {
+    format!("({class} in {F}.deviceClasses || (!{P}.claimsDenied && !({class} in {P}.knownDeviceClasses)))")
+}
+
+/// CEL: every device request of the ResourceClaimSpec `claim` names a DeviceClass the tier may claim, without
+/// `adminAccess` or `allocationMode: All` (`exactly`, and each `firstAvailable` alternative).
+pub(crate) fn claim_within_tier(claim: &str) -> String {
+    let all_mode = |request: &str| format!("(has({request}.allocationMode) && {request}.allocationMode == 'All')");
+    let exactly = "r.exactly";
+    format!(
+        "(!has({claim}.devices) || !has({claim}.devices.requests) || {claim}.devices.requests.all(r,          (!has({exactly}) || ({} && !(has({exactly}.adminAccess) && {exactly}.adminAccess == true) && !{})) &&          (!has(r.firstAvailable) || r.firstAvailable.all(a, {} && !{}))))",
+        claimable(&format!("{exactly}.deviceClassName")),
+        all_mode(exactly),
+        claimable("a.deviceClassName"),
+        all_mode("a"),
+    )
 }
 
 /// CEL: the spec names a GPU-class label key in its nodeSelector or a required node-affinity term (a choice the

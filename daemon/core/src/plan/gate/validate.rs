@@ -5,7 +5,9 @@
 //! Each validation is `!variables.gpu || <rule>`: a CPU-only object costs the walk of its specs and nothing else.
 //! Messages are fixed text naming the field, where the tier's facts are and the fix ([`validations`]).
 
-use k8s_openapi::api::admissionregistration::v1::{ValidatingAdmissionPolicySpec, Validation, Variable};
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicySpec, Validation, Variable,
+};
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
 use super::cel::{all_of, literal, pointer_path};
@@ -13,9 +15,11 @@ use super::program::{
     Kinds, OBJECT, OLD_OBJECT, asks_gpu, by_kind, common_variables, identity_checks, outside_asks_gpu, usable_queue,
     variable,
 };
-use super::rules::{F, asks_only_tier_resources, confined, names_priority_class, reaches_gpu};
+use super::rules::{F, asks_only_tier_resources, claim_within_tier, confined, names_priority_class, reaches_gpu};
 use super::{GATE_FAILURE_POLICY, gate_match_resources, param_kind};
 
+/// DRA's API group (ResourceClaims, ResourceClaimTemplates).
+const CLAIM_GROUP: &str = "resource.k8s.io";
 const WEBHOOK: &str = "the tiergate webhook normally adds this — is it running?";
 
 /// The policy's spec.
@@ -23,7 +27,7 @@ pub fn build_validating_spec() -> ValidatingAdmissionPolicySpec {
     ValidatingAdmissionPolicySpec {
         failure_policy: Some(GATE_FAILURE_POLICY.to_owned()),
         param_kind: Some(param_kind()),
-        match_constraints: Some(gate_match_resources(&["CREATE", "UPDATE"], ADAPTERS.iter())),
+        match_constraints: Some(with_claims(gate_match_resources(&["CREATE", "UPDATE"], ADAPTERS.iter()))),
         // No match conditions: the API server converts the object for CEL once per evaluation, and match
         // conditions are a second evaluation. The identity checks are a variable every validation reads first.
         match_conditions: None,
@@ -47,8 +51,40 @@ fn variables() -> Vec<Variable> {
         variable("gpuSpecs", "variables.outside ? variables.specs : variables.reaching".to_owned()),
         variable("kept", by_kind(&templates_kept, "false")),
         variable("free", format!("variables.queued && {F}.classLeftToKueue")),
+        variable("claim", format!("request.kind.kind == 'ResourceClaim' ? {OBJECT}.spec : {OBJECT}.spec.spec")),
     ]);
     variables
+}
+
+/// The match constraints plus DRA's ResourceClaims and ResourceClaimTemplates at CREATE (their spec is immutable).
+fn with_claims(mut constraints: MatchResources) -> MatchResources {
+    constraints.resource_rules.get_or_insert_with(Vec::new).push(NamedRuleWithOperations {
+        api_groups: Some(vec![CLAIM_GROUP.to_owned()]),
+        api_versions: Some(vec!["v1".to_owned()]),
+        operations: Some(vec!["CREATE".to_owned()]),
+        resources: Some(vec!["resourceclaims".to_owned(), "resourceclaimtemplates".to_owned()]),
+        scope: Some("Namespaced".to_owned()),
+        resource_names: None,
+    });
+    constraints
+}
+
+/// The claim rule, whoever writes the claim (kube-controller-manager makes a pod's claims from its templates, so a
+/// template written before its namespace joined a tier is caught here), except the exempt users and groups.
+fn claim_validation() -> Validation {
+    let [(_, not_exempt), _] = identity_checks();
+    Validation {
+        expression: format!(
+            "request.kind.group != '{CLAIM_GROUP}' || !({not_exempt}) || {}",
+            claim_within_tier("variables.claim")
+        ),
+        message: Some(
+            "a DRA claim in this tier may name only the tier's DeviceClasses (TierGateParameters              spec.tier.deviceClasses), without adminAccess or allocationMode: All; a driver's generic DeviceClass              is replaced by the tier's only while the tiergate webhook answers — name the tier's DeviceClass"
+                .to_owned(),
+        ),
+        reason: Some("Forbidden".to_owned()),
+        message_expression: None,
+    }
 }
 
 /// One validation per rule, each `!variables.gpu || <rule>` with a fixed message naming the field and the fix.
@@ -75,7 +111,8 @@ fn validations() -> Vec<Validation> {
             ),
             "GPU pods may ask only GPU resources that a class of this tier counts and the tier has quota for \
              (TierGateParameters spec.tier.resourceNames, resourcePrefixes and quotaResources), and, under \
-             draClaims: Deny, claim no devices (resourceClaims); ask one of those"
+             draClaims: Deny, name no ResourceClaim directly (resourceClaims[].resourceClaimName; use \
+             resourceClaimTemplateName); ask one of those"
                 .to_owned(),
         ),
         (
@@ -110,6 +147,7 @@ fn validations() -> Vec<Validation> {
         reason: Some("Forbidden".to_owned()),
         message_expression: None,
     })
+    .chain(std::iter::once(claim_validation()))
     .collect()
 }
 
