@@ -19,8 +19,10 @@ cargo test --workspace --locked --exclude tiergate-e2e
 # The end-to-end suite runs against the cluster in KUBECONFIG (with Kueue installed). Without KUBECONFIG it starts a
 # throwaway control plane on loopback (etcd, kube-apiserver, kube-controller-manager and kueue, found in
 # TIERGATE_TEST_ASSETS, KUBEBUILDER_ASSETS or PATH; tests/e2e/src/control_plane/) and stops it on every exit path;
-# without the binaries each suite prints a skip line naming the missing one, which --nocapture keeps visible. The
-# Python suites below (the chart's RBAC end-to-end test) run against the same control plane.
+# without the binaries each suite prints a skip line naming the missing one, which --nocapture keeps visible.
+# kube-scheduler, found the same way, is optional: without it the plane starts anyway and exports
+# TIERGATE_E2E_SCHEDULER_SKIP saying why, for the suites that need pods bound. The Python suites below (the chart's
+# RBAC end-to-end test) run against the same control plane.
 e2e_log=$(mktemp)
 control_plane_env=$(mktemp -u)
 control_plane_pid=

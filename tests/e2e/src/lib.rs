@@ -64,6 +64,9 @@ pub const SKIP_ENV: &str = "TIERGATE_E2E_SKIP";
 pub const WORKER_KUBECONFIG_ENV: &str = "TIERGATE_E2E_WORKER_KUBECONFIG";
 /// Set by the throwaway control plane when it has no worker cluster to offer: why.
 pub const WORKER_SKIP_ENV: &str = "TIERGATE_E2E_WORKER_SKIP";
+/// Set by the throwaway control plane when it runs no kube-scheduler (its pods stay unbound): why, e.g. which
+/// binary is missing and where it looked.
+pub const SCHEDULER_SKIP_ENV: &str = "TIERGATE_E2E_SCHEDULER_SKIP";
 
 /// Prints the skip line every e2e test uses, so CI logs show why nothing ran.
 pub fn skip(test: &str, reason: &str) {

@@ -1,14 +1,15 @@
 //! `control-plane up --env-file FILE`: starts the e2e suite's throwaway control plane, writes the environment the
 //! suites read (`KUBECONFIG`, the worker's kubeconfig, the webhook host) to FILE, and stops it, removing its
 //! directory, on SIGTERM, SIGINT or when its parent exits. Without the binaries it writes `TIERGATE_E2E_SKIP`
-//! with the reason instead and exits 0. Does I/O.
+//! with the reason instead and exits 0; without the optional kube-scheduler it starts the rest and writes
+//! `TIERGATE_E2E_SCHEDULER_SKIP` with the reason. Does I/O.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tiergate_e2e::control_plane::ControlPlane;
 use tiergate_e2e::control_plane::assets::Assets;
-use tiergate_e2e::{HarnessError, SKIP_ENV, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV};
+use tiergate_e2e::{HarnessError, SCHEDULER_SKIP_ENV, SKIP_ENV, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV};
 
 fn usage() -> HarnessError {
     "usage: control-plane up --env-file FILE".into()
@@ -88,22 +89,29 @@ async fn up(env_file: PathBuf) -> Result<(), HarnessError> {
         plane.pids(),
         plane.dir().display()
     );
-    let worker = match &plane.worker {
-        Ok(kubeconfig) => shell_assignment(WORKER_KUBECONFIG_ENV, &kubeconfig.display().to_string()),
+    for mapping in &plane.device_class_mappings {
+        println!("control plane: Kueue counts DeviceClasses {:?} as {}", mapping.device_class_names, mapping.name);
+    }
+    let mut env = vec![
+        shell_assignment("KUBECONFIG", &plane.kubeconfig.display().to_string()),
+        shell_assignment("TIERGATE_E2E_WEBHOOK_HOST", "127.0.0.1"),
+        shell_assignment("TIERGATE_E2E_WEBHOOK_PORT", &plane.webhook_port.to_string()),
+    ];
+    match &plane.worker {
+        Ok(kubeconfig) => env.push(shell_assignment(WORKER_KUBECONFIG_ENV, &kubeconfig.display().to_string())),
         Err(reason) => {
             println!("control plane: {reason}");
-            shell_assignment(WORKER_SKIP_ENV, reason)
+            env.push(shell_assignment(WORKER_SKIP_ENV, reason));
         }
-    };
-    write_env(
-        &env_file,
-        &[
-            shell_assignment("KUBECONFIG", &plane.kubeconfig.display().to_string()),
-            worker,
-            shell_assignment("TIERGATE_E2E_WEBHOOK_HOST", "127.0.0.1"),
-            shell_assignment("TIERGATE_E2E_WEBHOOK_PORT", &plane.webhook_port.to_string()),
-        ],
-    )?;
+    }
+    match &plane.scheduler {
+        Ok(port) => println!("control plane: kube-scheduler ready on https://127.0.0.1:{port}"),
+        Err(reason) => {
+            println!("control plane: {reason}");
+            env.push(shell_assignment(SCHEDULER_SKIP_ENV, reason));
+        }
+    }
+    write_env(&env_file, &env)?;
     stop.await;
     let dir = plane.dir().to_owned();
     let count = plane.pids().len();

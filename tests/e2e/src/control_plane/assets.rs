@@ -1,5 +1,6 @@
 //! Where the throwaway control plane's binaries are: `TIERGATE_TEST_ASSETS`, then `KUBEBUILDER_ASSETS` (the envtest
-//! convention), then `PATH`; a missing one is named with every place searched. Reads the file system only.
+//! convention), then `PATH`; a missing one is named with every place searched, and an optional one's absence is
+//! kept as that reason instead of failing. Reads the file system only.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ pub const KUBEBUILDER_ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
 
 /// The binaries a control plane is made of, in start order.
 pub const BINARIES: [&str; 4] = ["etcd", "kube-apiserver", "kube-controller-manager", "kueue"];
+/// The binaries a control plane starts when they are found and goes without otherwise (found the same way).
+pub const OPTIONAL_BINARIES: [&str; 1] = ["kube-scheduler"];
 
 /// Every binary, found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +26,8 @@ pub struct Assets {
     pub kube_controller_manager: PathBuf,
     /// `kueue` (the Kueue manager, `cmd/kueue`).
     pub kueue: PathBuf,
+    /// `kube-scheduler`, or where it was looked for: without it the control plane binds no pod.
+    pub kube_scheduler: Result<PathBuf, MissingBinary>,
 }
 
 /// A binary that is nowhere to be found.
@@ -75,18 +80,22 @@ fn is_executable(path: &Path) -> bool {
 }
 
 impl Assets {
-    /// Every binary from the directories of `dirs`, or the first one missing.
+    /// Every binary from the directories of `dirs` (an optional one may be missing), or the first required one
+    /// missing.
     pub fn find_in(dirs: &[PathBuf]) -> Result<Self, MissingBinary> {
         let [etcd, kube_apiserver, kube_controller_manager, kueue] = BINARIES;
+        let [kube_scheduler] = OPTIONAL_BINARIES;
         Ok(Self {
             etcd: find_binary(etcd, dirs)?,
             kube_apiserver: find_binary(kube_apiserver, dirs)?,
             kube_controller_manager: find_binary(kube_controller_manager, dirs)?,
             kueue: find_binary(kueue, dirs)?,
+            kube_scheduler: find_binary(kube_scheduler, dirs),
         })
     }
 
-    /// Every binary from this process's environment, or the first one missing.
+    /// Every binary from this process's environment (an optional one may be missing), or the first required one
+    /// missing.
     pub fn find() -> Result<Self, MissingBinary> {
         let read = |name: &str| std::env::var(name).ok();
         let dirs =
@@ -122,6 +131,23 @@ mod tests {
         let assets = Assets::find_in(&[first.path().to_owned(), second.path().to_owned()]).unwrap();
         assert_eq!(assets.etcd, first.path().join("etcd"));
         assert_eq!(assets.kueue, second.path().join("kueue"));
+    }
+
+    #[test]
+    fn an_optional_binary_is_found_the_same_way_and_its_absence_says_where_it_looked() {
+        let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        for binary in BINARIES {
+            make_executable(first.path(), binary);
+        }
+        let dirs = [first.path().to_owned(), second.path().to_owned()];
+        let missing = Assets::find_in(&dirs).unwrap().kube_scheduler.unwrap_err();
+        assert_eq!(missing.binary, "kube-scheduler");
+        assert_eq!(missing.searched, dirs);
+        let message = missing.to_string();
+        assert!(message.contains("no `kube-scheduler` binary"), "{message}");
+        assert!(message.contains(&second.path().display().to_string()), "{message}");
+        make_executable(second.path(), "kube-scheduler");
+        assert_eq!(Assets::find_in(&dirs).unwrap().kube_scheduler, Ok(second.path().join("kube-scheduler")));
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Kueue as the control plane runs it: its manager configuration (the file `kueue --config` reads, also stored
-//! as `kueue-system/kueue-manager-config` as a release install does) and its admission webhooks registered by
-//! URL, since a control plane without nodes has no Service to send them to. Pure: builds objects and text.
+//! Kueue as the control plane runs it: its manager configuration (the file `kueue --config` reads, with the DRA
+//! `deviceClassMappings` it is given, also stored as `kueue-system/kueue-manager-config` as a release install does)
+//! and its admission webhooks registered by URL, since a control plane without nodes has no Service to send them
+//! to. Pure: builds objects and text.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -9,6 +10,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::core::ObjectMeta;
+use tiergate::plan::dra::DeviceClassMapping;
 
 /// Kueue's namespace, as a release install names it (tests read `kueue-manager-config` there).
 pub const KUEUE_NAMESPACE: &str = "kueue-system";
@@ -86,9 +88,16 @@ pub fn framework_webhook_kind(group: &str, version: &str, kind: &str, resource: 
 }
 
 /// The manager configuration: webhooks served on loopback from `cert_dir`, health on `health_port`, no leader
-/// election, no metrics listener, no internal certificate management, the given frameworks, fair sharing on.
-pub fn build_manager_config(webhook_port: u16, cert_dir: &str, health_port: u16, frameworks: &[String]) -> String {
-    let config = serde_json::json!({
+/// election, no metrics listener, no internal certificate management, the given frameworks, fair sharing on, and
+/// `resources.deviceClassMappings` when `device_class_mappings` has any.
+pub fn build_manager_config(
+    webhook_port: u16,
+    cert_dir: &str,
+    health_port: u16,
+    frameworks: &[String],
+    device_class_mappings: &[DeviceClassMapping],
+) -> String {
+    let mut config = serde_json::json!({
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
@@ -103,6 +112,12 @@ pub fn build_manager_config(webhook_port: u16, cert_dir: &str, health_port: u16,
         // cohorts' weights at work; Kueue's default strategies. Without cohorts it changes nothing.
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
     });
+    // Kueue charges a DRA claim's devices to the resource its DeviceClass is mapped to, and ignores them otherwise.
+    if !device_class_mappings.is_empty()
+        && let Some(object) = config.as_object_mut()
+    {
+        object.insert("resources".to_owned(), serde_json::json!({"deviceClassMappings": device_class_mappings}));
+    }
     config.to_string()
 }
 
@@ -203,6 +218,35 @@ mod tests {
         assert_eq!(framework_name("", "Pod"), "pod");
         assert_eq!(framework_name("apps", "StatefulSet"), "statefulset");
         assert_eq!(framework_name("kubeflow.org", "MPIJob"), "kubeflow.org/mpijob");
+    }
+
+    fn manager_config(device_class_mappings: &[DeviceClassMapping]) -> serde_json::Value {
+        let frameworks = ["batch/job".to_owned()];
+        let text = build_manager_config(9443, "/certs", 8081, &frameworks, device_class_mappings);
+        serde_json::from_str(&text).unwrap()
+    }
+
+    #[test]
+    fn the_manager_config_carries_the_device_class_mappings_where_kueue_and_tiergate_check_read_them() {
+        let mappings = vec![DeviceClassMapping {
+            name: "nvidia.com/gpu".to_owned(),
+            device_class_names: vec!["h100.tiergate.io".to_owned(), "l4.tiergate.io".to_owned()],
+        }];
+        let config = manager_config(&mappings);
+        assert_eq!(
+            config["resources"],
+            serde_json::json!({"deviceClassMappings": [
+                {"name": "nvidia.com/gpu", "deviceClassNames": ["h100.tiergate.io", "l4.tiergate.io"]}
+            ]})
+        );
+        let text = config.to_string();
+        assert_eq!(tiergate::plan::dra::parse_kueue_mappings(&text).unwrap(), mappings);
+        assert_eq!(config["integrations"]["frameworks"], serde_json::json!(["batch/job"]));
+    }
+
+    #[test]
+    fn the_manager_config_has_no_resources_block_without_mappings() {
+        assert!(manager_config(&[]).get("resources").is_none());
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! A throwaway Kubernetes control plane on loopback for the end-to-end suites, started from plain binaries as
 //! controller-runtime's envtest does: etcd, kube-apiserver, kube-controller-manager (Jobs make pods, namespaces
-//! finalize, garbage is collected) and the Kueue manager with its CRDs and its webhooks registered by URL, plus a
-//! second API server with its own Kueue as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only
-//! processes it started, each stopped by PID. Does I/O (processes, files, the API).
+//! finalize, garbage is collected), kube-scheduler when found (pods bind, DRA claims are allocated) and the Kueue
+//! manager with its CRDs, its webhooks registered by URL and the DRA sample policy's `deviceClassMappings`, plus a
+//! second API server with its own Kueue as a fleet's worker. Its own temporary directory, CA, certificates and free
+//! ports; only processes it started, each stopped by PID. Does I/O (processes, files, the API).
 
 pub mod assets;
 pub mod kueue;
@@ -19,8 +20,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::ObjectMeta;
 use kube::{Client, Config};
+use tiergate::plan::dra::DeviceClassMapping;
 
-use self::assets::Assets;
+use self::assets::{Assets, MissingBinary};
 use self::kueue::{
     KUEUE_NAMESPACE, MANAGER_CONFIG, WebhookKind, build_manager_config, build_webhook_configurations, framework_name,
     framework_webhook_kind, kueue_own_webhook_kinds,
@@ -31,6 +33,9 @@ use crate::{HARNESS_MANAGER, HarnessError, wait_for, wait_for_crd_established};
 
 /// How long each process may take to become ready (a cold start on a small, busy machine).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The repository's DRA sample policy, whose DeviceClasses the control plane's Kueue managers map.
+pub const DRA_SAMPLE_POLICY: &str = "samples/dra/policy.yaml";
 
 /// The Kueue integrations the control plane enables, when the API server serves their kind: a release install's
 /// defaults plus the Kubeflow training-operator kinds whose CRDs the suites install.
@@ -61,6 +66,11 @@ pub struct ControlPlane {
     /// The worker cluster's admin kubeconfig (a second API server with Kueue's and the workload kinds' CRDs and its
     /// own Kueue manager; no controller-manager), or why there is none.
     pub worker: Result<PathBuf, String>,
+    /// The management cluster's kube-scheduler: its secure port on loopback (`/readyz` answered), or why there is
+    /// none.
+    pub scheduler: Result<u16, String>,
+    /// The `resources.deviceClassMappings` every Kueue manager runs with (and its stored configuration carries).
+    pub device_class_mappings: Vec<DeviceClassMapping>,
     /// A free loopback port for the suites' in-process tiergate webhook (`TIERGATE_E2E_WEBHOOK_PORT`).
     pub webhook_port: u16,
     /// `binary: version` of each binary, as it reports itself.
@@ -76,6 +86,19 @@ pub fn shared_dir() -> Result<PathBuf, HarnessError> {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let found = manifest.ancestors().map(|dir| dir.join("shared")).find(|dir| dir.join("kueue/crds").is_dir());
     Ok(found.ok_or_else(|| format!("no shared/kueue/crds above {}", manifest.display()))?)
+}
+
+/// The `deviceClassMappings` tiergate needs of Kueue for the repository's [`DRA_SAMPLE_POLICY`] (found above this
+/// crate, also from a worktree), so the plane's Kueue charges DRA claims as `tiergate check` expects it to.
+pub fn sample_device_class_mappings() -> Result<Vec<DeviceClassMapping>, HarnessError> {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let path = manifest
+        .ancestors()
+        .map(|dir| dir.join(DRA_SAMPLE_POLICY))
+        .find(|path| path.is_file())
+        .ok_or_else(|| format!("no {DRA_SAMPLE_POLICY} above {}", manifest.display()))?;
+    let policy = tiergate::inputs::load_policy(Some(&path))?;
+    Ok(tiergate::plan::dra::kueue_device_class_mappings(&policy.spec))
 }
 
 /// A free TCP port on loopback (bound, read and released).
@@ -124,6 +147,45 @@ fn version_of(binary: &Path, flag: &str) -> String {
     }
 }
 
+/// An API server the control plane started.
+struct ApiServer {
+    /// `https://127.0.0.1:<port>`.
+    url: String,
+    /// Its admin kubeconfig.
+    kubeconfig: PathBuf,
+    /// An admin client.
+    client: Client,
+}
+
+/// A client of `server` that trusts the CA and authenticates as the admin, with the kubeconfig text it was built
+/// from.
+async fn admin_client(server: &str, credentials: &Credentials) -> Result<(String, Client), HarnessError> {
+    let text = build_kubeconfig(server, &credentials.ca.cert, &credentials.admin);
+    let config = Config::from_custom_kubeconfig(Kubeconfig::from_yaml(&text)?, &KubeConfigOptions::default()).await?;
+    Ok((text, Client::try_from(config)?))
+}
+
+/// Polls `path` of `client`'s server until it answers `ok`.
+async fn wait_for_ok(what: &str, client: &Client, path: &str) -> Result<(), HarnessError> {
+    wait_for(what, START_TIMEOUT, || {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(path).body(Vec::new()).ok()?;
+            client.request_text(request).await.ok().filter(|body| body.trim() == "ok")
+        }
+    })
+    .await
+    .map(|_| ())
+}
+
+/// Why the control plane has no kube-scheduler.
+fn no_scheduler_reason(missing: &MissingBinary) -> String {
+    format!(
+        "the throwaway control plane runs no kube-scheduler, so its pods stay unbound and their DRA claims \
+         unallocated: {missing}"
+    )
+}
+
 /// The files every process reads.
 struct Files {
     ca: PathBuf,
@@ -149,20 +211,25 @@ impl Files {
 
 impl ControlPlane {
     /// Starts everything and waits until it is ready: the API servers answer `/readyz`, the CRDs are established,
-    /// Kueue answers its readiness probe and its webhooks are registered, and the controller-manager has made the
-    /// `default` ServiceAccount.
+    /// Kueue answers its readiness probe and its webhooks are registered, the kube-scheduler (when found) answers
+    /// `/readyz`, and the controller-manager has made the `default` ServiceAccount.
     pub async fn start(assets: &Assets) -> Result<Self, HarnessError> {
         let began = Instant::now();
         let dir = tempfile::Builder::new().prefix("tiergate-e2e-control-plane-").tempdir()?;
-        let binaries = [
+        let device_class_mappings = sample_device_class_mappings()?;
+        let mut binaries = vec![
             ("etcd", assets.etcd.clone()),
             ("kube-apiserver", assets.kube_apiserver.clone()),
             ("kube-controller-manager", assets.kube_controller_manager.clone()),
         ];
+        binaries.extend(assets.kube_scheduler.clone().ok().map(|binary| ("kube-scheduler", binary)));
         let mut versions = Vec::new();
         for (name, binary) in binaries {
             let version = tokio::task::spawn_blocking(move || version_of(&binary, "--version")).await?;
             versions.push(format!("{name}: {version}"));
+        }
+        if assets.kube_scheduler.is_err() {
+            versions.push("kube-scheduler: not found, not started".to_owned());
         }
         versions.push(format!("kueue: {} (version unknown until it starts)", assets.kueue.display()));
         let etcd_reports_watch_progress = reports_watch_progress(plane_etcd_line(&versions));
@@ -171,6 +238,11 @@ impl ControlPlane {
         let mut plane = Self {
             kubeconfig: PathBuf::new(),
             worker: Err(no_worker_reason(plane_etcd_line(&versions))),
+            scheduler: Err(match &assets.kube_scheduler {
+                Ok(_) => "kube-scheduler has not become ready yet".to_owned(),
+                Err(missing) => no_scheduler_reason(missing),
+            }),
+            device_class_mappings,
             webhook_port: free_port()?,
             versions,
             started_in: Duration::ZERO,
@@ -178,24 +250,33 @@ impl ControlPlane {
             dir,
         };
         let etcd = plane.start_etcd(assets).await?;
-        let (kubeconfig, client) =
+        let management =
             plane.start_apiserver(assets, &files, &credentials, &etcd, "kube-apiserver", "/registry").await?;
-        plane.kubeconfig = kubeconfig.clone();
+        plane.kubeconfig = management.kubeconfig.clone();
         plane.start_controller_manager(assets, &files)?;
+        // Started now and awaited last: it syncs its caches while the CRDs are installed and Kueue starts.
+        let scheduler_port = match &assets.kube_scheduler {
+            Ok(binary) => Some(plane.start_scheduler(binary, &files, &credentials, &management.url)?),
+            Err(_) => None,
+        };
         let shared = shared_dir()?;
         let all_crds = [shared.join("kueue/crds"), shared.join("workload-crds")];
-        install_crds(&client, &all_crds).await?;
-        plane.start_kueue("kueue", assets, &client, &kubeconfig, &credentials).await?;
+        install_crds(&management.client, &all_crds).await?;
+        plane.start_kueue("kueue", assets, &management.client, &management.kubeconfig, &credentials).await?;
         if etcd_reports_watch_progress {
-            let (worker_kubeconfig, worker) =
+            let worker =
                 plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
             // MultiKueue connects to a worker only when it serves every kind of the manager's enabled integrations,
             // and the worker's own Kueue admits MultiKueue's copies; only then does the manager create the Job there.
-            install_crds(&worker, &all_crds).await?;
-            plane.start_kueue("worker-kueue", assets, &worker, &worker_kubeconfig, &credentials).await?;
-            plane.worker = Ok(worker_kubeconfig);
+            install_crds(&worker.client, &all_crds).await?;
+            plane.start_kueue("worker-kueue", assets, &worker.client, &worker.kubeconfig, &credentials).await?;
+            plane.worker = Ok(worker.kubeconfig);
         }
-        plane.wait_for_default_service_account(&client).await?;
+        if let Some(port) = scheduler_port {
+            plane.wait_for_scheduler(port, &credentials).await?;
+            plane.scheduler = Ok(port);
+        }
+        plane.wait_for_default_service_account(&management.client).await?;
         plane.started_in = began.elapsed();
         Ok(plane)
     }
@@ -237,6 +318,12 @@ impl ControlPlane {
         Ok(self.processes.last_mut().ok_or("no process was started")?)
     }
 
+    /// The error of the process called `name` failing to do `what`, with its log's last lines.
+    fn failure_of(&mut self, name: &str, what: &str) -> HarnessError {
+        let process = self.processes.iter_mut().find(|process| process.name == name);
+        process.map_or_else(|| format!("no {name} was started").into(), |process| process.failure(what))
+    }
+
     /// etcd on two free loopback ports; returns its client URL once it accepts connections.
     async fn start_etcd(&mut self, assets: &Assets) -> Result<String, HarnessError> {
         let (client_port, peer_port) = (free_port()?, free_port()?);
@@ -264,8 +351,7 @@ impl ControlPlane {
         Ok(client_url)
     }
 
-    /// A kube-apiserver storing under `prefix` in etcd; returns its admin kubeconfig and a client once `/readyz`
-    /// answers.
+    /// A kube-apiserver storing under `prefix` in etcd, once `/readyz` answers.
     async fn start_apiserver(
         &mut self,
         assets: &Assets,
@@ -274,7 +360,7 @@ impl ControlPlane {
         etcd: &str,
         name: &str,
         prefix: &str,
-    ) -> Result<(PathBuf, Client), HarnessError> {
+    ) -> Result<ApiServer, HarnessError> {
         let port = free_port()?;
         let args = vec![
             arg("etcd-servers", etcd),
@@ -295,23 +381,13 @@ impl ControlPlane {
             arg("endpoint-reconciler-type", "none"),
         ];
         self.spawn(name, &assets.kube_apiserver, &args, &[])?;
-        let text = build_kubeconfig(&format!("https://127.0.0.1:{port}"), &credentials.ca.cert, &credentials.admin);
+        let url = format!("https://127.0.0.1:{port}");
+        let (text, client) = admin_client(&url, credentials).await?;
         let kubeconfig = write(self.dir.path(), &format!("{name}.kubeconfig"), &text)?;
-        let config =
-            Config::from_custom_kubeconfig(Kubeconfig::from_yaml(&text)?, &KubeConfigOptions::default()).await?;
-        let client = Client::try_from(config)?;
-        let ready = wait_for(&format!("{name} to answer /readyz"), START_TIMEOUT, || {
-            let client = client.clone();
-            async move {
-                let request = http::Request::get("/readyz").body(Vec::new()).ok()?;
-                client.request_text(request).await.ok().filter(|body| body.trim() == "ok")
-            }
-        })
-        .await;
-        if ready.is_err() {
+        if wait_for_ok(&format!("{name} to answer /readyz"), &client, "/readyz").await.is_err() {
             return Err(self.last_process()?.failure("become ready"));
         }
-        Ok((kubeconfig, client))
+        Ok(ApiServer { url, kubeconfig, client })
     }
 
     /// kube-controller-manager against the management API server, with the controllers the suites rely on
@@ -329,6 +405,48 @@ impl ControlPlane {
         ];
         let program = assets.kube_controller_manager.clone();
         self.spawn("kube-controller-manager", &program, &args, &[])
+    }
+
+    /// kube-scheduler `program` against the management API server at `server`, as kubeadm runs it: its own
+    /// kubeconfig as user `system:kube-scheduler` (also for delegated authorization of its endpoints), the serving
+    /// certificate on a free loopback port, no leader election. Clients of its endpoints are authenticated by the CA
+    /// directly: delegated authentication would also look up the request-header CA, which this API server has none
+    /// of, and log that forever. Its default profile has the DynamicResources plugin (DRA is GA and on by default
+    /// since Kubernetes 1.34), so it allocates claims without flags. A suite's Node must drop the
+    /// `node.kubernetes.io/not-ready` taint the API server's admission gives it (no node-lifecycle controller here
+    /// removes it) before pods bind there. Returns the port; [`Self::wait_for_scheduler`] waits for it.
+    fn start_scheduler(
+        &mut self,
+        program: &Path,
+        files: &Files,
+        credentials: &Credentials,
+        server: &str,
+    ) -> Result<u16, HarnessError> {
+        let port = free_port()?;
+        let text = build_kubeconfig(server, &credentials.ca.cert, &credentials.scheduler);
+        let kubeconfig = write(self.dir.path(), "kube-scheduler.kubeconfig", &text)?;
+        let args = vec![
+            arg("kubeconfig", kubeconfig.display()),
+            arg("client-ca-file", files.ca.display()),
+            arg("authorization-kubeconfig", kubeconfig.display()),
+            arg("leader-elect", false),
+            arg("bind-address", "127.0.0.1"),
+            arg("secure-port", port),
+            arg("tls-cert-file", files.serving_cert.display()),
+            arg("tls-private-key-file", files.serving_key.display()),
+        ];
+        self.spawn("kube-scheduler", program, &args, &[])?;
+        Ok(port)
+    }
+
+    /// Waits until the kube-scheduler on `port` answers `/readyz` (its caches synced), over TLS verified against
+    /// the CA.
+    async fn wait_for_scheduler(&mut self, port: u16, credentials: &Credentials) -> Result<(), HarnessError> {
+        let (_, client) = admin_client(&format!("https://127.0.0.1:{port}"), credentials).await?;
+        if wait_for_ok("kube-scheduler to answer /readyz", &client, "/readyz").await.is_err() {
+            return Err(self.failure_of("kube-scheduler", "become ready"));
+        }
+        Ok(())
     }
 
     /// A Kueue manager called `name` for the API server of `client` (admin `kubeconfig`), with the frameworks that
@@ -351,7 +469,13 @@ impl ControlPlane {
         write(&certs, "tls.crt", &credentials.serving.cert)?;
         write(&certs, "tls.key", &credentials.serving.key)?;
         let (webhook_port, health_port) = (free_port()?, free_port()?);
-        let config = build_manager_config(webhook_port, &certs.display().to_string(), health_port, &frameworks);
+        let config = build_manager_config(
+            webhook_port,
+            &certs.display().to_string(),
+            health_port,
+            &frameworks,
+            &self.device_class_mappings,
+        );
         let config_file = write(&dir, "config.yaml", &config)?;
         store_manager_config(client, &config).await?;
         let metrics_certs = dir.join("etc-overlay/kueue/metrics/certs");
@@ -400,10 +524,7 @@ impl ControlPlane {
         .await;
         match made {
             Ok(_) => Ok(()),
-            Err(_) => {
-                let manager = self.processes.iter_mut().find(|process| process.name == "kube-controller-manager");
-                Err(manager.map_or_else(|| "no controller-manager".into(), |process| process.failure("start")))
-            }
+            Err(_) => Err(self.failure_of("kube-controller-manager", "start")),
         }
     }
 }
@@ -547,6 +668,18 @@ async fn store_manager_config(client: &Client, config: &str) -> Result<(), Harne
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dra_sample_policy_maps_its_device_classes_to_whole_gpus() {
+        let mappings = sample_device_class_mappings().unwrap();
+        assert_eq!(
+            mappings,
+            [DeviceClassMapping {
+                name: "nvidia.com/gpu".to_owned(),
+                device_class_names: vec!["h100.tiergate.io".to_owned(), "l4.tiergate.io".to_owned()],
+            }]
+        );
+    }
 
     #[test]
     fn only_etcd_releases_with_progress_requests_report_watch_progress() {

@@ -1,6 +1,6 @@
 //! The throwaway control plane's credentials: one CA, serving certificates for loopback, an admin client
-//! certificate (group `system:masters`), the service-account signing key, and the admin kubeconfig. Pure; the
-//! caller writes the files.
+//! certificate (group `system:masters`), the kube-scheduler's client certificate, the service-account signing key,
+//! and kubeconfigs. Pure; the caller writes the files.
 
 use std::time::Duration;
 
@@ -33,6 +33,9 @@ pub struct Credentials {
     pub serving: Pem,
     /// Client certificate of user `tiergate-e2e-admin` in group `system:masters`.
     pub admin: Pem,
+    /// Client certificate of user `system:kube-scheduler`, whom the API server's bootstrap RBAC grants exactly what
+    /// a scheduler needs (DRA's claims, slices and classes included), as a kubeadm cluster's scheduler has.
+    pub scheduler: Pem,
     /// Service-account token signing key (`key`) and its public half (`cert` holds the public key PEM).
     pub service_account: Pem,
 }
@@ -48,25 +51,29 @@ pub fn build_credentials() -> Result<Credentials, HarnessError> {
     let names: Vec<String> = LOOPBACK_NAMES.iter().map(|name| (*name).to_owned()).collect();
     let (serving_cert, serving_key) =
         tiergate::certs::build_serving_certificate(&ca_cert, &ca_key, &names, now, LIFETIME)?;
-    let admin = build_client_certificate(&ca_cert, &ca_key, "tiergate-e2e-admin", "system:masters")?;
+    let admin = build_client_certificate(&ca_cert, &ca_key, "tiergate-e2e-admin", Some("system:masters"))?;
+    let scheduler = build_client_certificate(&ca_cert, &ca_key, "system:kube-scheduler", None)?;
     let signing = KeyPair::generate()?;
     let service_account = Pem { cert: signing.public_key_pem(), key: signing.serialize_pem() };
     Ok(Credentials {
         ca: Pem { cert: ca_cert, key: ca_key },
         serving: Pem { cert: serving_cert, key: serving_key },
         admin,
+        scheduler,
         service_account,
     })
 }
 
-/// A client certificate for `user` in `group`, signed by the CA.
-fn build_client_certificate(ca_cert: &str, ca_key: &str, user: &str, group: &str) -> Result<Pem, HarnessError> {
+/// A client certificate for `user` (in `group`, when given), signed by the CA.
+fn build_client_certificate(ca_cert: &str, ca_key: &str, user: &str, group: Option<&str>) -> Result<Pem, HarnessError> {
     let issuer = Issuer::from_ca_cert_pem(ca_cert, KeyPair::from_pem(ca_key)?)?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut name = DistinguishedName::new();
     name.push(DnType::CommonName, user);
-    name.push(DnType::OrganizationName, group);
+    if let Some(group) = group {
+        name.push(DnType::OrganizationName, group);
+    }
     params.distinguished_name = name;
     params.is_ca = IsCa::ExplicitNoCa;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
@@ -98,11 +105,21 @@ mod tests {
     #[test]
     fn every_certificate_is_signed_by_the_one_ca() {
         let credentials = build_credentials().unwrap();
-        for pem in [&credentials.serving, &credentials.admin] {
+        for pem in [&credentials.serving, &credentials.admin, &credentials.scheduler] {
             assert!(tiergate::certs::is_signed_by(&pem.cert, &credentials.ca.cert));
             assert!(tiergate::certs::key_matches_certificate(&pem.cert, &pem.key));
         }
         assert!(credentials.service_account.cert.contains("BEGIN PUBLIC KEY"));
+    }
+
+    #[test]
+    fn the_schedulers_certificate_names_the_user_bootstrap_rbac_binds_and_no_group() {
+        let credentials = build_credentials().unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(credentials.scheduler.cert.as_bytes()).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let subject = cert.subject();
+        assert_eq!(subject.iter_common_name().next().unwrap().as_str().unwrap(), "system:kube-scheduler");
+        assert_eq!(subject.iter_organization().count(), 0);
     }
 
     #[test]
