@@ -178,7 +178,7 @@ pub struct RenderArgs {
     pub gate: GateArg,
     /// Print only the fragment of Kueue's Configuration the policy's DRA classes need
     /// (`resources.deviceClassMappings`), instead of the objects. Without it the fragment goes to stderr.
-    #[arg(long = "kueue-config")]
+    #[arg(long = "kueue-config", env = "TIERGATE_KUEUE_CONFIG")]
     pub kueue_config: bool,
 }
 
@@ -238,6 +238,10 @@ pub struct CheckArgs {
         requires = "fleet"
     )]
     pub worker_nodepools: Vec<(String, PathBuf)>,
+    /// Kueue's namespace: where its Configuration is (ConfigMap `kueue-manager-config`), read with `--kubeconfig`
+    /// when the policy has DRA classes, to check Kueue charges each one (`resources.deviceClassMappings`).
+    #[arg(long, env = "TIERGATE_KUEUE_NAMESPACE", default_value = "kueue-system")]
+    pub kueue_namespace: String,
 }
 
 /// `tiergate explain`.
@@ -323,7 +327,8 @@ pub struct RunArgs {
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
     pub lease_name: String,
     /// Kueue's namespace: where the kubeconfig Secrets of `spec.clusters[]` are (MultiKueue reads them there;
-    /// tiergate reads them to reconcile each worker).
+    /// tiergate reads them to reconcile each worker), and Kueue's Configuration (ConfigMap `kueue-manager-config`,
+    /// whose `deviceClassMappings` the policy's DRA classes need).
     #[arg(long, env = "TIERGATE_KUEUE_NAMESPACE", default_value = "kueue-system")]
     pub kueue_namespace: String,
     /// Manage the webhook certificate: a CA and serving certificate in this Secret, the CA bundle in the

@@ -92,3 +92,46 @@ fn explain_shows_the_tiers_topology_rule_applied_to_a_multi_pod_job() {
         "{out}"
     );
 }
+
+/// Runs `tiergate explain` on `samples/dra` with the workload `file` (a path under the repository root).
+#[cfg(test)]
+fn explain_dra(file: &std::path::Path) -> (i32, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("explain")
+        .arg("--policy")
+        .arg(root.join("samples/dra/policy.yaml"))
+        .arg("--cluster")
+        .arg(root.join("samples/dra/cluster.yaml"))
+        .arg(file)
+        .output()
+        .unwrap();
+    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
+}
+
+#[test]
+fn explain_shows_a_dra_jobs_devices_per_class_and_what_kueue_charges() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let (code, out) = explain_dra(&root.join("samples/dra/job-bronze.yaml"));
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "resourceClaims[0] (gpu): ResourceClaimTemplate one-l4 asks 1 × l4.tiergate.io (GPU class l4); Kueue \
+             charges nvidia.com/gpu 1 per pod"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("pinned to GPU class l4") && out.contains("nvidia.com/gpu.product: NVIDIA-L4"), "{out}");
+}
+
+#[test]
+fn explain_refuses_a_job_whose_template_names_another_tiers_class() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let text = std::fs::read_to_string(root.join("samples/dra/job-bronze.yaml")).unwrap().replace("one-l4", "old-h100");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("job.yaml");
+    std::fs::write(&path, text).unwrap();
+    let (code, out) = explain_dra(&path);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("deny (foreign_device_class)") && out.contains("ResourceClaimTemplate old-h100"), "{out}");
+}

@@ -191,9 +191,12 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
                     serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
                 view.nodes.push(Arc::new(node_view(node)));
             }
+            Some("ResourceClaimTemplate") => {
+                view.claim_templates.push(Arc::new(crate::admission::claims::claim_template_view(&item)));
+            }
             other => {
                 return Err(parse_error(format!(
-                    "items[{index}] has kind {other:?}; only Namespace and Node are understood"
+                    "items[{index}] has kind {other:?}; only Namespace, Node and ResourceClaimTemplate are understood"
                 )));
             }
         }

@@ -49,6 +49,9 @@ pub struct NodeView {
 /// What the translation needs to know about the cluster.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct ClusterView {
+    /// ResourceClaimTemplates (a kubectl `List` may carry them; `explain` judges a pod's claims by them).
+    #[serde(skip)]
+    pub claim_templates: Vec<Arc<ClaimTemplateView>>,
     /// All namespaces.
     #[serde(default)]
     pub namespaces: Vec<Arc<NamespaceView>>,
@@ -91,6 +94,8 @@ pub struct DeviceRequestView {
     pub admin_access: bool,
     /// `allocationMode: All`: every matching device.
     pub all_devices: bool,
+    /// Devices asked (`count`, 1 when unset; 0 under `allocationMode: All`).
+    pub count: i64,
     /// One alternative of a `firstAvailable` list.
     pub alternative: bool,
 }
@@ -145,6 +150,7 @@ impl Snapshot {
         ClusterView {
             namespaces: self.namespaces.values().cloned().collect(),
             nodes: self.nodes.values().cloned().collect(),
+            claim_templates: self.claim_templates.values().cloned().collect(),
         }
     }
 

@@ -96,6 +96,10 @@ pub struct PodSetAssignment {
     /// Resource name -> ResourceFlavor.
     #[serde(default)]
     pub flavors: BTreeMap<String, String>,
+    /// Resource name -> the quantity Kueue charged for the pod set (DRA devices appear under the resource Kueue's
+    /// `deviceClassMappings` map their DeviceClass to).
+    #[serde(default, rename = "resourceUsage")]
+    pub resource_usage: BTreeMap<String, serde_json::Value>,
     /// Where Kueue's topology-aware scheduling put the pods (compressed v1beta2 form, see
     /// [`tiergate_kueue::decode_topology_assignment`]).
     #[serde(default, rename = "topologyAssignment")]

@@ -93,6 +93,7 @@ pub fn build_live_snapshot(
             terminating: false,
         })],
         nodes: Vec::new(),
+        claim_templates: Vec::new(),
     };
     let mut snapshot = build_static_snapshot(policy, view, None);
     snapshot.local_queues =
@@ -215,6 +216,10 @@ pub struct WorkloadFacts {
     /// Per pod set, the flavor chosen for each resource.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub flavors: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per pod set, what Kueue charged for each resource (`resourceUsage`; DRA devices under their mapped
+    /// resource).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub charged: BTreeMap<String, BTreeMap<String, String>>,
     /// Admission checks (e.g. the tier's ProvisioningRequest check).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admission_checks: Vec<AdmissionCheckState>,
@@ -433,6 +438,25 @@ fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
                     .collect()
             })
             .unwrap_or_default(),
+        charged: admission
+            .map(|admission| {
+                admission
+                    .pod_set_assignments
+                    .iter()
+                    .map(|assignment| {
+                        let usage = assignment
+                            .resource_usage
+                            .iter()
+                            .map(|(resource, quantity)| {
+                                let quantity = quantity.as_str().map_or_else(|| quantity.to_string(), str::to_owned);
+                                (resource.clone(), quantity)
+                            })
+                            .collect();
+                        (assignment.name.clone(), usage)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         admission_checks: workload.status.admission_checks.clone(),
         topology: admission
             .map(|admission| {
@@ -605,6 +629,11 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
              (Kueue: {message}); it is admitted when enough GPUs free up inside one domain, or run fewer pods per \
              pod set.",
             cluster_queue.as_deref().map(|name| format!(" (ClusterQueue {name})")).unwrap_or_default()
+        ),
+        Hold::Inadmissible { message } if message.contains("is not mapped in DRA configuration") => format!(
+            "Kueue cannot charge its DRA claims ({message}): Kueue's Configuration lacks the deviceClassMappings the \
+             policy's DRA classes need; print them with `tiergate render --kueue-config`, merge them into \
+             kueue-system/kueue-manager-config and restart Kueue (docs/operations.md, DRA with NVIDIA's driver)."
         ),
         Hold::Inadmissible { message } => {
             format!("Kueue cannot admit it as it is ({message}); fix what Kueue names and it is queued again.")

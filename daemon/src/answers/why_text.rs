@@ -67,12 +67,14 @@ impl WhyAnswer {
                         .flavors
                         .iter()
                         .flat_map(|(pod_set, flavors)| {
-                            flavors
-                                .iter()
-                                .map(move |(resource, flavor)| vec![pod_set.clone(), resource.clone(), flavor.clone()])
+                            let charged = workload.charged.get(pod_set);
+                            flavors.iter().map(move |(resource, flavor)| {
+                                let quantity = charged.and_then(|usage| usage.get(resource)).cloned();
+                                vec![pod_set.clone(), resource.clone(), flavor.clone(), quantity.unwrap_or_default()]
+                            })
                         })
                         .collect();
-                    out.push_str(&render_table(&["POD SET", "RESOURCE", "FLAVOR"], &rows));
+                    out.push_str(&render_table(&["POD SET", "RESOURCE", "FLAVOR", "CHARGED"], &rows));
                 }
                 if !workload.topology.is_empty() {
                     out.push('\n');

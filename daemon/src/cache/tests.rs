@@ -569,9 +569,10 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
             .filter(|kind| !kind.is_optional())
             .map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())),
     );
-    // The discovery requests: whether the gate's optional kinds (MutatingAdmissionPolicy, TierGateParameters) are
-    // served; this server answers 404 for both groups, so neither is watched.
+    // The discovery requests: whether the optional kinds (MutatingAdmissionPolicy, TierGateParameters,
+    // DeviceClass) are served; this server answers 404 for every group, so none is watched.
     expected.push("/apis/admissionregistration.k8s.io/v1".to_owned());
+    expected.push("/apis/resource.k8s.io/v1".to_owned());
     expected.push("/apis/tiergate.io/v1alpha1".to_owned());
     expected.sort();
     assert_eq!(requested, expected, "no TierPolicy, pod, ReplicaSet, owner-kind or other discovery request");

@@ -3,6 +3,7 @@
 //! is built by `crate::answers::why`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use super::CmdError;
 use super::status::render_answer;
@@ -40,7 +41,12 @@ pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
 /// live policy, namespace and LocalQueues.
 pub async fn decide_live(fetched: &WhyFetched, namespace: &str) -> Result<Option<Decision>, CmdError> {
     let Some(policy) = fetched.policy.clone() else { return Ok(None) };
-    let snapshot = build_live_snapshot(policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
+    let mut snapshot = build_live_snapshot(policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
+    snapshot.claim_templates = fetched
+        .claim_templates
+        .iter()
+        .map(|template| ((template.namespace.clone(), template.name.clone()), Arc::new(template.clone())))
+        .collect();
     let request = build_request(fetched.object.clone())?;
     let ledger = PlacementLedger::default();
     Ok(Some(decide_review(&request, &snapshot, &ledger, &Scorer::default()).await))

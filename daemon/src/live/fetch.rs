@@ -11,9 +11,11 @@ use serde_json::Value;
 use tiergate_workloads::WorkloadAdapter;
 
 use super::LiveError;
+use crate::admission::claims::claim_template_view;
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
 use crate::cache::kinds::{KueueKind, build_ownership_selector};
 use crate::policy::TierPolicy;
+use crate::view::ClaimTemplateView;
 
 const KUEUE_GROUP: &str = "kueue.x-k8s.io";
 const KUEUE_VERSION: &str = "v1beta2";
@@ -31,6 +33,8 @@ pub struct WhyFetched {
     pub local_queues: Vec<String>,
     /// Kueue Workloads in the namespace.
     pub workloads: Vec<KueueWorkload>,
+    /// ResourceClaimTemplates in the namespace, when the workload's pods reference one (else empty).
+    pub claim_templates: Vec<ClaimTemplateView>,
 }
 
 /// The live objects `status` reads.
@@ -99,13 +103,39 @@ pub async fn fetch_why_inputs(
         .await
         .map_err(|source| LiveError::List { what: format!("Workloads in {namespace}"), source })?;
     let workloads = decode_all(workloads.items, "Workload")?;
+    let claim_templates = if object.to_string().contains("\"resourceClaimTemplateName\"") {
+        fetch_claim_templates(client, namespace).await?
+    } else {
+        Vec::new()
+    };
     Ok(WhyFetched {
         object,
         policy,
         namespace_labels: namespace_object.metadata.labels.unwrap_or_default(),
         local_queues,
         workloads,
+        claim_templates,
     })
+}
+
+/// The ResourceClaimTemplates of `namespace`, reduced to their device requests; none where the API server serves
+/// no `resource.k8s.io/v1` (404).
+async fn fetch_claim_templates(client: &kube::Client, namespace: &str) -> Result<Vec<ClaimTemplateView>, LiveError> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaimTemplate"),
+        "resourceclaimtemplates",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list
+            .items
+            .iter()
+            .filter_map(|template| serde_json::to_value(template).ok())
+            .map(|template| claim_template_view(&template))
+            .collect()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
+        Err(source) => Err(LiveError::List { what: format!("ResourceClaimTemplates in {namespace}"), source }),
+    }
 }
 
 /// Lists the TierPolicies (when allowed), gets the one asked for (`--policy-name`, else the only one, else

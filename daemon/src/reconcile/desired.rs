@@ -235,6 +235,7 @@ mod tests {
                 ..NamespaceView::default()
             })],
             nodes: vec![],
+            claim_templates: vec![],
         }
     }
 

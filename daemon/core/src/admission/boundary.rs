@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::classes::{Selection, selection};
 use super::patch::Lookup;
+pub(crate) use super::violation::Violation;
 use crate::placement::Entries;
 use crate::policy::{GpuClass, Tier, TierPolicySpec};
 use crate::view::{NodeView, Snapshot};
@@ -272,18 +273,6 @@ fn find_node<'s>(snapshot: &'s Snapshot, name: &str) -> Option<&'s NodeView> {
             .find(|node| node.labels.get(HOSTNAME_LABEL).is_some_and(|host| host == name))
             .map(AsRef::as_ref)
     })
-}
-
-/// One thing a template in a tiered namespace may not do, whatever else it asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Violation {
-    /// Fixed reason for metrics: `foreign_gpu_class`, `unprovided_gpu_resource`, `gpu_resource_without_quota`,
-    /// or a DRA reason of [`super::claims`] (`foreign_device_class`, `dra_direct_claim`...).
-    pub(super) reason: &'static str,
-    /// The field and what is wrong with it.
-    pub(super) problem: String,
-    /// How to fix it.
-    pub(super) fix: String,
 }
 
 /// The tier a template is judged against.

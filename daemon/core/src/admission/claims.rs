@@ -12,10 +12,11 @@
 use kube_core::admission::Operation;
 use serde_json::Value;
 
-use super::boundary::Violation;
 use super::classes::tier_classes;
 use super::decision::{Decision, Verdict};
 use super::priority::is_admin;
+use super::violation::Violation;
+use crate::plan::dra::allowed_device_classes;
 use crate::policy::{DraClaimAction, DraGenericClassAction, FailureMode, GpuClass, TierPolicySpec};
 use crate::request::Request;
 use crate::view::{ClaimTemplateView, DeviceRequestView, Snapshot};
@@ -56,6 +57,10 @@ fn request_view(request: &Value, base: String, alternative: bool) -> DeviceReque
         device_class: request.get("deviceClassName").and_then(Value::as_str).unwrap_or_default().to_owned(),
         admin_access: request.get("adminAccess").and_then(Value::as_bool).unwrap_or(false),
         all_devices: request.get("allocationMode").and_then(Value::as_str) == Some("All"),
+        count: match request.get("allocationMode").and_then(Value::as_str) {
+            Some("All") => 0,
+            _ => request.get("count").and_then(Value::as_i64).unwrap_or(1),
+        },
         pointer: format!("{base}/deviceClassName"),
         alternative,
     }
@@ -109,15 +114,6 @@ pub fn class_role<'p>(policy: &'p TierPolicySpec, tier_classes: &[&'p GpuClass],
         return ClassRole::Generic(target.copied());
     }
     ClassRole::Unknown
-}
-
-/// The DeviceClasses a tier's claims may name, for messages.
-pub fn allowed_device_classes(policy: &TierPolicySpec, tier_classes: &[&GpuClass]) -> Vec<String> {
-    tier_classes
-        .iter()
-        .filter_map(|class| class.device_class_name())
-        .chain(policy.admission.shared_device_classes.iter().cloned())
-        .collect()
 }
 
 /// A request whose DeviceClass is rewritten to the tier's.
@@ -276,6 +272,51 @@ pub(crate) fn judge_pod_claims<'p>(
         }
     }
     judgment
+}
+
+/// One line per entry of a pod spec's `resourceClaims`, for the decision's reasons (`explain`, `why`): the devices
+/// its template asks per DeviceClass, the GPU class each is, and what Kueue charges per pod.
+pub fn describe_pod_claims(policy: &TierPolicySpec, snapshot: &Snapshot, namespace: &str, spec: &Value) -> Vec<String> {
+    let claims = spec.get("resourceClaims").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut lines = Vec::new();
+    for (index, claim) in claims.iter().enumerate() {
+        let name = claim.get("name").and_then(Value::as_str).unwrap_or_default();
+        let field = format!("resourceClaims[{index}] ({name})");
+        if let Some(direct) = claim.get("resourceClaimName").and_then(Value::as_str) {
+            lines.push(format!("{field}: the ResourceClaim {direct}, named directly (Kueue charges nothing for it)"));
+            continue;
+        }
+        let Some(template) = claim.get("resourceClaimTemplateName").and_then(Value::as_str) else { continue };
+        let Some(view) = snapshot.claim_templates.get(&(namespace.to_owned(), template.to_owned())) else {
+            lines.push(format!(
+                "{field}: ResourceClaimTemplate {template}, not (yet) in tiergate's cache: its claim is judged when \
+                 kube-controller-manager makes it"
+            ));
+            continue;
+        };
+        for request in &view.requests {
+            let class = policy.gpu_classes.iter().find(|class| {
+                class.device_class_name().as_deref() == Some(request.device_class.as_str())
+                    || class.generic_device_classes().contains(&request.device_class.as_str())
+            });
+            let charged = match class {
+                Some(class) if !request.alternative && !request.all_devices => {
+                    format!("; Kueue charges {} {} per pod", class.primary_resource(), request.count)
+                }
+                _ => String::new(),
+            };
+            let what = match class {
+                Some(class) => format!("GPU class {}", class.name),
+                None => "no GPU class".to_owned(),
+            };
+            let count = if request.all_devices { "all".to_owned() } else { request.count.to_string() };
+            lines.push(format!(
+                "{field}: ResourceClaimTemplate {template} asks {count} × {} ({what}){charged}",
+                display_class(&request.device_class)
+            ));
+        }
+    }
+    lines
 }
 
 /// The claim spec of a ResourceClaim (`/spec`) or ResourceClaimTemplate (`/spec/spec`) object, by kind.

@@ -18,6 +18,7 @@ pub mod podspec;
 mod priority;
 mod topology;
 mod update;
+mod violation;
 
 pub use crate::request::{Request, metadata_of, owner_references};
 pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;

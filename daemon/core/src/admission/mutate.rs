@@ -588,6 +588,12 @@ impl Work<'_> {
                     reach.routes.join(", ")
                 ));
             }
+            if reach.dra_claims
+                && let Some(spec) = self.after.lookup(&template.spec)
+            {
+                let described = claims::describe_pod_claims(context.policy, context.snapshot, context.namespace, spec);
+                self.reasons.extend(described);
+            }
             return Ok(true);
         }
         let old_found = match context.request.operation {

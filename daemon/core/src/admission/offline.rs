@@ -24,6 +24,11 @@ pub fn build_static_snapshot(policy: TierPolicy, view: ClusterView, own_namespac
         namespaces: view.namespaces.into_iter().map(|namespace| (namespace.name.clone(), namespace)).collect(),
         nodes: view.nodes.into_iter().map(|node| (node.name.clone(), node)).collect(),
         local_queues,
+        claim_templates: view
+            .claim_templates
+            .into_iter()
+            .map(|template| ((template.namespace.clone(), template.name.clone()), template))
+            .collect(),
         own_namespace,
         synced: true,
         ..Snapshot::default()

@@ -31,6 +31,16 @@ pub struct DeviceClassMapping {
     pub device_class_names: Vec<String>,
 }
 
+/// The DeviceClasses a tier's claims may name, and the in-server gate's
+/// `deviceClasses`: each of the tier's classes' (`tier_classes`) and the shared ones.
+pub fn allowed_device_classes(policy: &TierPolicySpec, tier_classes: &[&GpuClass]) -> Vec<String> {
+    tier_classes
+        .iter()
+        .filter_map(|class| class.device_class_name())
+        .chain(policy.admission.shared_device_classes.iter().cloned())
+        .collect()
+}
+
 /// The CEL expression selecting the devices of `driver`.
 pub fn driver_expression(driver: &str) -> String {
     format!("device.driver == {}", cel_string(driver))

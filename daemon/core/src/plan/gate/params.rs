@@ -273,7 +273,7 @@ fn build_tier_facts(spec: &TierPolicySpec, tier: &Tier, class_keys: &[String]) -
         allowed_priorities: allowed,
         priority_ceiling: priority_ceiling(tier, buckets).map(|bucket| bucket.name.clone()).unwrap_or_default(),
         default_priority: default_priority_class(tier, buckets).unwrap_or_default(),
-        device_classes: sorted(crate::admission::claims::allowed_device_classes(spec, &classes)),
+        device_classes: sorted(crate::plan::dra::allowed_device_classes(spec, &classes)),
         node_selector: primary.map(|class| class.node_labels.clone()).unwrap_or_default(),
         node_selector_entries: primary
             .iter()
