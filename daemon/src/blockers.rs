@@ -2,8 +2,8 @@
 //! with a message naming the fix, set and cleared by the Lease loop, the controller, the cache and fleet monitor
 //! and the certificate check, and read by `/readyz`, the `tiergate_blocked{reason}` gauges, the repeating log
 //! ([`log`]) and the served policy's `Blocked` condition. The registry does no I/O; [`log`] logs, and
-//! `reconcile::monitor` polls the caches, the fleet and the certificate file. It imports only `metrics`, so every
-//! other module may feed or read it without an import circle.
+//! `reconcile::monitor` polls the caches, the fleet, Kueue's Configuration and the certificate file. It imports
+//! only `metrics`, so every other module may feed or read it without an import circle.
 
 pub mod log;
 
@@ -46,6 +46,9 @@ pub enum BlockedReason {
     ReconcileFailing,
     /// A worker cluster of the fleet cannot be reached or has no credentials.
     WorkerUnreachable,
+    /// Kueue's Configuration does not map every DRA class's DeviceClass to the class's resource (or cannot be read),
+    /// so Kueue does not charge those claims to the tiers' quota.
+    KueueDraMappingMissing,
     /// The webhook's serving certificate file is missing or unreadable.
     CertificateMissing,
     /// The webhook's serving certificate has expired.
@@ -63,7 +66,7 @@ pub enum Severity {
 
 impl BlockedReason {
     /// Every reason, in a fixed order (the gauges are registered for each, 0 or 1).
-    pub const ALL: [Self; 15] = [
+    pub const ALL: [Self; 16] = [
         Self::LeaseNamespaceMissing,
         Self::LeaseForbidden,
         Self::LeaseConflict,
@@ -77,6 +80,7 @@ impl BlockedReason {
         Self::WriteForbidden,
         Self::ReconcileFailing,
         Self::WorkerUnreachable,
+        Self::KueueDraMappingMissing,
         Self::CertificateMissing,
         Self::CertificateExpired,
     ];
@@ -97,6 +101,7 @@ impl BlockedReason {
             Self::WriteForbidden => "write_forbidden",
             Self::ReconcileFailing => "reconcile_failing",
             Self::WorkerUnreachable => "worker_unreachable",
+            Self::KueueDraMappingMissing => "kueue_dra_mapping_missing",
             Self::CertificateMissing => "certificate_missing",
             Self::CertificateExpired => "certificate_expired",
         }
@@ -118,6 +123,10 @@ impl BlockedReason {
             Self::WriteForbidden => "RBAC forbids a write the reconciler must make",
             Self::ReconcileFailing => "the reconcile fails and is retried with backoff",
             Self::WorkerUnreachable => "a worker cluster of the fleet is not reconciled",
+            Self::KueueDraMappingMissing => {
+                "Kueue does not charge the policy's DRA claims to the tiers' quota: its deviceClassMappings lack a DRA \
+                 class"
+            }
             Self::CertificateMissing => "the webhook cannot serve: its certificate file is missing",
             Self::CertificateExpired => "the webhook's certificate has expired: the API server refuses it",
         }
@@ -164,6 +173,12 @@ impl BlockedReason {
                 "check the worker's kubeconfig Secret in --kueue-namespace and its API server (the policy's \
                  WorkerReachable-<cluster> condition says which)"
             }
+            Self::KueueDraMappingMissing => {
+                "merge the mappings `tiergate render --kueue-config` prints into key controller_manager_config.yaml \
+                 of ConfigMap kueue-manager-config in Kueue's namespace (--kueue-namespace), then restart Kueue \
+                 (`kubectl -n kueue-system rollout restart deployment/kueue-controller-manager`); a read answered \
+                 403 needs get on that ConfigMap (the chart's Role grants it)"
+            }
             Self::CertificateMissing => {
                 "with cert-manager, check the Certificate (`kubectl describe certificate`); with \
                  --self-managed-certs, read the certificate loop's log lines"
@@ -177,9 +192,11 @@ impl BlockedReason {
     /// How loudly it is logged.
     pub fn severity(self) -> Severity {
         match self {
-            Self::PolicyInvalid | Self::WorkerUnreachable | Self::ReconcileFailing | Self::LeaseConflict => {
-                Severity::Warn
-            }
+            Self::PolicyInvalid
+            | Self::WorkerUnreachable
+            | Self::ReconcileFailing
+            | Self::LeaseConflict
+            | Self::KueueDraMappingMissing => Severity::Warn,
             _ => Severity::Error,
         }
     }
@@ -335,5 +352,17 @@ mod tests {
         let line = blocker.describe();
         assert!(line.contains("does not exist") && line.contains("TierPolicy default") && line.contains("Fix:"));
         assert_eq!(BlockedReason::PolicyNotFound.condition_reason(), "PolicyNotFound");
+    }
+
+    #[test]
+    fn a_missing_kueue_dra_mapping_warns_in_the_policys_condition_without_blocking_readiness() {
+        let reason = BlockedReason::KueueDraMappingMissing;
+        assert_eq!(reason.label(), "kueue_dra_mapping_missing");
+        assert_eq!(reason.condition_reason(), "KueueDraMappingMissing");
+        assert_eq!(reason.severity(), Severity::Warn);
+        assert!(reason.is_about_the_policy() && !reason.blocks_readiness());
+        let fix = reason.fix();
+        assert!(fix.contains("tiergate render --kueue-config") && fix.contains("restart Kueue"), "{fix}");
+        assert!(fix.contains("kueue-manager-config") && fix.contains("controller_manager_config.yaml"), "{fix}");
     }
 }

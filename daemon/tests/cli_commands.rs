@@ -176,6 +176,22 @@ fn render_refuses_a_worker_view_for_an_undeclared_worker() {
 }
 
 #[test]
+fn check_of_dra_classes_without_a_kubeconfig_reads_no_kueue_configuration_and_says_nothing_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let pools = dir.path().join("pools.yaml");
+    let pool = |name: &str, product: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    \
+             metadata:\n      labels: {{nvidia.com/gpu.product: {product}}}\n    spec:\n      requirements: []\n"
+        )
+    };
+    std::fs::write(&pools, [pool("h100", "NVIDIA-H100-80GB-HBM3"), pool("l4", "NVIDIA-L4")].join("---\n")).unwrap();
+    let output = tiergate(&["check", "--policy", &sample("dra/policy.yaml"), "--nodepools", pools.to_str().unwrap()]);
+    assert!(output.status.success(), "{}{}", stdout(&output), stderr(&output));
+    assert!(!stdout(&output).contains("Kueue") && !stderr(&output).contains("Kueue"), "{}", stdout(&output));
+}
+
+#[test]
 fn check_fleet_passes_on_the_sample_and_fails_when_a_worker_lacks_a_pool() {
     let east = format!("us-east={}", sample("fleet/workers/us-east-nodepools.yaml"));
     let west = format!("eu-west={}", sample("fleet/workers/eu-west-nodepools.yaml"));

@@ -1,6 +1,7 @@
 //! `kubectl tiergate status`, `why` and `tiergate check --kubeconfig` as a user runs them: plugin mode through
 //! argv[0], kubectl's flags, exit codes and the `-o json|yaml` shapes, against a small fake API server on
-//! 127.0.0.1 (plain HTTP, canned get/list answers from daemon/tests/fixtures/live/).
+//! 127.0.0.1 (plain HTTP, canned get/list answers from daemon/tests/fixtures/live/, and Kueue's ConfigMap in a
+//! few namespaces: mapped, unmapped, without its key, forbidden).
 
 #![cfg(test)]
 
@@ -47,9 +48,26 @@ fn answer(path: &str) -> Option<Value> {
         }
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" => list(vec![fixture("clusterqueue-bronze.yaml")]),
         "/api/v1/nodes" => list(vec![gpu_node("gpu-a"), gpu_node("gpu-b")]),
+        "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config" => kueue_config_map(Some(
+            "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nresources:\n  deviceClassMappings:\n  \
+             - name: nvidia.com/gpu\n    deviceClassNames: [h100.tiergate.io, l4.tiergate.io]\n",
+        )),
+        "/api/v1/namespaces/kueue-unmapped/configmaps/kueue-manager-config" => {
+            kueue_config_map(Some("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"))
+        }
+        "/api/v1/namespaces/kueue-keyless/configmaps/kueue-manager-config" => kueue_config_map(None),
         _ => return None,
     })
 }
+
+/// Kueue's ConfigMap with `configuration` under its key (`None`: without the key).
+fn kueue_config_map(configuration: Option<&str>) -> Value {
+    let data = configuration.map(|text| json!({"controller_manager_config.yaml": text}));
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kueue-manager-config"}, "data": data})
+}
+
+/// Paths the fake API server refuses with 403, as RBAC would.
+const FORBIDDEN: &[&str] = &["/api/v1/namespaces/kueue-locked/configmaps/kueue-manager-config"];
 
 /// Serves `answer` over plain HTTP/1.1 on a free port; records each request as `METHOD PATH`.
 fn start_fake_api() -> (u16, Arc<Mutex<Vec<String>>>) {
@@ -95,6 +113,11 @@ fn serve_connection(stream: TcpStream, recorded: &Mutex<Vec<String>>) {
         let path = target.split('?').next().unwrap_or_default().to_owned();
         recorded.lock().unwrap().push(format!("{method} {path}"));
         let (status, reply) = match answer(&path).filter(|_| method == "GET") {
+            _ if FORBIDDEN.contains(&path.as_str()) => (
+                "403 Forbidden",
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+                    "message": "configmaps \"kueue-manager-config\" is forbidden: User \"tenant\" cannot get resource"}),
+            ),
             Some(reply) => ("200 OK", reply),
             None => (
                 "404 Not Found",
@@ -250,4 +273,104 @@ fn check_with_a_kubeconfig_matches_tiers_against_the_live_node_groups() {
     assert!(!output.status.success(), "gold and silver have no pool, so check fails");
     let neither = run(binary, &["check", "--policy", policy.to_str().unwrap()], &[]);
     assert!(text(&neither.stderr).contains("--nodepools"), "{}", text(&neither.stderr));
+}
+
+/// The DRA sample's two classes as Karpenter NodePools, so only Kueue's Configuration decides the exit code.
+fn dra_nodepools(dir: &Path) -> PathBuf {
+    let pool = |name: &str, product: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    \
+             metadata:\n      labels: {{nvidia.com/gpu.product: {product}}}\n    spec:\n      nodeClassRef: \
+             {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu}}\n      requirements: []\n"
+        )
+    };
+    let path = dir.join("dra-nodepools.yaml");
+    let text = [pool("dra-h100", "NVIDIA-H100-80GB-HBM3"), pool("dra-l4", "NVIDIA-L4")].join("---\n");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `tiergate check` of the DRA sample against the fake cluster, Kueue's ConfigMap read from `kueue_namespace`.
+fn check_dra(kueue_namespace: &str) -> Output {
+    let (port, _) = start_fake_api();
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), port);
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/dra/policy.yaml");
+    let pools = dra_nodepools(dir.path());
+    let args = [
+        "check",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--nodepools",
+        pools.to_str().unwrap(),
+        "--kubeconfig",
+        config.to_str().unwrap(),
+        "--kueue-namespace",
+        kueue_namespace,
+    ];
+    run(Path::new(env!("CARGO_BIN_EXE_tiergate")), &args, &[])
+}
+
+#[test]
+fn check_with_a_kubeconfig_passes_when_kueue_maps_every_dra_class() {
+    let output = check_dra("kueue-system");
+    let report = text(&output.stdout);
+    assert!(output.status.success(), "{report}{}", text(&output.stderr));
+    assert!(report.contains("tier gold: OK") && report.contains("tier bronze: OK"), "{report}");
+    assert!(
+        report.ends_with(
+            "Kueue deviceClassMappings: every DRA class is charged as nvidia.com/gpu (h100.tiergate.io, l4.tiergate.io)\n"
+        ),
+        "{report}"
+    );
+}
+
+#[test]
+fn check_with_a_kubeconfig_fails_when_kueues_configuration_lacks_the_dra_mapping_and_prints_the_fragment() {
+    let output = check_dra("kueue-unmapped");
+    let report = text(&output.stdout);
+    assert!(!output.status.success(), "{report}");
+    assert!(report.contains("tier gold: OK") && report.contains("tier bronze: OK"), "{report}");
+    assert!(report.contains("Kueue deviceClassMappings (kueue-unmapped/kueue-manager-config): FAIL\n"), "{report}");
+    assert!(report.contains("  DeviceClass h100.tiergate.io is not in Kueue's deviceClassMappings"), "{report}");
+    assert!(report.contains("  DeviceClass l4.tiergate.io is not in Kueue's deviceClassMappings"), "{report}");
+    assert!(report.contains("  the policy's DRA classes need (`tiergate render --kueue-config` prints the same):\n"));
+    assert!(report.contains("    # Kueue Configuration (kueue-system/kueue-manager-config, key"), "{report}");
+    assert!(
+        report.contains("    resources:\n      deviceClassMappings:\n        - name: nvidia.com/gpu\n"),
+        "{report}"
+    );
+}
+
+#[test]
+fn check_with_a_kubeconfig_names_a_missing_configmap_or_key_and_a_forbidden_read_with_the_fix() {
+    for (namespace, expected) in [
+        ("kueue-elsewhere", "cannot read kueue-elsewhere/kueue-manager-config: the ConfigMap does not exist"),
+        ("kueue-keyless", "kueue-keyless/kueue-manager-config has no key controller_manager_config.yaml"),
+        (
+            "kueue-locked",
+            "cannot read kueue-locked/kueue-manager-config: configmaps \"kueue-manager-config\" is forbidden",
+        ),
+    ] {
+        let output = check_dra(namespace);
+        let report = text(&output.stdout);
+        assert!(!output.status.success(), "{namespace}: {report}");
+        assert!(report.contains(expected), "{namespace}: {report}{}", text(&output.stderr));
+        assert!(report.contains("    resources:\n"), "{namespace}: {report}");
+    }
+    let locked = text(&check_dra("kueue-locked").stdout);
+    assert!(locked.contains("kubectl auth can-i get configmap/kueue-manager-config -n kueue-locked"), "{locked}");
+}
+
+#[test]
+fn check_with_a_kubeconfig_says_nothing_about_kueue_without_dra_classes() {
+    let (port, requests) = start_fake_api();
+    let dir = tempfile::tempdir().unwrap();
+    let config = kubeconfig(dir.path(), port);
+    let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/kubenexus/policy.yaml");
+    let args = ["check", "--policy", policy.to_str().unwrap(), "--kubeconfig", config.to_str().unwrap()];
+    let output = run(Path::new(env!("CARGO_BIN_EXE_tiergate")), &args, &[]);
+    assert!(!text(&output.stdout).contains("Kueue deviceClassMappings"), "{}", text(&output.stdout));
+    let requests = requests.lock().unwrap().clone();
+    assert!(requests.iter().all(|request| !request.contains("configmaps")), "{requests:?}");
 }

@@ -78,11 +78,14 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
 NAMESPACED_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"create", "get", "update"},
     ("", "secrets"): {"get", "update"},
+    # Kueue's Configuration (kueue-manager-config), read for the DRA classes' deviceClassMappings.
+    ("", "configmaps"): {"get"},
 }
-# Writes that must be limited to one object by name (create cannot be: RBAC has no name at create time).
+# Rights that must be limited to one object by name (create cannot be: RBAC has no name at create time).
 NAME_RESTRICTED = {
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
     ("", "secrets"),
+    ("", "configmaps"),
 }
 
 
@@ -353,6 +356,21 @@ def test_fleet_secrets_are_readable_by_name_only_in_kueues_namespace_and_not_at_
     assert env["TIERGATE_KUEUE_NAMESPACE"] == "kueue"
 
 
+@pytest.mark.parametrize("option, namespace", [("defaults", "kueue-system"), ("fleet", "kueue")])
+def test_kueues_configuration_is_readable_by_name_only_in_kueues_namespace(option: str, namespace: str, rendered) -> None:
+    objects = rendered(option)
+    (role,) = [role for role in of_kind(objects, "Role") if role["metadata"]["name"].endswith("-kueue-config")]
+    assert role["metadata"]["namespace"] == namespace
+    assert [(rule["resources"], rule["resourceNames"], rule["verbs"]) for rule in role["rules"]] == [
+        (["configmaps"], ["kueue-manager-config"], ["get"]),
+    ]
+    (binding,) = [b for b in of_kind(objects, "RoleBinding") if b["metadata"]["name"].endswith("-kueue-config")]
+    assert binding["metadata"]["namespace"] == namespace and binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"][0]["namespace"] == NAMESPACE
+    others = [other for other in of_kind(objects, "ClusterRole") + of_kind(objects, "Role") if other is not role]
+    assert not [rule for other in others for rule in other["rules"] if "configmaps" in rule["resources"]]
+
+
 def test_the_mutating_half_of_the_in_server_gate_is_off_by_default_and_can_be_turned_on(rendered) -> None:
     def mutating_gate(scenario: str) -> str | None:
         env = {item["name"]: item.get("value") for item in workload_pod_spec(rendered(scenario))["containers"][0]["env"]}
@@ -386,9 +404,11 @@ def test_bindings_grant_the_roles_to_the_service_account(rendered) -> None:
     account = only(objects, "ServiceAccount")["metadata"]["name"]
     assert workload_pod_spec(objects)["serviceAccountName"] == account
     for binding, role in [("ClusterRoleBinding", "ClusterRole"), ("RoleBinding", "Role")]:
-        bound = only(objects, binding)
-        assert bound["roleRef"]["name"] == only(objects, role)["metadata"]["name"]
-        assert bound["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
+        bindings = {(b["metadata"].get("namespace"), b["roleRef"]["name"]) for b in of_kind(objects, binding)}
+        roles = {(r["metadata"].get("namespace"), r["metadata"]["name"]) for r in of_kind(objects, role)}
+        assert bindings == roles, f"each {role} has exactly one {binding} in its namespace"
+        for bound in of_kind(objects, binding):
+            assert bound["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
 
 
 # --- the pod ------------------------------------------------------------------------------------------------

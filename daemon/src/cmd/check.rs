@@ -1,6 +1,7 @@
 //! `tiergate check`: reads a policy and nodepools, prints which pools can host each tier, and exits non-zero
 //! unless every tier matches exactly one pool per GPU class (and placement rule). With `--fleet`, each tier that
-//! dispatches is checked against each of its workers' own nodepools files instead.
+//! dispatches is checked against each of its workers' own nodepools files instead. With `--kubeconfig` and DRA
+//! classes, Kueue's Configuration must also map each class's DeviceClass (`reconcile::monitor::kueue_config`).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -11,7 +12,10 @@ use crate::check::{NodePool, build_check_report, parse_nodepools};
 use crate::cli::CheckArgs;
 use crate::inputs::{load_policy, read_file};
 use crate::live::pools::fetch_live_pools;
-use crate::live::{KubectlConnection, connect};
+use crate::live::{KubectlConnection, LiveError, connect};
+use crate::plan::dra::kueue_device_class_mappings;
+use crate::policy::TierPolicySpec;
+use crate::reconcile::monitor::kueue_config::{KueueMappingCheck, build_kueue_mapping_check, read_kueue_configuration};
 use crate::validation::validate_policy;
 
 /// Runs `tiergate check`.
@@ -21,37 +25,66 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
         eprintln!("{errors}");
         return Ok(ExitCode::FAILURE);
     }
-    if args.fleet {
-        return run_fleet(&args, &policy.spec);
+    let (live_pools, kueue) = match fetch_live_inputs(&args, &policy.spec)? {
+        Some(live) => (Some(live.pools), live.kueue_check),
+        None => (None, None),
+    };
+    let passed = if args.fleet {
+        run_fleet(&args, &policy.spec, live_pools)?
+    } else {
+        let pools = load_check_pools(&args, live_pools.unwrap_or_default())?;
+        let report = build_check_report(&policy.spec, &pools);
+        print!("{}", report.to_text());
+        report.passed()
+    };
+    if let Some(kueue) = &kueue {
+        print!("{}", kueue.to_text());
     }
-    let pools = load_check_pools(&args)?;
-    let report = build_check_report(&policy.spec, &pools);
-    print!("{}", report.to_text());
-    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    let passed = passed && kueue.as_ref().is_none_or(KueueMappingCheck::passed);
+    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-/// The pools `tiergate check` matches against: those of `--nodepools`, then (with `--kubeconfig`) the live ones.
-pub fn load_check_pools(args: &CheckArgs) -> Result<Vec<NodePool>, CmdError> {
+/// What `--kubeconfig` reads from the live cluster.
+struct LiveInputs {
+    /// Its Karpenter NodePools and node groups (never empty).
+    pools: Vec<NodePool>,
+    /// Kueue's `deviceClassMappings` against the policy's DRA classes (`None` without DRA classes).
+    kueue_check: Option<KueueMappingCheck>,
+}
+
+/// Connects once (with `--kubeconfig`) and reads the live pools and, when the policy has DRA classes, Kueue's
+/// Configuration from `--kueue-namespace`.
+fn fetch_live_inputs(args: &CheckArgs, spec: &TierPolicySpec) -> Result<Option<LiveInputs>, CmdError> {
+    let Some(kubeconfig) = &args.kubeconfig else { return Ok(None) };
+    let needed = kueue_device_class_mappings(spec);
+    let connection = KubectlConnection { kubeconfig: Some(kubeconfig.clone()), context: args.context.clone() };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (pools, kueue_read) = runtime.block_on(async {
+        let (client, _) = connect(&connection).await?;
+        let pools = fetch_live_pools(&client).await?;
+        let kueue_read =
+            if needed.is_empty() { None } else { Some(read_kueue_configuration(&client, &args.kueue_namespace).await) };
+        Ok::<_, LiveError>((pools, kueue_read))
+    })?;
+    if pools.is_empty() {
+        return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
+    }
+    let kueue_check = kueue_read.and_then(|read| build_kueue_mapping_check(&args.kueue_namespace, needed, &read));
+    Ok(Some(LiveInputs { pools, kueue_check }))
+}
+
+/// The pools `tiergate check` matches against: those of `--nodepools`, then the `live` ones.
+fn load_check_pools(args: &CheckArgs, live: Vec<NodePool>) -> Result<Vec<NodePool>, CmdError> {
     let mut pools = match &args.nodepools {
         Some(path) => parse_nodepools(&read_file(path)?, &path.display().to_string())?,
         None => Vec::new(),
     };
-    if let Some(kubeconfig) = &args.kubeconfig {
-        let connection = KubectlConnection { kubeconfig: Some(kubeconfig.clone()), context: args.context.clone() };
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let live = runtime.block_on(async {
-            let (client, _) = connect(&connection).await?;
-            fetch_live_pools(&client).await
-        })?;
-        if live.is_empty() {
-            return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
-        }
-        pools.extend(live);
-    }
+    pools.extend(live);
     Ok(pools)
 }
 
-fn run_fleet(args: &CheckArgs, spec: &crate::policy::TierPolicySpec) -> Result<ExitCode, CmdError> {
+/// Prints the fleet report; true when it passed. `live`: the pools `--kubeconfig` read.
+fn run_fleet(args: &CheckArgs, spec: &TierPolicySpec, live: Option<Vec<NodePool>>) -> Result<bool, CmdError> {
     let mut workers = BTreeMap::new();
     for (name, path) in &args.worker_nodepools {
         if spec.cluster(name).is_none() {
@@ -66,11 +99,11 @@ fn run_fleet(args: &CheckArgs, spec: &crate::policy::TierPolicySpec) -> Result<E
         let pools = parse_nodepools(&read_file(path)?, &path.display().to_string())?;
         workers.insert(name.clone(), pools);
     }
-    let local = match (&args.nodepools, &args.kubeconfig) {
+    let local = match (&args.nodepools, live) {
         (None, None) => None,
-        _ => Some(load_check_pools(args)?),
+        (_, live) => Some(load_check_pools(args, live.unwrap_or_default())?),
     };
     let report = build_fleet_check_report(spec, local.as_deref(), &workers);
     print!("{}", report.to_text());
-    Ok(if report.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(report.passed())
 }

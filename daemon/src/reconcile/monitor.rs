@@ -1,8 +1,11 @@
 //! The blockers nobody reports by failing an action: watches that fail (403, 404, unreachable), the served
-//! TierPolicy missing while others exist, unreachable fleet workers, and a missing or expired webhook
-//! certificate. The decisions are pure (`build_*`); [`run_blocker_monitor`] polls the cache, the fleet's health
-//! and the certificate file every 2 s and sets or clears each blocker ([`run_certificate_monitor`]: the file
-//! alone, for `tiergate webhook`).
+//! TierPolicy missing while others exist, unreachable fleet workers, Kueue's Configuration not mapping the policy's
+//! DRA classes ([`kueue_config`]), and a missing or expired webhook certificate. The decisions are pure
+//! (`build_*`); [`run_blocker_monitor`] polls the cache, the fleet's health, Kueue's ConfigMap (one GET, only for a
+//! policy with DRA classes) and the certificate file every 2 s and sets or clears each blocker
+//! ([`run_certificate_monitor`]: the file alone, for `tiergate webhook`).
+
+pub mod kueue_config;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,19 +18,24 @@ use tokio_util::sync::CancellationToken;
 use crate::blockers::{BlockedReason, Blockers};
 use crate::cache::kinds::KueueKind;
 use crate::cache::{ClusterCache, WatchFailure};
+use crate::plan::dra::kueue_device_class_mappings;
 use crate::reconcile::fleet::health::FleetHealth;
 use crate::reconcile::worker::health::WorkerHealth;
+use kueue_config::{build_kueue_mapping_check, read_kueue_configuration};
 
 /// How often the monitor looks.
 const PERIOD: Duration = Duration::from_secs(2);
 
 /// What the monitor watches.
-#[derive(Debug)]
 pub struct MonitorInputs {
     /// Where blockers are recorded.
     pub blockers: Arc<Blockers>,
     /// The management cluster's caches.
     pub cache: Arc<ClusterCache>,
+    /// The management cluster's client (one GET of Kueue's ConfigMap per look, for a policy with DRA classes).
+    pub client: kube::Client,
+    /// Kueue's namespace, where its Configuration is (`--kueue-namespace`).
+    pub kueue_namespace: String,
     /// The fleet's worker health (empty without a fleet).
     pub fleet: Arc<FleetHealth>,
     /// The served TierPolicy (`--policy-name`, or the one chosen when it was not given).
@@ -36,6 +44,17 @@ pub struct MonitorInputs {
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, when this process serves the webhook.
     pub certificate: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for MonitorInputs {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("MonitorInputs")
+            .field("policy_name", &self.policy_name)
+            .field("kueue_namespace", &self.kueue_namespace)
+            .field("certificate", &self.certificate)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Polls until `shutdown`.
@@ -64,7 +83,10 @@ pub async fn check_once(inputs: &MonitorInputs) {
     }
     let snapshot = inputs.cache.snapshot.load();
     let served = snapshot.policy.is_some();
-    if snapshot.synced {
+    let needed = snapshot.policy.as_ref().map(|policy| kueue_device_class_mappings(&policy.spec)).unwrap_or_default();
+    let synced = snapshot.synced;
+    drop(snapshot);
+    if synced {
         let names = inputs.cache.policy_names();
         let detail = build_policy_blocker(&inputs.policy_name, served, &names, inputs.policy_choice.as_deref());
         blockers.update(BlockedReason::PolicyNotFound, detail);
@@ -79,6 +101,15 @@ pub async fn check_once(inputs: &MonitorInputs) {
     if let Some(path) = &inputs.certificate {
         check_certificate(blockers, path).await;
     }
+    // Last: this read may wait for the API server. Without a DRA class (or a served policy) Kueue's Configuration
+    // is not tiergate's concern, and nothing is read.
+    let kueue = if needed.is_empty() {
+        None
+    } else {
+        let read = read_kueue_configuration(&inputs.client, &inputs.kueue_namespace).await;
+        build_kueue_mapping_check(&inputs.kueue_namespace, needed, &read).and_then(|check| check.blocker_detail())
+    };
+    blockers.update(BlockedReason::KueueDraMappingMissing, kueue);
 }
 
 /// Reads the serving certificate file and sets or clears `certificate_missing` and `certificate_expired`.
@@ -178,11 +209,12 @@ mod tests {
     use crate::metrics::Metrics;
     use crate::reconcile::worker::health::WorkerState;
 
-    /// A mocked API server: `answer(path)` gives a failing status for a list, else the list holds `items(path)`;
-    /// every watch is held open (a quiet cluster).
+    /// A mocked API server: `answer(path)` gives a failing status for a request, `object(path)` the object a GET
+    /// finds, else a list holds `items(path)`; every watch is held open (a quiet cluster).
     fn mock_cluster(
         answer: fn(&str) -> Option<(u16, &'static str)>,
         items: fn(&str) -> Vec<serde_json::Value>,
+        object: fn(&str) -> Option<serde_json::Value>,
     ) -> kube::Client {
         let (service, mut handle) =
             tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
@@ -197,6 +229,8 @@ mod tests {
                 } else if request.uri().query().unwrap_or_default().contains("watch=true") {
                     open_watches.push(send);
                     continue;
+                } else if let Some(found) = object(&path) {
+                    (200, found)
                 } else {
                     let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
                         "metadata": {"resourceVersion": "10"}, "items": items(&path)});
@@ -229,6 +263,8 @@ mod tests {
         MonitorInputs {
             blockers: Blockers::new(&metrics),
             cache: Arc::new(ClusterCache::start(client, settings, metrics, shutdown)),
+            client: client.clone(),
+            kueue_namespace: "kueue-system".to_owned(),
             fleet: Arc::new(FleetHealth::default()),
             policy_name: policy_name.to_owned(),
             policy_choice: None,
@@ -277,6 +313,7 @@ mod tests {
                 no_discovery(path, rest)
             },
             |_| vec![],
+            |_| None,
         );
         let shutdown = CancellationToken::new();
         let inputs = build_inputs(&client, "default", &shutdown);
@@ -306,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_served_policy_that_does_not_exist_while_another_does_is_reported_naming_both() {
-        let client = mock_cluster(|path| no_discovery(path, None), only_fleet);
+        let client = mock_cluster(|path| no_discovery(path, None), only_fleet, |_| None);
         let shutdown = CancellationToken::new();
         let inputs = build_inputs(&client, "default", &shutdown);
         assert!(inputs.cache.wait_until_synced().await);
@@ -320,6 +357,89 @@ mod tests {
         assert!(served.cache.wait_until_synced().await);
         check_once(&served).await;
         assert!(served.blockers.active().is_empty(), "{:?}", served.blockers.active());
+        shutdown.cancel();
+    }
+
+    /// The DRA sample served as `default`.
+    fn only_dra(path: &str) -> Vec<serde_json::Value> {
+        if path == "/apis/tiergate.io/v1alpha1/tierpolicies" {
+            let text = include_str!("../../../samples/dra/policy.yaml");
+            let mut policy = serde_json::to_value(crate::inputs::parse_policy(text, "dra").unwrap()).unwrap();
+            policy["metadata"]["name"] = serde_json::json!("default");
+            vec![policy]
+        } else {
+            vec![]
+        }
+    }
+
+    /// Kueue's ConfigMap: in `kueue-system` with the sample's mappings, in `kueue-old` with none.
+    fn kueue_config_maps(path: &str) -> Option<serde_json::Value> {
+        let mapped = "resources:\n  deviceClassMappings:\n  - name: nvidia.com/gpu\n    deviceClassNames: \
+                      [h100.tiergate.io, l4.tiergate.io]\n";
+        let configuration = match path {
+            "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config" => mapped,
+            "/api/v1/namespaces/kueue-old/configmaps/kueue-manager-config" => "kind: Configuration\n",
+            _ => return None,
+        };
+        Some(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+            "data": {"controller_manager_config.yaml": configuration}}))
+    }
+
+    #[tokio::test]
+    async fn a_dra_policy_is_blocked_while_kueues_configuration_lacks_its_mapping_and_unblocked_once_it_has_it() {
+        let client = mock_cluster(
+            |path| {
+                let rest = match path {
+                    "/api/v1/namespaces/kueue-locked/configmaps/kueue-manager-config" => Some((403, "Forbidden")),
+                    "/api/v1/namespaces/kueue-none/configmaps/kueue-manager-config" => Some((404, "NotFound")),
+                    _ => None,
+                };
+                no_discovery(path, rest)
+            },
+            only_dra,
+            kueue_config_maps,
+        );
+        let shutdown = CancellationToken::new();
+        let metrics = Metrics::new();
+        let mut inputs = build_inputs(&client, "default", &shutdown);
+        inputs.blockers = Blockers::new(&metrics);
+        assert!(inputs.cache.wait_until_synced().await);
+        let reason = BlockedReason::KueueDraMappingMissing;
+        let detail = |inputs: &MonitorInputs| {
+            inputs.blockers.active().into_iter().find(|blocker| blocker.reason == reason).map(|blocker| blocker.detail)
+        };
+
+        inputs.kueue_namespace = "kueue-old".to_owned();
+        check_once(&inputs).await;
+        let missing = detail(&inputs).unwrap_or_default();
+        assert!(
+            missing.starts_with("kueue-old/kueue-manager-config: DeviceClass h100.tiergate.io is not"),
+            "{missing}"
+        );
+        assert!(missing.contains("DeviceClass l4.tiergate.io is not in Kueue's deviceClassMappings"), "{missing}");
+        let text = metrics.encode().unwrap();
+        assert!(text.contains(r#"tiergate_blocked{reason="kueue_dra_mapping_missing"} 1"#), "{text}");
+        let body = crate::admin::build_readyz_body(None, &inputs.blockers.active());
+        assert!(body.starts_with("ready (the webhook serves), but blocked:"), "{body}");
+        assert!(
+            body.contains("[-] kueue_dra_mapping_missing: Kueue does not charge") && body.contains("--kueue-config")
+        );
+
+        inputs.kueue_namespace = "kueue-locked".to_owned();
+        check_once(&inputs).await;
+        let forbidden = detail(&inputs).unwrap_or_default();
+        assert!(forbidden.starts_with("cannot read kueue-locked/kueue-manager-config: Forbidden: "), "{forbidden}");
+        assert!(forbidden.contains("(403 Forbidden)"), "{forbidden}");
+        inputs.kueue_namespace = "kueue-none".to_owned();
+        check_once(&inputs).await;
+        let absent = detail(&inputs).unwrap_or_default();
+        assert!(absent.contains("kueue-none/kueue-manager-config: the ConfigMap does not exist"), "{absent}");
+
+        inputs.kueue_namespace = "kueue-system".to_owned();
+        check_once(&inputs).await;
+        assert!(inputs.blockers.active().is_empty(), "{:?}", inputs.blockers.active());
+        assert!(metrics.encode().unwrap().contains(r#"tiergate_blocked{reason="kueue_dra_mapping_missing"} 0"#));
         shutdown.cancel();
     }
 

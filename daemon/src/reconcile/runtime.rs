@@ -37,7 +37,7 @@ pub struct ReconcilerOptions {
     pub debounce: Duration,
     /// The webhook's placement ledger, kept in step with the pod cache.
     pub ledger: Option<Arc<PlacementLedger>>,
-    /// Kueue's namespace, where the fleet's kubeconfig Secrets are (`--kueue-namespace`).
+    /// Kueue's namespace, where the fleet's kubeconfig Secrets and Kueue's Configuration are (`--kueue-namespace`).
     pub kueue_namespace: String,
     /// Create `namespace` when the Lease cannot be created because it is missing (`--create-lease-namespace`).
     pub create_lease_namespace: bool,
@@ -148,6 +148,8 @@ pub fn start_reconciler(
     let monitor = MonitorInputs {
         blockers: blockers.clone(),
         cache: Arc::new(caches),
+        client: client.clone(),
+        kueue_namespace: options.kueue_namespace,
         fleet: ctx.fleet_health(),
         policy_name: options.policy_name,
         policy_choice: options.policy_choice,
