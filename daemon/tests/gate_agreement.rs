@@ -420,8 +420,9 @@ fn generated_workloads_get_no_false_denial_and_no_escape() {
 /// with or without `adminAccess` and `allocationMode: All`.
 fn generated_claim() -> impl Strategy<Value = Value> {
     let class = prop::sample::select(vec!["l4.tiergate.io", "h100.tiergate.io", "gpu.nvidia.com", "example.com-nic"]);
-    let mode = prop::sample::select(vec!["ExactCount", "All"]);
-    let exactly = (class.clone(), mode.clone(), any::<bool>()).prop_map(|(class, mode, admin)| {
+    let mode = prop_oneof![4 => Just("ExactCount"), 1 => Just("All")];
+    let admin = prop_oneof![4 => Just(false), 1 => Just(true)];
+    let exactly = (class.clone(), mode.clone(), admin).prop_map(|(class, mode, admin)| {
         let mut request = json!({"deviceClassName": class, "allocationMode": mode});
         if mode == "ExactCount" {
             request["count"] = json!(1);
@@ -440,7 +441,7 @@ fn generated_claim() -> impl Strategy<Value = Value> {
         json!({"name": "r", "firstAvailable": list})
     });
     let request = prop_oneof![3 => exactly, 1 => alternatives];
-    (prop::collection::vec(request, 1..3), any::<bool>(), prop::sample::select(vec!["team-dev", "research"])).prop_map(
+    (prop::collection::vec(request, 1..=2), any::<bool>(), prop::sample::select(vec!["team-dev", "research"])).prop_map(
         |(requests, is_template, namespace)| {
             let spec = json!({"devices": {"requests": requests}});
             if is_template {
@@ -502,6 +503,6 @@ fn generated_claims_get_the_same_verdict_from_both_gates() {
             .unwrap_or_else(|error| panic!("{error}"));
         let [denied, admitted, retargeted] = counts.into_inner();
         println!("claims: {denied} denied by both, {admitted} admitted by both, {retargeted} retargeted");
-        assert!(denied >= 50 && admitted >= 10 && retargeted >= 5, "{denied} {admitted} {retargeted}");
+        assert!(denied >= 50 && admitted >= 5 && retargeted >= 5, "{denied} {admitted} {retargeted}");
     });
 }

@@ -211,7 +211,12 @@ fn an_admitted_job_names_its_cluster_queue_tier_and_flavor_and_nothing_holds_it(
     assert_eq!(workload.flavors["main"]["nvidia.com/gpu"], "l4");
     let types: Vec<&str> = workload.conditions.iter().map(|condition| condition.type_.as_str()).collect();
     assert_eq!(types, ["QuotaReserved", "Admitted", "PodsReady"]);
-    assert!(answer.to_table().contains("POD SET   RESOURCE         FLAVOR\nmain      nvidia.com/gpu   l4\n"));
+    assert_eq!(workload.charged["main"]["nvidia.com/gpu"], "2", "Kueue's resourceUsage");
+    let table = answer.to_table();
+    assert!(
+        table.contains("POD SET   RESOURCE         FLAVOR   CHARGED\nmain      nvidia.com/gpu   l4       2\n"),
+        "{table}"
+    );
 }
 
 #[test]

@@ -39,6 +39,8 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     },
     # The in-server gate's admission policies, bindings and parameter objects (docs/admission.md).
     ("tiergate.io", "tiergateparameters"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch"},
     **{
         ("admissionregistration.k8s.io", kind): {"get", "list", "watch", "create", "patch", "delete"}
         for kind in [
@@ -200,7 +202,11 @@ def test_webhook_defaults_are_safe_for_the_write_path(rendered) -> None:
         assert webhook["timeoutSeconds"] == 5
         assert webhook["reinvocationPolicy"] == "IfNeeded"
         assert webhook["admissionReviewVersions"] == ["v1"]
-        assert webhook["matchConditions"], "non-GPU requests must not reach the webhook"
+        if webhook["name"] == "claims.tiergate.io":
+            # Every DRA claim names a DeviceClass: all are judged (CREATE only, their spec is immutable).
+            assert "matchConditions" not in webhook
+        else:
+            assert webhook["matchConditions"], "non-GPU requests must not reach the webhook"
         reference = webhook["clientConfig"]["service"]
         assert reference == {"name": service["metadata"]["name"], "namespace": NAMESPACE, "path": "/mutate", "port": 443}
         assert "caBundle" not in webhook["clientConfig"], "the CA bundle is injected, never rendered"
@@ -215,7 +221,8 @@ def test_webhook_rules_cover_every_kind_the_webhook_handles(rendered) -> None:
     covered = set()
     for webhook in only(rendered("defaults"), "MutatingWebhookConfiguration")["webhooks"]:
         for rule in webhook["rules"]:
-            assert rule["operations"] == ["CREATE", "UPDATE"]
+            claims = webhook["name"] == "claims.tiergate.io"
+            assert rule["operations"] == (["CREATE"] if claims else ["CREATE", "UPDATE"])
             for group in rule["apiGroups"]:
                 for version in rule["apiVersions"]:
                     covered |= {(group, version, resource) for resource in rule["resources"]}
@@ -240,19 +247,28 @@ def test_webhook_rules_cover_every_kind_the_webhook_handles(rendered) -> None:
         ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets"),
         ("workload.codeflare.dev", "v1beta2", "appwrappers"),
         ("sparkoperator.k8s.io", "v1beta2", "sparkapplications"),
+        # issue 41: DRA claims and claim templates.
+        ("resource.k8s.io", "v1", "resourceclaims"),
+        ("resource.k8s.io", "v1", "resourceclaimtemplates"),
     }
 
 
 def test_pod_deletes_and_jobsets_are_options(rendered) -> None:
     webhooks = {w["name"]: w for w in only(rendered("pod-deletes-no-jobsets"), "MutatingWebhookConfiguration")["webhooks"]}
     # kinds.tiergate.io (issue 16) is on by default and independent of the JobSet switch.
-    assert set(webhooks) == {"pods.tiergate.io", "workloads.tiergate.io", "kinds.tiergate.io"}
+    assert set(webhooks) == {"pods.tiergate.io", "workloads.tiergate.io", "claims.tiergate.io", "kinds.tiergate.io"}
     assert webhooks["pods.tiergate.io"]["rules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
 
 
 def test_the_kinds_webhook_is_an_option() -> None:
     webhooks = {w["name"]: w for w in only(render({"webhook": {"kinds": False}}), "MutatingWebhookConfiguration")["webhooks"]}
     assert "kinds.tiergate.io" not in webhooks
+    assert "pods.tiergate.io" in webhooks
+
+
+def test_the_claims_webhook_is_an_option() -> None:
+    webhooks = {w["name"]: w for w in only(render({"webhook": {"claims": False}}), "MutatingWebhookConfiguration")["webhooks"]}
+    assert "claims.tiergate.io" not in webhooks
     assert "pods.tiergate.io" in webhooks
 
 

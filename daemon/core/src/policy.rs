@@ -613,6 +613,16 @@ pub struct QueueMigration {
     pub remaining_workloads: i32,
 }
 
+/// The DeviceClasses a tier's claims may name, and the in-server gate's
+/// `deviceClasses`: each of the tier's classes' (`tier_classes`) and the shared ones.
+pub fn allowed_device_classes(policy: &TierPolicySpec, tier_classes: &[&GpuClass]) -> Vec<String> {
+    tier_classes
+        .iter()
+        .filter_map(|class| class.device_class_name())
+        .chain(policy.admission.shared_device_classes.iter().cloned())
+        .collect()
+}
+
 /// Suffix of the DeviceClasses tiergate renders (`h100` -> `h100.tiergate.io`).
 pub const DEVICE_CLASS_SUFFIX: &str = ".tiergate.io";
 

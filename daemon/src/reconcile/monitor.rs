@@ -2,7 +2,7 @@
 //! TierPolicy missing while others exist, unreachable fleet workers, Kueue's Configuration not mapping the policy's
 //! DRA classes ([`kueue_config`]), and a missing or expired webhook certificate. The decisions are pure
 //! (`build_*`); [`run_blocker_monitor`] polls the cache, the fleet's health, Kueue's ConfigMap (one GET, only for a
-//! policy with DRA classes) and the certificate file every 2 s and sets or clears each blocker
+//! policy with DRA classes, every 30 s) and the certificate file every 2 s and sets or clears each blocker
 //! ([`run_certificate_monitor`]: the file alone, for `tiergate webhook`).
 
 pub mod kueue_config;
@@ -18,13 +18,19 @@ use tokio_util::sync::CancellationToken;
 use crate::blockers::{BlockedReason, Blockers};
 use crate::cache::kinds::KueueKind;
 use crate::cache::{ClusterCache, WatchFailure};
-use crate::plan::dra::kueue_device_class_mappings;
+use crate::plan::dra::{DeviceClassMapping, kueue_device_class_mappings};
 use crate::reconcile::fleet::health::FleetHealth;
 use crate::reconcile::worker::health::WorkerHealth;
 use kueue_config::{build_kueue_mapping_check, read_kueue_configuration};
 
 /// How often the monitor looks.
 const PERIOD: Duration = Duration::from_secs(2);
+/// How often Kueue's Configuration is read again while the needed mappings stay the same: it changes only when
+/// Kueue is restarted, so one GET per replica every 30 s; a policy edit that changes the mappings reads at once.
+const KUEUE_CONFIG_PERIOD: Duration = Duration::from_secs(30);
+
+/// The last read of Kueue's Configuration: when, in which namespace, for which needed mappings.
+pub type KueueLastRead = (tokio::time::Instant, String, Vec<DeviceClassMapping>);
 
 /// What the monitor watches.
 pub struct MonitorInputs {
@@ -44,6 +50,8 @@ pub struct MonitorInputs {
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, when this process serves the webhook.
     pub certificate: Option<PathBuf>,
+    /// When Kueue's Configuration was last read, in which namespace and for which mappings (`None`: never).
+    pub kueue_last_read: std::sync::Mutex<Option<KueueLastRead>>,
 }
 
 impl std::fmt::Debug for MonitorInputs {
@@ -106,8 +114,22 @@ pub async fn check_once(inputs: &MonitorInputs) {
     let kueue = if needed.is_empty() {
         None
     } else {
+        let due = match inputs.kueue_last_read.lock() {
+            Ok(last) => last.as_ref().is_none_or(|(at, namespace, seen)| {
+                at.elapsed() >= KUEUE_CONFIG_PERIOD || *namespace != inputs.kueue_namespace || *seen != needed
+            }),
+            Err(_) => true,
+        };
+        if !due {
+            return;
+        }
         let read = read_kueue_configuration(&inputs.client, &inputs.kueue_namespace).await;
-        build_kueue_mapping_check(&inputs.kueue_namespace, needed, &read).and_then(|check| check.blocker_detail())
+        let detail = build_kueue_mapping_check(&inputs.kueue_namespace, needed.clone(), &read)
+            .and_then(|check| check.blocker_detail());
+        if let Ok(mut last) = inputs.kueue_last_read.lock() {
+            *last = Some((tokio::time::Instant::now(), inputs.kueue_namespace.clone(), needed));
+        }
+        detail
     };
     blockers.update(BlockedReason::KueueDraMappingMissing, kueue);
 }
@@ -269,6 +291,7 @@ mod tests {
             policy_name: policy_name.to_owned(),
             policy_choice: None,
             certificate: None,
+            kueue_last_read: std::sync::Mutex::new(None),
         }
     }
 

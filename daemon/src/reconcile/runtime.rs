@@ -154,6 +154,7 @@ pub fn start_reconciler(
         policy_name: options.policy_name,
         policy_choice: options.policy_choice,
         certificate: options.certificate,
+        kueue_last_read: std::sync::Mutex::new(None),
     };
     let monitor_task = tokio::spawn(run_blocker_monitor(monitor, shutdown.clone()));
     let log_task = tokio::spawn(run_blocker_log(blockers.clone(), shutdown.clone()));

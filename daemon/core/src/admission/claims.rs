@@ -16,8 +16,9 @@ use super::classes::tier_classes;
 use super::decision::{Decision, Verdict};
 use super::priority::is_admin;
 use super::violation::Violation;
-use crate::plan::dra::allowed_device_classes;
-use crate::policy::{DraClaimAction, DraGenericClassAction, FailureMode, GpuClass, TierPolicySpec};
+use crate::policy::{
+    DraClaimAction, DraGenericClassAction, FailureMode, GpuClass, TierPolicySpec, allowed_device_classes,
+};
 use crate::request::Request;
 use crate::view::{ClaimTemplateView, DeviceRequestView, Snapshot};
 

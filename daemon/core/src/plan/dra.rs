@@ -14,6 +14,7 @@ use k8s_openapi::api::resource::v1::{CELDeviceSelector, DeviceClass, DeviceClass
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
+pub use crate::policy::allowed_device_classes;
 use crate::policy::{GpuClass, TierPolicySpec};
 
 /// Most mappings Kueue's Configuration accepts (`resources.deviceClassMappings`, v0.19 validation).
@@ -29,16 +30,6 @@ pub struct DeviceClassMapping {
     pub name: String,
     /// The DeviceClasses counted as `name`, in policy order.
     pub device_class_names: Vec<String>,
-}
-
-/// The DeviceClasses a tier's claims may name, and the in-server gate's
-/// `deviceClasses`: each of the tier's classes' (`tier_classes`) and the shared ones.
-pub fn allowed_device_classes(policy: &TierPolicySpec, tier_classes: &[&GpuClass]) -> Vec<String> {
-    tier_classes
-        .iter()
-        .filter_map(|class| class.device_class_name())
-        .chain(policy.admission.shared_device_classes.iter().cloned())
-        .collect()
 }
 
 /// The CEL expression selecting the devices of `driver`.
@@ -90,8 +81,8 @@ pub fn kueue_configuration_fragment(mappings: &[DeviceClassMapping]) -> Option<S
         return None;
     }
     let mut text = String::from(
-        "# Kueue Configuration (kueue-system/kueue-manager-config, key controller_manager_config.yaml): merge into\n\
-         # `resources`, then restart Kueue. tiergate cannot edit it; `tiergate check --kubeconfig` compares it.\n\
+        "# Kueue's Configuration (ConfigMap kueue-manager-config, key controller_manager_config.yaml):\n\
+         # merge into `resources`, then restart Kueue. tiergate cannot edit it; `tiergate check --kubeconfig` compares it.\n\
          resources:\n  deviceClassMappings:\n",
     );
     for mapping in mappings {

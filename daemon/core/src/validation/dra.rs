@@ -77,7 +77,7 @@ fn check_class(spec: &TierPolicySpec, path: &str, class: &GpuClass, problems: &m
     let device_class = device_class_name(&class.name);
     if !is_qualified_name(&device_class) {
         problems.push(
-            format!("{path}"),
+            path.clone(),
             format!(
                 "the class's DeviceClass name {device_class:?} is longer than 63 characters (Kueue's \
                  deviceClassMappings need a qualified name)"
