@@ -335,7 +335,7 @@ fn check_with_a_kubeconfig_fails_when_kueues_configuration_lacks_the_dra_mapping
     assert!(report.contains("  DeviceClass h100.tiergate.io is not in Kueue's deviceClassMappings"), "{report}");
     assert!(report.contains("  DeviceClass l4.tiergate.io is not in Kueue's deviceClassMappings"), "{report}");
     assert!(report.contains("  the policy's DRA classes need (`tiergate render --kueue-config` prints the same):\n"));
-    assert!(report.contains("    # Kueue Configuration (kueue-system/kueue-manager-config, key"), "{report}");
+    assert!(report.contains("    # Kueue's Configuration (ConfigMap kueue-manager-config, key"), "{report}");
     assert!(
         report.contains("    resources:\n      deviceClassMappings:\n        - name: nvidia.com/gpu\n"),
         "{report}"

@@ -7,7 +7,6 @@
 //! (`research`) has h100 (`h100.tiergate.io`); both classes are found through NVIDIA's driver `gpu.nvidia.com`.
 #![cfg(test)]
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -17,8 +16,8 @@ use tiergate::inputs::{parse_cluster_view, parse_policy};
 use tiergate::policy::{DraClaimAction, DraGenericClassAction, TierPolicy};
 use tiergate::view::Snapshot;
 
-use crate::gate_support::{CompiledGate, GateOutcome, gate_of, with_big_stack};
-use crate::tenant::{tenant_review, tenant_review_body};
+use crate::gate_support::GateOutcome;
+use crate::tenant::{denial, denied, gate_in, tenant_review, tenant_review_body};
 
 const BRONZE: &str = "team-dev";
 const GOLD: &str = "research";
@@ -95,42 +94,16 @@ fn created_by(object: &Value, user: &str) -> Request {
     request
 }
 
-fn denied(decision: &Decision, reason: &str) -> String {
-    match &decision.verdict {
-        Verdict::Deny { reason: actual, message } => {
-            assert_eq!(*actual, reason, "{message}");
-            message.clone()
-        }
-        other => panic!("expected deny ({reason}), got {other:?}; reasons {:?}", decision.reasons),
-    }
-}
-
 /// The gate's outcome for `object` created by `user` (the webhook down: the object as sent).
 fn gate_as(policy: TierPolicy, object: &Value, user: &str) -> GateOutcome {
     let body: Value = serde_json::from_str(&tenant_review_body("CREATE", object, None, false, &[])).unwrap();
     let mut request = body["request"].clone();
     request["userInfo"]["username"] = json!(user);
-    let namespace = request["namespace"].as_str().unwrap_or_default().to_owned();
-    with_big_stack(move || {
-        let labels: BTreeMap<String, String> = cluster()
-            .namespaces
-            .iter()
-            .find(|ns| ns.name == namespace)
-            .map(|ns| ns.labels.to_btree_map())
-            .unwrap_or_default();
-        CompiledGate::new(gate_of(&policy)).run(&request, &labels)
-    })
+    gate_in(policy, cluster(), request)
 }
 
 fn gate(object: &Value) -> GateOutcome {
     gate_as(policy(), object, "mallory")
-}
-
-fn gate_denial(outcome: &GateOutcome) -> String {
-    match outcome {
-        GateOutcome::Denied(messages) => messages.join("\n"),
-        other => panic!("expected the gate to deny, got {other:?}"),
-    }
 }
 
 fn final_object(decision: &Decision, sent: &Value) -> Value {
@@ -158,7 +131,7 @@ fn bronze_template_naming_the_h100_class_is_refused_with_the_webhook_up_and_down
             && message.contains("Fix: name DeviceClass l4.tiergate.io"),
         "{message}"
     );
-    let gate_message = gate_denial(&gate(&object));
+    let gate_message = denial(&gate(&object));
     assert!(gate_message.contains("may name only the tier's DeviceClasses"), "{gate_message}");
 }
 
@@ -178,7 +151,7 @@ fn the_generic_class_with_an_h100_selector_is_retargeted_to_l4_or_refused() {
     // The retargeted template passes the gate (the selector ANDs with l4's: it can only match no device).
     assert_eq!(gate(&after), GateOutcome::Admitted);
     // With the webhook down nothing retargets it: refused.
-    gate_denial(&gate(&object));
+    denial(&gate(&object));
     // And when the policy says Deny, the webhook refuses it too.
     let mut strict = policy();
     strict.spec.admission.dra_generic_classes = DraGenericClassAction::Deny;
@@ -194,7 +167,7 @@ fn a_first_available_list_with_one_foreign_alternative_is_refused() {
     let object = template(BRONZE, "either", vec![request]);
     let message = denied(&webhook(policy(), &[], &create(&object)), "foreign_device_class");
     assert!(message.contains("devices.requests[0].firstAvailable[1].deviceClassName names h100"), "{message}");
-    gate_denial(&gate(&object));
+    denial(&gate(&object));
 }
 
 #[test]
@@ -206,7 +179,7 @@ fn admin_access_and_allocation_mode_all_are_refused_even_on_the_tiers_class() {
         let object = claim(BRONZE, vec![exactly(L4, extra)]);
         let message = denied(&webhook(policy(), &[], &create(&object)), reason);
         assert!(message.contains(field), "{message}");
-        gate_denial(&gate(&object));
+        denial(&gate(&object));
     }
 }
 
@@ -215,7 +188,7 @@ fn a_device_class_tiergate_does_not_know_is_refused_unless_the_policy_confines()
     let object = template(BRONZE, "other", vec![exactly("example.com-fpga", json!({}))]);
     let message = denied(&webhook(policy(), &[], &create(&object)), "unknown_device_class");
     assert!(message.contains("sharedDeviceClasses"), "{message}");
-    gate_denial(&gate(&object));
+    denial(&gate(&object));
     let mut confine = policy();
     confine.spec.admission.dra_claims = DraClaimAction::Confine;
     assert_eq!(webhook(confine.clone(), &[], &create(&object)).verdict, Verdict::Allow);
@@ -223,7 +196,7 @@ fn a_device_class_tiergate_does_not_know_is_refused_unless_the_policy_confines()
     // Confine never opens another tier's class.
     let foreign = template(BRONZE, "h100", vec![exactly(H100, json!({}))]);
     denied(&webhook(confine.clone(), &[], &create(&foreign)), "foreign_device_class");
-    gate_denial(&gate_as(confine, &foreign, "mallory"));
+    denial(&gate_as(confine, &foreign, "mallory"));
     // A shared DeviceClass is for every tier.
     let mut shared = policy();
     shared.spec.admission.shared_device_classes = vec!["example.com-fpga".to_owned()];
@@ -236,7 +209,7 @@ fn a_claim_made_by_the_controller_from_a_stale_template_is_refused_by_both_gates
     // The template was written before team-dev joined bronze; kube-controller-manager makes the pod's claim from it.
     let object = claim(BRONZE, vec![exactly(H100, json!({}))]);
     denied(&webhook(policy(), &[], &created_by(&object, CLAIM_CONTROLLER)), "foreign_device_class");
-    gate_denial(&gate_as(policy(), &object, CLAIM_CONTROLLER));
+    denial(&gate_as(policy(), &object, CLAIM_CONTROLLER));
 }
 
 #[test]
@@ -260,7 +233,7 @@ fn a_direct_resource_claim_name_is_refused_kueue_would_not_charge_it() {
         json!([{"name": "gpu", "resourceClaimName": "mine"}]),
         Some(json!({"nvidia.com/gpu.product": "NVIDIA-L4"})),
     );
-    let gate_message = gate_denial(&gate(&confined));
+    let gate_message = denial(&gate(&confined));
     assert!(gate_message.contains("name no ResourceClaim directly"), "{gate_message}");
 }
 
@@ -276,14 +249,14 @@ fn a_job_claiming_its_tiers_class_is_pinned_to_that_class_and_queued() {
     assert_eq!(after["spec"]["suspend"], true);
     assert_eq!(gate(&after), GateOutcome::Admitted);
     // With the webhook down, the same Job as sent is not confined to the tier: refused.
-    gate_denial(&gate(&object));
+    denial(&gate(&object));
 }
 
 #[test]
 fn gold_may_not_claim_l4_and_bronze_may_not_claim_gold_by_a_claim_object() {
     let object = claim(GOLD, vec![exactly(L4, json!({}))]);
     denied(&webhook(policy(), &[], &create(&object)), "foreign_device_class");
-    gate_denial(&gate(&object));
+    denial(&gate(&object));
     let ok = claim(GOLD, vec![exactly(H100, json!({}))]);
     assert_eq!(webhook(policy(), &[], &create(&ok)).verdict, Verdict::Allow);
     assert_eq!(gate(&ok), GateOutcome::Admitted);

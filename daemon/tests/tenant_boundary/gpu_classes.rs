@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use crate::tenant::{parse_tenant_body, tenant_review, tenant_review_body};
+use crate::tenant::{denied, parse_tenant_body, tenant_review, tenant_review_body};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiergate::admission::Request;
@@ -92,17 +92,6 @@ fn patched(request: &Request, decision: &Decision) -> Value {
     let mut object = serde_json::to_value(request.object.as_ref().unwrap()).unwrap();
     json_patch::patch(&mut object, &decision.patch).unwrap();
     object
-}
-
-/// The denial's message, failing the test on any other verdict.
-fn denied(decision: &Decision, reason: &str) -> String {
-    match &decision.verdict {
-        Verdict::Deny { reason: actual, message } => {
-            assert_eq!(*actual, reason, "{message}");
-            message.clone()
-        }
-        other => panic!("expected deny ({reason}), got {other:?}; reasons {:?}", decision.reasons),
-    }
 }
 
 /// The pod spec of the admitted object (the Pod's spec or the first template's), failing on anything but allow.

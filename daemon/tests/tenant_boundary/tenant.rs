@@ -3,7 +3,14 @@
 #![cfg(test)]
 
 use serde_json::{Value, json};
-use tiergate::admission::Request;
+use tiergate::admission::{Decision, Request, Verdict};
+
+use std::collections::BTreeMap;
+
+use tiergate::policy::TierPolicy;
+use tiergate::view::ClusterView;
+
+use crate::gate_support::{CompiledGate, GateOutcome, gate_of, with_big_stack};
 use tiergate::admission::parse_review;
 
 /// The review of `operation` on `object` (and `old` for UPDATE), sent for user `mallory` in `groups`.
@@ -33,4 +40,38 @@ pub fn tenant_review_body(
 /// A review body read as the webhook reads it.
 pub fn parse_tenant_body(body: &[u8]) -> Request {
     parse_review(body).unwrap_or_else(|(_, error)| panic!("{error}"))
+}
+
+/// The denial's message, failing the test on any other verdict.
+pub fn denied(decision: &Decision, reason: &str) -> String {
+    match &decision.verdict {
+        Verdict::Deny { reason: actual, message } => {
+            assert_eq!(*actual, reason, "{message}");
+            message.clone()
+        }
+        other => panic!("expected deny ({reason}), got {other:?}; reasons {:?}", decision.reasons),
+    }
+}
+
+/// The in-server gate's denial messages, failing the test on any other outcome.
+pub fn denial(outcome: &GateOutcome) -> String {
+    match outcome {
+        GateOutcome::Denied(messages) => messages.join("\n"),
+        other => panic!("expected a denial, got {other:?}"),
+    }
+}
+
+/// What the in-server gate of `policy` does with `request` (the AdmissionRequest as JSON) in the cluster `view` (the
+/// webhook down: the object as sent).
+pub fn gate_in(policy: TierPolicy, view: ClusterView, request: Value) -> GateOutcome {
+    with_big_stack(move || {
+        let namespace = request["namespace"].as_str().unwrap_or_default().to_owned();
+        let labels: BTreeMap<String, String> = view
+            .namespaces
+            .iter()
+            .find(|ns| ns.name == namespace)
+            .map(|ns| ns.labels.to_btree_map())
+            .unwrap_or_default();
+        CompiledGate::new(gate_of(&policy)).run(&request, &labels)
+    })
 }

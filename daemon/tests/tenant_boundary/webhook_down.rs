@@ -6,14 +6,12 @@
 //! priority ceiling gpu-high in the sample policy).
 #![cfg(test)]
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 use tiergate::admission::{AdmissionInputs, Verdict, build_static_snapshot, mutate};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 
-use crate::gate_support::{CompiledGate, GateOutcome, gate_of, with_big_stack};
-use crate::tenant::{tenant_review, tenant_review_body};
+use crate::gate_support::GateOutcome;
+use crate::tenant::{denial, gate_in, tenant_review, tenant_review_body};
 
 const BRONZE: &str = "ml-team-dev";
 const CLASS: &str = "gpu.nvidia.com/class";
@@ -26,25 +24,7 @@ fn request_of(operation: &str, object: &Value, old: Option<&Value>) -> Value {
 
 /// What the gate does with `request` (the webhook down: the object as sent).
 fn gate(request: Value) -> GateOutcome {
-    with_big_stack(move || {
-        let policy = load_policy(None).unwrap();
-        let view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
-        let namespace = request["namespace"].as_str().unwrap_or_default().to_owned();
-        let labels: BTreeMap<String, String> = view
-            .namespaces
-            .iter()
-            .find(|ns| ns.name == namespace)
-            .map(|ns| ns.labels.to_btree_map())
-            .unwrap_or_default();
-        CompiledGate::new(gate_of(&policy)).run(&request, &labels)
-    })
-}
-
-fn denial(outcome: &GateOutcome) -> String {
-    match outcome {
-        GateOutcome::Denied(messages) => messages.join("\n"),
-        other => panic!("expected a denial, got {other:?}"),
-    }
+    gate_in(load_policy(None).unwrap(), parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), request)
 }
 
 fn gpu_spec(extra: Value) -> Value {
