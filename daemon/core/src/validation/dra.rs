@@ -200,4 +200,23 @@ mod tests {
             "{found:?}"
         );
     }
+
+    #[test]
+    fn a_dra_class_without_node_labels_may_not_share_a_tier_with_another_flavor() {
+        let text = include_str!("../../../../samples/dra/policy.yaml")
+            .replace("      nodeLabels: {nvidia.com/gpu.product: NVIDIA-L4}\n", "")
+            .replace("      gpuClass: h100\n", "      gpuClass: h100\n      fallbackGpuClasses: [l4]\n");
+        let policy = parse_policy(&text, "test").expect("parses");
+        let found: Vec<String> = match validate_policy(&policy) {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+        };
+        assert!(
+            found.iter().any(|line| line.starts_with("spec.tiers[0]: tier gold has 1 flavor(s) besides DRA class l4")
+                && line.contains("give GPU class l4 the nodeLabels")),
+            "{found:?}"
+        );
+        // Alone in its tier (bronze), the same class is fine.
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
 }
