@@ -29,6 +29,8 @@ pub const DEFAULT_PORT: u16 = 9443;
 pub const RUN_LABEL: &str = "e2e.tiergate.io/run";
 /// Name of the one webhook in the configuration (a fully qualified name, as the API requires).
 pub const WEBHOOK_NAME: &str = "mutate.e2e.tiergate.io";
+/// DRA's API group (ResourceClaims, ResourceClaimTemplates).
+const CLAIM_GROUP: &str = "resource.k8s.io";
 /// Long enough for any run; the CA and certificate exist only in this process and a temporary directory.
 const CERTIFICATE_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 
@@ -218,9 +220,10 @@ impl FailurePolicy {
     }
 }
 
-/// A MutatingWebhookConfiguration sending CREATE and UPDATE of Pods, Jobs, Deployments and StatefulSets in the
-/// namespaces labelled `RUN_LABEL: run` to `endpoint`, trusting `ca_pem`. `failurePolicy: Fail` makes a webhook
-/// the API server cannot reach visible as errors instead of silently unmutated objects.
+/// A MutatingWebhookConfiguration sending CREATE and UPDATE of Pods, Jobs, Deployments and StatefulSets, and
+/// CREATE of DRA ResourceClaims and ResourceClaimTemplates (as the chart's `claims.tiergate.io`: their spec is
+/// immutable), in the namespaces labelled `RUN_LABEL: run` to `endpoint`, trusting `ca_pem`. `failurePolicy:
+/// Fail` makes a webhook the API server cannot reach visible as errors instead of silently unmutated objects.
 pub fn build_webhook_configuration(
     name: &str,
     endpoint: &WebhookEndpoint,
@@ -238,13 +241,14 @@ pub fn build_webhook_configuration_with(
     run: &str,
     failure_policy: FailurePolicy,
 ) -> MutatingWebhookConfiguration {
-    let rule = |group: &str, resources: &[&str]| RuleWithOperations {
+    let rule_for = |group: &str, resources: &[&str], operations: &[&str]| RuleWithOperations {
         api_groups: Some(vec![group.to_owned()]),
         api_versions: Some(vec!["v1".to_owned()]),
-        operations: Some(vec!["CREATE".to_owned(), "UPDATE".to_owned()]),
+        operations: Some(operations.iter().map(|operation| (*operation).to_owned()).collect()),
         resources: Some(resources.iter().map(|resource| (*resource).to_owned()).collect()),
         scope: Some("Namespaced".to_owned()),
     };
+    let rule = |group: &str, resources: &[&str]| rule_for(group, resources, &["CREATE", "UPDATE"]);
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -271,6 +275,9 @@ pub fn build_webhook_configuration_with(
                 rule("", &["pods"]),
                 rule("batch", &["jobs"]),
                 rule("apps", &["deployments", "statefulsets"]),
+                // No suite but the DRA one makes claims; a rule for an API the server does not serve matches
+                // nothing.
+                rule_for(CLAIM_GROUP, &["resourceclaims", "resourceclaimtemplates"], &["CREATE"]),
             ]),
             ..MutatingWebhook::default()
         }]),
@@ -432,7 +439,19 @@ mod tests {
                     .map(|resource| format!("{}/{resource}", rule.api_groups.as_ref().unwrap()[0]))
             })
             .collect();
-        assert_eq!(resources, ["/pods", "batch/jobs", "apps/deployments", "apps/statefulsets"]);
+        assert_eq!(
+            resources,
+            [
+                "/pods",
+                "batch/jobs",
+                "apps/deployments",
+                "apps/statefulsets",
+                "resource.k8s.io/resourceclaims",
+                "resource.k8s.io/resourceclaimtemplates"
+            ]
+        );
+        let claims = webhook.rules.iter().flatten().find(|rule| rule.api_groups == Some(vec![CLAIM_GROUP.to_owned()]));
+        assert_eq!(claims.and_then(|rule| rule.operations.clone()), Some(vec!["CREATE".to_owned()]));
     }
 
     #[test]
