@@ -133,6 +133,7 @@ fn bronze_template_naming_the_h100_class_is_refused_with_the_webhook_up_and_down
     );
     let gate_message = denial(&gate(&object));
     assert!(gate_message.contains("may name only the tier's DeviceClasses"), "{gate_message}");
+    assert!(!gate_message.contains("  ") && !message.contains("  "), "one space between words: {gate_message}");
 }
 
 #[test]

@@ -79,7 +79,9 @@ fn claim_validation() -> Validation {
             claim_within_tier("variables.claim")
         ),
         message: Some(
-            "a DRA claim in this tier may name only the tier's DeviceClasses (TierGateParameters              spec.tier.deviceClasses), without adminAccess or allocationMode: All; a driver's generic DeviceClass              is replaced by the tier's only while the tiergate webhook answers — name the tier's DeviceClass"
+            "a DRA claim in this tier may name only the tier's DeviceClasses (TierGateParameters \
+             spec.tier.deviceClasses), without adminAccess or allocationMode: All; a driver's generic DeviceClass \
+             is replaced by the tier's only while the tiergate webhook answers — name the tier's DeviceClass"
                 .to_owned(),
         ),
         reason: Some("Forbidden".to_owned()),
