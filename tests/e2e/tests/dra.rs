@@ -823,21 +823,30 @@ async fn check_held_for_quota(client: &Client, run: &Run, job: &str) -> Result<(
     ensure(!is_true(&workload, "Admitted") && message.contains("insufficient") && message.contains(GPU), || {
         format!("{job} is not held for want of {GPU} quota: {message}")
     })?;
-    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
-    let queue = queues.get(&cluster_queue_name(&run.tier)).await?;
-    let usage = queue.data["status"]["flavorsUsage"].as_array().cloned().unwrap_or_default();
-    let used = usage
-        .iter()
-        .filter(|flavor| flavor["name"] == gpu_class_flavor_name("l4"))
-        .flat_map(|flavor| flavor["resources"].as_array().cloned().unwrap_or_default())
-        .find(|resource| resource["name"] == GPU)
-        .and_then(|resource| resource["total"].as_str().map(str::to_owned));
+    // Kueue writes the ClusterQueue's status after its own cache has admitted: wait for it to show the quota used.
     let queue = cluster_queue_name(&run.tier);
-    println!("{TEST}: ClusterQueue {queue} flavorsUsage: l4 {GPU} total {}", used.as_deref().unwrap_or("none"));
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
+    let gpus_used = || async {
+        let found = queues.get(&queue).await.ok()?;
+        let usage = found.data["status"]["flavorsUsage"].as_array()?.clone();
+        let total = usage
+            .iter()
+            .filter(|flavor| flavor["name"] == gpu_class_flavor_name("l4"))
+            .flat_map(|flavor| flavor["resources"].as_array().cloned().unwrap_or_default())
+            .find(|resource| resource["name"] == GPU)
+            .and_then(|resource| resource["total"].as_str().map(str::to_owned));
+        Some((total, usage))
+    };
     let quota = BRONZE_GPUS.to_string();
-    ensure(used.as_deref() == Some(quota.as_str()), || {
-        format!("bronze's ClusterQueue does not use its {quota} GPUs of flavor l4: {usage:?}")
+    let shown = wait_for(&format!("ClusterQueue {queue} to show {quota} {GPU} used"), SCHEDULED, || async {
+        gpus_used().await.and_then(|(total, _)| total).filter(|total| *total == quota)
     })
+    .await;
+    if let Err(error) = shown {
+        return Err(format!("{error}; its flavorsUsage: {:?}", gpus_used().await.map(|(_, usage)| usage)).into());
+    }
+    println!("{TEST}: ClusterQueue {queue} status.flavorsUsage: l4 {GPU} total {quota}");
+    Ok(())
 }
 
 /// Refused, by the webhook or the gate as `source` names, with every one of `parts` in the message.
