@@ -4,7 +4,24 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Runs `tiergate explain` on a shared workload file; returns (exit code, stdout).
+/// Runs `tiergate explain` with the policy and cluster view of `samples/<sample>` on `workload`; returns (exit
+/// code, stdout).
+#[cfg(test)]
+fn explain_in(sample: &str, workload: &std::path::Path) -> (i32, String) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("explain")
+        .arg("--policy")
+        .arg(root.join(format!("samples/{sample}/policy.yaml")))
+        .arg("--cluster")
+        .arg(root.join(format!("samples/{sample}/cluster.yaml")))
+        .arg(workload)
+        .output()
+        .unwrap();
+    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
+}
+
+/// Runs `tiergate explain` on a shared workload file with the kubenexus sample; returns (exit code, stdout).
 #[cfg(test)]
 fn explain(workload: &str) -> (i32, String) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -12,16 +29,7 @@ fn explain(workload: &str) -> (i32, String) {
         .into_iter()
         .find(|dir| dir.is_dir())
         .unwrap();
-    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
-        .arg("explain")
-        .arg("--policy")
-        .arg(root.join("samples/kubenexus/policy.yaml"))
-        .arg("--cluster")
-        .arg(root.join("samples/kubenexus/cluster.yaml"))
-        .arg(workloads.join(workload))
-        .output()
-        .unwrap();
-    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
+    explain_in("kubenexus", &workloads.join(workload))
 }
 
 #[test]
@@ -53,17 +61,8 @@ fn explain_queues_every_kind_kueue_manages_from_the_samples_in_the_bronze_queue(
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let samples = ["rayjob", "raycluster", "pytorchjob", "trainjob", "mpijob", "lws", "appwrapper", "cronjob"];
     for sample in samples {
-        let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
-            .arg("explain")
-            .arg("--policy")
-            .arg(root.join("samples/kubenexus/policy.yaml"))
-            .arg("--cluster")
-            .arg(root.join("samples/kubenexus/cluster.yaml"))
-            .arg(root.join(format!("samples/workloads/{sample}-bronze.yaml")))
-            .output()
-            .unwrap();
-        let out = String::from_utf8(output.stdout).unwrap();
-        assert_eq!(output.status.code(), Some(0), "{sample}: {out}");
+        let (code, out) = explain_in("kubenexus", &root.join(format!("samples/workloads/{sample}-bronze.yaml")));
+        assert_eq!(code, 0, "{sample}: {out}");
         assert!(out.starts_with("decision: admit with"), "{sample}: {out}");
         assert!(out.contains("queued in LocalQueue tiergate-bronze"), "{sample}: {out}");
     }
@@ -93,26 +92,10 @@ fn explain_shows_the_tiers_topology_rule_applied_to_a_multi_pod_job() {
     );
 }
 
-/// Runs `tiergate explain` on `samples/dra` with the workload `file` (a path under the repository root).
-#[cfg(test)]
-fn explain_dra(file: &std::path::Path) -> (i32, String) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
-        .arg("explain")
-        .arg("--policy")
-        .arg(root.join("samples/dra/policy.yaml"))
-        .arg("--cluster")
-        .arg(root.join("samples/dra/cluster.yaml"))
-        .arg(file)
-        .output()
-        .unwrap();
-    (output.status.code().unwrap(), String::from_utf8(output.stdout).unwrap())
-}
-
 #[test]
 fn explain_shows_a_dra_jobs_devices_per_class_and_what_kueue_charges() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let (code, out) = explain_dra(&root.join("samples/dra/job-bronze.yaml"));
+    let (code, out) = explain_in("dra", &root.join("samples/dra/job-bronze.yaml"));
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(
@@ -131,7 +114,7 @@ fn explain_refuses_a_job_whose_template_names_another_tiers_class() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("job.yaml");
     std::fs::write(&path, text).unwrap();
-    let (code, out) = explain_dra(&path);
+    let (code, out) = explain_in("dra", &path);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("deny (foreign_device_class)") && out.contains("ResourceClaimTemplate old-h100"), "{out}");
 }
