@@ -167,6 +167,10 @@ impl std::fmt::Debug for Cleanup {
     }
 }
 
+/// How long cleanup waits for a TierPolicy's generated objects to be collected (Kueue's finalizers release a flavor
+/// once no ClusterQueue names it).
+const OWNED_CLEANUP: Duration = Duration::from_secs(60);
+
 impl Cleanup {
     /// An empty guard.
     pub fn new(client: Client) -> Self {
@@ -188,10 +192,26 @@ impl Cleanup {
                 Some(namespace) => Api::namespaced_with(self.client.clone(), namespace, &item.resource),
                 None => Api::all_with(self.client.clone(), &item.resource),
             };
-            if let Err(error) = api.delete(&item.name, &DeleteParams::background()).await
+            // A TierPolicy goes in the foreground and is waited out: the garbage collector deletes what it owns
+            // only while it can resolve the owner's kind, which it cannot once the TierPolicy CRD (deleted after
+            // it, tracked first) is gone; its ClusterQueues and flavors would stay behind.
+            let owner = item.resource.kind == "TierPolicy";
+            let params = if owner { DeleteParams::foreground() } else { DeleteParams::background() };
+            if let Err(error) = api.delete(&item.name, &params).await
                 && !matches!(&error, kube::Error::Api(status) if status.code == 404)
             {
                 println!("cleanup: failed to delete {} {}: {error}", item.resource.kind, item.name);
+            }
+            if owner {
+                let gone = wait_for("a TierPolicy's objects to be deleted", OWNED_CLEANUP, || {
+                    let api = api.clone();
+                    let name = item.name.clone();
+                    async move { api.get_opt(&name).await.ok().flatten().is_none().then_some(()) }
+                })
+                .await;
+                if let Err(error) = gone {
+                    println!("cleanup: TierPolicy {} still has objects: {error}", item.name);
+                }
             }
         }
     }
