@@ -67,6 +67,17 @@ pub enum ReconcileError {
     /// The translation failed.
     #[error(transparent)]
     BuildDesired(#[from] DesiredError),
+    /// Some objects could not be applied (each one's error in `summary`); every other object of the policy was,
+    /// and nothing was pruned.
+    #[error(
+        "failed to apply {count} object(s); every other object of the policy was applied and nothing was pruned: {summary}"
+    )]
+    Unapplied {
+        /// How many objects failed.
+        count: usize,
+        /// Each failure, `; `-separated.
+        summary: String,
+    },
 }
 
 impl ReconcileError {
@@ -81,6 +92,21 @@ impl ReconcileError {
             Self::DeleteObject { .. } => "delete_object",
             Self::WriteStatus { .. } => "write_status",
             Self::BuildDesired(error) => error.reason(),
+            Self::Unapplied { .. } => "unapplied_objects",
+        }
+    }
+
+    /// Whether the failure is one object's own (the API server, Kueue's webhook or a CRD rule refused that object,
+    /// or it kept conflicting): the reconcile goes on with the others. Anything else (no Lease, RBAC, the API
+    /// server not answering, a failed translation) stops it, as every other write would fail the same way.
+    pub fn is_one_objects(&self) -> bool {
+        match self {
+            Self::ApplyConflict { .. } => true,
+            Self::ApplyObject { source: kube::Error::Api(status), .. }
+            | Self::ReadObject { source: kube::Error::Api(status), .. } => {
+                !status.is_forbidden() && status.code != 401 && status.code < 500
+            }
+            _ => false,
         }
     }
 
@@ -94,7 +120,9 @@ impl ReconcileError {
             | Self::ReadObject { source, .. }
             | Self::DeleteObject { source, .. }
             | Self::WriteStatus { source, .. } => source,
-            Self::ApplyConflict { .. } | Self::BuildDesired(_) => return Some(BlockedReason::ReconcileFailing),
+            Self::ApplyConflict { .. } | Self::BuildDesired(_) | Self::Unapplied { .. } => {
+                return Some(BlockedReason::ReconcileFailing);
+            }
         };
         Some(match source {
             kube::Error::Api(status) if status.is_forbidden() => BlockedReason::WriteForbidden,

@@ -1,5 +1,5 @@
-//! The Events a reconcile publishes for what it changed (`Applied`, `Pruned`, `QueueMigrated`); none in a steady
-//! state; does I/O through [`super::writes`].
+//! The Events a reconcile publishes for what it changed (`Applied`, `Pruned`, `QueueMigrated`) and each object it
+//! could not apply (`ApplyFailed`); none in a steady state; does I/O through [`super::writes`].
 
 use kube::runtime::events::EventType;
 
@@ -10,6 +10,14 @@ use crate::policy::{QueueMigration, TierPolicy};
 /// Up to this many namespaces moved in one reconcile get a `QueueMigrated` Event each; more (a relabel of many
 /// namespaces at once) get one Event that names the first few and counts the rest, instead of one write each.
 const MIGRATION_EVENTS: usize = 8;
+
+/// One Warning Event per object the API server refused (`ApplyFailed`), naming it and the error, so each failing
+/// object is seen on the policy; the reconcile then retries them with backoff.
+pub(super) async fn publish_apply_failures(ctx: &Context, policy: &TierPolicy, failed: &[super::ReconcileError]) {
+    for error in failed {
+        writes::publish_event(ctx, policy, EventType::Warning, "ApplyFailed", error.to_string()).await;
+    }
+}
 
 /// Events for what this reconcile changed (none in a steady state).
 pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, applied: &[String], retired: &Retired) {

@@ -264,10 +264,18 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
-    let mut applied = apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue).await?;
+    let mut applied = Applied::default();
+    apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue, &mut applied).await?;
     // The snapshots end with the LocalQueue rounds: one rebuilt meanwhile is the only one alive while pruning.
     let local_queues = apply_local_queues_until_still(ctx, policy, snapshot, &mut applied).await?;
-    applied.extend(apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue).await?);
+    apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue, &mut applied).await?;
+    if !applied.failed.is_empty() {
+        // What failed may be what the objects to prune are being replaced by: nothing is pruned until all apply.
+        events::publish_outcome_events(ctx, policy, &applied.names, &prune::Retired::default()).await;
+        events::publish_apply_failures(ctx, policy, &applied.failed).await;
+        return Err(applied.into_error());
+    }
+    let applied = applied.names;
     let wanted = prune::Wanted {
         cluster: cluster_scoped.objects.iter().map(|object| (object.kind, object.object.name_any())).collect(),
         local_queues,
@@ -340,14 +348,14 @@ async fn apply_cluster_scoped(
     ctx: &Context,
     desired: &DesiredSet,
     phase: impl Fn(KueueKind) -> bool,
-) -> Result<Vec<String>, ReconcileError> {
-    let mut applied = Vec::new();
+    applied: &mut Applied,
+) -> Result<(), ReconcileError> {
     for kind in KueueKind::ALL.into_iter().filter(|kind| phase(*kind)) {
         let objects: Vec<DynamicObject> =
             desired.objects.iter().filter(|object| object.kind == kind).map(|object| object.object.clone()).collect();
-        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied, &mut SentBodies::new()).await?;
+        apply_kind(ctx, kind, objects.into_iter().map(Ok), applied, &mut SentBodies::new()).await?;
     }
-    Ok(applied)
+    Ok(())
 }
 
 /// Applies the LocalQueues of `snapshot`'s namespaces, then those of the namespaces that changed meanwhile, for as
@@ -358,7 +366,7 @@ async fn apply_local_queues_until_still(
     ctx: &Context,
     policy: &TierPolicy,
     mut snapshot: Arc<Snapshot>,
-    applied: &mut Vec<String>,
+    applied: &mut Applied,
 ) -> Result<HashMap<String, String>, ReconcileError> {
     let mut sent = SentBodies::new();
     let started = tokio::time::Instant::now();
@@ -402,6 +410,23 @@ fn changed_namespaces(before: &Snapshot, after: &Snapshot) -> HashSet<String> {
     replaced_or_added.map(|(name, _)| name.clone()).chain(removed.cloned()).collect()
 }
 
+/// What the applies of one reconcile did: the objects written, and those the API server refused on their own.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// `Kind name` of each object written.
+    pub(super) names: Vec<String>,
+    /// Each object's own refusal ([`ReconcileError::is_one_objects`]).
+    pub(super) failed: Vec<ReconcileError>,
+}
+
+impl Applied {
+    /// The reconcile's error when some objects failed.
+    pub(super) fn into_error(self) -> ReconcileError {
+        let summary: Vec<String> = self.failed.iter().map(ToString::to_string).collect();
+        ReconcileError::Unapplied { count: summary.len(), summary: summary.join("; ") }
+    }
+}
+
 /// The bodies one reconcile already applied, by object and applied-body hash: a later round of the same reconcile
 /// does not apply them again while the watch cache has not caught up with the first.
 pub(super) type SentBodies = HashSet<(Option<String>, String, String)>;
@@ -417,7 +442,7 @@ async fn apply_local_queues(
     ctx: &Context,
     policy: &TierPolicy,
     namespaces: Vec<&NamespaceView>,
-    applied: &mut Vec<String>,
+    applied: &mut Applied,
     sent: &mut SentBodies,
 ) -> Result<HashMap<String, String>, ReconcileError> {
     let mut wanted = HashMap::new();
@@ -433,14 +458,16 @@ async fn apply_local_queues(
 }
 
 /// Applies the objects of one kind that need a write and are not in `sent`, up to [`APPLY_CONCURRENCY`] at once;
-/// objects are pulled from `desired` only as slots free up, and each applied one is added to `sent`. The first
-/// error stops the kind (in-flight applies are dropped) and is returned; the next reconcile, after the error
-/// policy's backoff, starts over from the cache.
+/// objects are pulled from `desired` only as slots free up, and each applied one is added to `sent`. An object the
+/// API server refuses on its own ([`ReconcileError::is_one_objects`]: an immutable field, a webhook's or CRD
+/// rule's refusal) goes to `failed` and the others are still applied; any other error stops the kind (in-flight
+/// applies are dropped) and is returned. The next reconcile, after the error policy's backoff, starts over from
+/// the cache.
 async fn apply_kind(
     ctx: &Context,
     kind: KueueKind,
     desired: impl Iterator<Item = Result<DynamicObject, ReconcileError>>,
-    applied: &mut Vec<String>,
+    applied: &mut Applied,
     sent: &mut SentBodies,
 ) -> Result<(), ReconcileError> {
     let already_sent: &SentBodies = sent;
@@ -464,9 +491,17 @@ async fn apply_kind(
     let mut writes = futures::stream::iter(writes).buffer_unordered(APPLY_CONCURRENCY);
     let mut newly_sent = Vec::new();
     while let Some(result) = writes.next().await {
-        let (name, key) = result?;
-        applied.push(name);
-        newly_sent.extend(key);
+        match result {
+            Ok((name, key)) => {
+                applied.names.push(name);
+                newly_sent.extend(key);
+            }
+            Err(error) if error.is_one_objects() => {
+                tracing::warn!(kind = kind.name(), %error, "failed to apply one object; applying the others");
+                applied.failed.push(error);
+            }
+            Err(error) => return Err(error),
+        }
     }
     drop(writes);
     sent.extend(newly_sent);

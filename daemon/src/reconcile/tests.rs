@@ -340,6 +340,55 @@ async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports
 }
 
 #[tokio::test]
+async fn an_object_the_api_server_refuses_does_not_stop_the_rest_of_the_policy_and_is_reported_by_name() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver"), ("team-c", "bronze")]);
+    let policy = sample_policy();
+    let live = vec![owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default"))];
+    let mut echo = echo_server(policy.clone());
+    let refused = "Kueue's CRD rule refuses it: topologyName is immutable when topologyName is set";
+    let responder = move |call: &Call| {
+        if call.method == "PATCH" && call.path.ends_with("/resourceflavors/h100") {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
+                "reason": "Invalid", "message": refused});
+            return (StatusCode::UNPROCESSABLE_ENTITY, status);
+        }
+        echo(call)
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
+    let calls = api.finish(ctx).await;
+
+    assert_eq!(error.reason(), "unapplied_objects");
+    assert_eq!(error.blocker(), Some(BlockedReason::ReconcileFailing));
+    let message = error.to_string();
+    assert!(message.starts_with("failed to apply 1 object(s); every other object"), "{message}");
+    assert!(message.contains("ResourceFlavor h100") && message.contains("topologyName is immutable"), "{message}");
+    let applied = |suffix: &str| calls.iter().any(|call| call.method == "PATCH" && call.path.ends_with(suffix));
+    for suffix in [
+        "/resourceflavors/l4",
+        "/clusterqueues/tiergate-gold",
+        "/clusterqueues/tiergate-bronze",
+        "/namespaces/team-a/localqueues/tiergate-gold",
+        "/namespaces/team-c/localqueues/tiergate-bronze",
+        "/validatingadmissionpolicybindings/tiergate-gate-bronze",
+    ] {
+        assert!(applied(suffix), "{suffix} is applied although h100 was refused");
+    }
+    assert!(!calls.iter().any(|call| call.method == "DELETE"), "nothing is pruned while an object fails");
+    let event = calls
+        .iter()
+        .find(|call| call.method == "POST" && call.path.contains("/events") && call.body["reason"] == "ApplyFailed")
+        .expect("an ApplyFailed Event");
+    let note = event.body["note"].as_str().or(event.body["message"].as_str()).unwrap_or_default();
+    assert!(note.contains("ResourceFlavor h100"), "{}", event.body);
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert!(status["lastError"].as_str().unwrap_or_default().contains("ResourceFlavor h100"), "{status}");
+}
+
+#[tokio::test]
 async fn steady_state_makes_no_calls_at_all() {
     let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver")]);
     let policy = with_converged_status(sample_policy(), &snapshot);

@@ -180,9 +180,15 @@ async fn apply_and_prune(
         }
         by_kind.entry(object.kind).or_default().push(object.object);
     }
+    let mut outcome = super::Applied { names: applied, failed: Vec::new() };
     for (kind, objects) in by_kind {
-        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut applied, &mut SentBodies::new()).await?;
+        apply_kind(ctx, kind, objects.into_iter().map(Ok), &mut outcome, &mut SentBodies::new()).await?;
     }
+    // The rest was applied; the worker reports its first refused object, as before, and prunes nothing.
+    if let Some(first) = outcome.failed.into_iter().next() {
+        return Err(first);
+    }
+    let applied = outcome.names;
     let retired = prune::retire_orphans(ctx, &wanted).await?;
     let mut released = retired.deleted;
     for name in &changes.release {
