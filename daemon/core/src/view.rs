@@ -111,6 +111,13 @@ pub struct ClaimTemplateView {
     pub requests: Vec<DeviceRequestView>,
 }
 
+/// ResourceClaimTemplates keyed as [`Snapshot::claim_templates`] holds them, by (namespace, name).
+pub fn index_claim_templates(
+    templates: impl IntoIterator<Item = Arc<ClaimTemplateView>>,
+) -> BTreeMap<(String, String), Arc<ClaimTemplateView>> {
+    templates.into_iter().map(|template| ((template.namespace.clone(), template.name.clone()), template)).collect()
+}
+
 /// Everything the webhook decides from: an immutable copy of synced caches.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -145,6 +152,11 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// The ResourceClaimTemplate `name` of `namespace`, if the caches hold it.
+    pub fn claim_template(&self, namespace: &str, name: &str) -> Option<&ClaimTemplateView> {
+        self.claim_templates.get(&(namespace.to_owned(), name.to_owned())).map(Arc::as_ref)
+    }
+
     /// The cluster view (namespaces and nodes) for the translation; shares the snapshot's views.
     pub fn cluster_view(&self) -> ClusterView {
         ClusterView {

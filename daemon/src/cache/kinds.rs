@@ -215,6 +215,12 @@ impl KueueKind {
     }
 }
 
+/// DRA's ResourceClaimTemplates (`resource.k8s.io/v1`), which tiergate reads (never owns): the webhook judges a
+/// pod's claims by them, `why` lists them.
+pub fn claim_template_resource() -> ApiResource {
+    ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&())
+}
+
 /// The labels every object of policy `policy_name` carries; they alone select objects for pruning.
 pub fn build_ownership_labels(policy_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

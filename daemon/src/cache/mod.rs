@@ -35,7 +35,7 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use kube::Client;
 use kube::api::Api;
-use kube::core::{DynamicObject, PartialObjectMeta};
+use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -46,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 use self::decode::build_pod_view;
 use self::fingerprint::build_local_queue_trigger;
 use self::health::Signals;
-use self::kinds::{KueueKind, build_ownership_selector};
+use self::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
 use self::owners::start_owner_watches;
 use self::snapshot::{SnapshotLoop, run_snapshot_loop};
 use self::stores::{ManagementReaders, Readers, wait_for_sync};
@@ -238,7 +238,7 @@ fn start_kueue_watches(client: &Client, spawner: &Spawner, policy_name: &str) ->
             (watch_config().labels(&build_ownership_selector(policy_name)), Trigger::Always)
         };
         let events = if kind.is_optional() {
-            watch_if_served(client.clone(), kind, watcher(api, config)).left_stream()
+            watch_if_served(client.clone(), resource, watcher(api, config)).left_stream()
         } else {
             watcher(api, config).right_stream()
         };
@@ -248,61 +248,26 @@ fn start_kueue_watches(client: &Client, spawner: &Spawner, policy_name: &str) ->
     owned
 }
 
-/// A kind watched only where the API server serves it: its name, group/version and plural.
-#[derive(Clone, Copy, Debug)]
-struct OptionalKind {
-    name: &'static str,
-    group_version: &'static str,
-    plural: &'static str,
-}
-
-/// DRA's ResourceClaimTemplates (`resource.k8s.io/v1`, GA in Kubernetes 1.34), read by the webhook.
-const CLAIM_TEMPLATES: OptionalKind = OptionalKind {
-    name: "ResourceClaimTemplate",
-    group_version: "resource.k8s.io/v1",
-    plural: "resourceclaimtemplates",
-};
-
-fn claim_template_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("resource.k8s.io", "v1", CLAIM_TEMPLATES.name),
-        CLAIM_TEMPLATES.plural,
-    )
-}
-
-impl From<KueueKind> for OptionalKind {
-    fn from(kind: KueueKind) -> Self {
-        let group_version: &'static str = match kind.group() {
-            "tiergate.io" => "tiergate.io/v1alpha1",
-            "resource.k8s.io" => "resource.k8s.io/v1",
-            "kueue.x-k8s.io" => "kueue.x-k8s.io/v1beta2",
-            _ => "admissionregistration.k8s.io/v1",
-        };
-        Self { name: kind.name(), group_version, plural: kind.plural() }
-    }
-}
-
-/// `events` when discovery lists `kind`'s resource; otherwise one empty list (the store is synced and stays
-/// empty: nothing of the kind exists to own or prune). A group the API server does not serve at all (404) is not
+/// `events` when discovery lists `resource`; otherwise one empty list (the store is synced and stays empty:
+/// nothing of the kind exists to own, prune or judge by). A group the API server does not serve at all (404) is not
 /// served; any other discovery error counts as served, so the watch itself then reports what is wrong.
-fn watch_if_served<S>(client: Client, kind: impl Into<OptionalKind>, events: S) -> impl Stream<Item = S::Item> + Send
+fn watch_if_served<S>(client: Client, resource: ApiResource, events: S) -> impl Stream<Item = S::Item> + Send
 where
     S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send,
 {
-    let kind: OptionalKind = kind.into();
     let chosen = async move {
-        let served = match client.list_api_group_resources(kind.group_version).await {
-            Ok(list) => list.resources.iter().any(|resource| resource.name == kind.plural),
+        let served = match client.list_api_group_resources(&resource.api_version).await {
+            Ok(list) => list.resources.iter().any(|listed| listed.name == resource.plural),
             Err(kube::Error::Api(status)) if status.code == 404 => false,
             Err(error) => {
-                tracing::warn!(kind = kind.name, %error, "discovery failed; watching the kind as if served");
+                tracing::warn!(kind = resource.kind, %error, "discovery failed; watching the kind as if served");
                 true
             }
         };
         if served {
             events.left_stream()
         } else {
-            tracing::info!(kind = kind.name, "the API server does not serve this kind; tiergate goes without it");
+            tracing::info!(kind = resource.kind, "the API server does not serve this kind; tiergate goes without it");
             let empty = [Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
             futures::stream::iter(empty).chain(futures::stream::pending()).right_stream()
         }
@@ -351,7 +316,7 @@ fn start_management_watches(client: &Client, spawner: &Spawner) -> ManagementRea
         Writer::default(),
         watch_if_served(
             client.clone(),
-            CLAIM_TEMPLATES,
+            claim_template_resource(),
             watcher(Api::<DynamicObject>::all_with(client.clone(), &claim_template_resource()), watch_config()),
         )
         .map_ok(|event| {

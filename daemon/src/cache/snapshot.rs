@@ -22,7 +22,9 @@ use super::stores::Readers;
 use crate::metrics::Metrics;
 use crate::owners::{OwnerIndex, OwnerRecord, OwnerStore, REPLICA_SET};
 use crate::policy::TierPolicy;
-use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot};
+use crate::view::{
+    ClaimTemplateView, NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot, index_claim_templates,
+};
 
 pub(crate) struct SnapshotLoop {
     pub(crate) readers: Readers,
@@ -169,11 +171,7 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
         local_queues,
         pods,
         replica_set_owners,
-        claim_templates: inputs
-            .claim_templates
-            .iter()
-            .map(|template| ((template.namespace.clone(), template.name.clone()), template.clone()))
-            .collect(),
+        claim_templates: index_claim_templates(inputs.claim_templates.iter().cloned()),
         own_namespace: Some(inputs.own_namespace.to_owned()),
         synced: inputs.synced,
         gpu_class_digest_memo: std::sync::OnceLock::new(),

@@ -3,7 +3,6 @@
 //! is built by `crate::answers::why`.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use super::CmdError;
 use super::status::render_answer;
@@ -14,6 +13,7 @@ use crate::cli::WhyArgs;
 use crate::live::{KubectlConnection, WhyFetched, connect, fetch_why_inputs};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
+use crate::view::index_claim_templates;
 
 /// Runs `why`.
 pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
@@ -42,11 +42,7 @@ pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
 pub async fn decide_live(fetched: &WhyFetched, namespace: &str) -> Result<Option<Decision>, CmdError> {
     let Some(policy) = fetched.policy.clone() else { return Ok(None) };
     let mut snapshot = build_live_snapshot(policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
-    snapshot.claim_templates = fetched
-        .claim_templates
-        .iter()
-        .map(|template| ((template.namespace.clone(), template.name.clone()), Arc::new(template.clone())))
-        .collect();
+    snapshot.claim_templates = index_claim_templates(fetched.claim_templates.iter().cloned());
     let request = build_request(fetched.object.clone())?;
     let ledger = PlacementLedger::default();
     Ok(Some(decide_review(&request, &snapshot, &ledger, &Scorer::default()).await))

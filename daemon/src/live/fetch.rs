@@ -2,6 +2,7 @@
 //! ClusterRoles in charts/tiergate/files/live-rbac.yaml; I/O.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
@@ -13,7 +14,7 @@ use tiergate_workloads::WorkloadAdapter;
 use super::LiveError;
 use crate::admission::claims::claim_template_view;
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
-use crate::cache::kinds::{KueueKind, build_ownership_selector};
+use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
 use crate::policy::TierPolicy;
 use crate::view::ClaimTemplateView;
 
@@ -34,7 +35,7 @@ pub struct WhyFetched {
     /// Kueue Workloads in the namespace.
     pub workloads: Vec<KueueWorkload>,
     /// ResourceClaimTemplates in the namespace, when the workload's pods reference one (else empty).
-    pub claim_templates: Vec<ClaimTemplateView>,
+    pub claim_templates: Vec<Arc<ClaimTemplateView>>,
 }
 
 /// The live objects `status` reads.
@@ -120,18 +121,17 @@ pub async fn fetch_why_inputs(
 
 /// The ResourceClaimTemplates of `namespace`, reduced to their device requests; none where the API server serves
 /// no `resource.k8s.io/v1` (404).
-async fn fetch_claim_templates(client: &kube::Client, namespace: &str) -> Result<Vec<ClaimTemplateView>, LiveError> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaimTemplate"),
-        "resourceclaimtemplates",
-    );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+async fn fetch_claim_templates(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Vec<Arc<ClaimTemplateView>>, LiveError> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &claim_template_resource());
     match api.list(&ListParams::default()).await {
         Ok(list) => Ok(list
             .items
             .iter()
             .filter_map(|template| serde_json::to_value(template).ok())
-            .map(|template| claim_template_view(&template))
+            .map(|template| Arc::new(claim_template_view(&template)))
             .collect()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
         Err(source) => Err(LiveError::List { what: format!("ResourceClaimTemplates in {namespace}"), source }),

@@ -96,18 +96,19 @@ fn echo_server(policy: TierPolicy) -> impl FnMut(&Call) -> (StatusCode, Value) +
     }
 }
 
+/// The API server's answer to a failed request: `status` with a `Status` body carrying `reason` and `message`.
+fn failure(status: StatusCode, reason: &str, message: &str) -> (StatusCode, Value) {
+    let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason,
+        "code": status.as_u16(), "message": message});
+    (status, body)
+}
+
 fn not_found() -> (StatusCode, Value) {
-    (
-        StatusCode::NOT_FOUND,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
-    )
+    failure(StatusCode::NOT_FOUND, "NotFound", "not found")
 }
 
 fn conflict() -> (StatusCode, Value) {
-    (
-        StatusCode::CONFLICT,
-        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
-    )
+    failure(StatusCode::CONFLICT, "Conflict", "the object has been modified")
 }
 
 const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
@@ -318,10 +319,7 @@ async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports
     let mut echo = echo_server(policy.clone());
     let responder = move |call: &Call| {
         if call.method == "PATCH" && call.path.ends_with("/namespaces/team-b/localqueues/tiergate-silver") {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 500, "message": "etcd is down"}),
-            );
+            return failure(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcd is down");
         }
         echo(call)
     };
@@ -348,9 +346,7 @@ async fn an_object_the_api_server_refuses_does_not_stop_the_rest_of_the_policy_a
     let refused = "Kueue's CRD rule refuses it: topologyName is immutable when topologyName is set";
     let responder = move |call: &Call| {
         if call.method == "PATCH" && call.path.ends_with("/resourceflavors/h100") {
-            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
-                "reason": "Invalid", "message": refused});
-            return (StatusCode::UNPROCESSABLE_ENTITY, status);
+            return failure(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", refused);
         }
         echo(call)
     };
@@ -745,10 +741,10 @@ async fn a_write_rbac_forbids_blocks_as_write_forbidden_and_a_later_success_clea
     let mut echo = echo_server(policy.clone());
     let responder = move |call: &Call| {
         if switch.load(std::sync::atomic::Ordering::Relaxed) && kind_of_path(&call.path).is_some() {
-            return (
+            return failure(
                 StatusCode::FORBIDDEN,
-                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
-                    "message": "resourceflavors.kueue.x-k8s.io is forbidden: User cannot patch resource"}),
+                "Forbidden",
+                "resourceflavors.kueue.x-k8s.io is forbidden: User cannot patch resource",
             );
         }
         echo(call)

@@ -14,6 +14,8 @@ use serde_json::Value;
 
 use super::classes::tier_classes;
 use super::decision::{Decision, Verdict};
+use super::error::MutateError;
+use super::podspec;
 use super::priority::is_admin;
 use super::violation::Violation;
 use crate::policy::{
@@ -54,14 +56,12 @@ pub fn claim_template_view(template: &Value) -> ClaimTemplateView {
 }
 
 fn request_view(request: &Value, base: String, alternative: bool) -> DeviceRequestView {
+    let all_devices = request.get("allocationMode").and_then(Value::as_str) == Some("All");
     DeviceRequestView {
         device_class: request.get("deviceClassName").and_then(Value::as_str).unwrap_or_default().to_owned(),
         admin_access: request.get("adminAccess").and_then(Value::as_bool).unwrap_or(false),
-        all_devices: request.get("allocationMode").and_then(Value::as_str) == Some("All"),
-        count: match request.get("allocationMode").and_then(Value::as_str) {
-            Some("All") => 0,
-            _ => request.get("count").and_then(Value::as_i64).unwrap_or(1),
-        },
+        all_devices,
+        count: if all_devices { 0 } else { request.get("count").and_then(Value::as_i64).unwrap_or(1) },
         pointer: format!("{base}/deviceClassName"),
         alternative,
     }
@@ -264,7 +264,7 @@ pub(crate) fn judge_pod_claims<'p>(
             continue;
         }
         let Some(template) = claim.get("resourceClaimTemplateName").and_then(Value::as_str) else { continue };
-        let Some(view) = snapshot.claim_templates.get(&(namespace.to_owned(), template.to_owned())) else { continue };
+        let Some(view) = snapshot.claim_template(namespace, template) else { continue };
         let prefix = format!("ResourceClaimTemplate {template} spec.spec.");
         let found = judge_requests(policy, tier, tier_classes, &view.requests, &prefix);
         judgment.violations.extend(found.violations);
@@ -288,7 +288,7 @@ pub fn describe_pod_claims(policy: &TierPolicySpec, snapshot: &Snapshot, namespa
             continue;
         }
         let Some(template) = claim.get("resourceClaimTemplateName").and_then(Value::as_str) else { continue };
-        let Some(view) = snapshot.claim_templates.get(&(namespace.to_owned(), template.to_owned())) else {
+        let Some(view) = snapshot.claim_template(namespace, template) else {
             lines.push(format!(
                 "{field}: ResourceClaimTemplate {template}, not (yet) in tiergate's cache: its claim is judged when \
                  kube-controller-manager makes it"
@@ -320,22 +320,39 @@ pub fn describe_pod_claims(policy: &TierPolicySpec, snapshot: &Snapshot, namespa
     lines
 }
 
-/// The claim spec of a ResourceClaim (`/spec`) or ResourceClaimTemplate (`/spec/spec`) object, by kind.
-pub fn claim_spec_pointer(kind: &str) -> Option<&'static str> {
-    match kind {
-        "ResourceClaim" => Some("/spec"),
-        "ResourceClaimTemplate" => Some("/spec/spec"),
+/// A DRA claim kind of `group`/`kind` (`resource.k8s.io`): its name and where its claim spec is (`/spec` of a
+/// ResourceClaim, `/spec/spec` of a ResourceClaimTemplate); `None` for any other kind.
+fn claim_kind(group: &str, kind: &str) -> Option<(&'static str, &'static str)> {
+    match (group, kind) {
+        (RESOURCE_GROUP, "ResourceClaim") => Some(("ResourceClaim", "/spec")),
+        (RESOURCE_GROUP, "ResourceClaimTemplate") => Some(("ResourceClaimTemplate", "/spec/spec")),
         _ => None,
     }
 }
 
-/// The decision on a ResourceClaim or ResourceClaimTemplate (`spec_pointer` from [`claim_spec_pointer`]) in a
-/// tiered namespace: refused with every violation, or allowed with the generic classes retargeted. Claims are
-/// judged whoever writes them (kube-controller-manager makes a pod's claims from its templates); specs are
-/// immutable, so only CREATE is judged.
-pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot, spec_pointer: &str) -> Decision {
-    let kind: &'static str = if spec_pointer == "/spec" { "ResourceClaim" } else { "ResourceClaimTemplate" };
-    let skip = |reason: &'static str, why: String| Decision::unchanged(kind, Verdict::Skip { reason }, vec![why]);
+/// The decision on a ResourceClaim or ResourceClaimTemplate in a tiered namespace (`None` for any other kind):
+/// refused with every violation, or allowed with the generic classes retargeted. Claims are judged whoever writes
+/// them (kube-controller-manager makes a pod's claims from its templates); specs are immutable, so only CREATE is
+/// judged.
+pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot) -> Option<Decision> {
+    let (kind, spec_pointer) = claim_kind(&request.kind.group, &request.kind.kind)?;
+    Some(decide_claim(request, snapshot, kind, spec_pointer).unwrap_or_else(|error| {
+        // As `mutate::decide_or_fail`: tiergate's own failure follows the policy's failure mode.
+        let closed =
+            snapshot.policy.as_ref().is_some_and(|policy| policy.spec.admission.failure_mode == FailureMode::Closed);
+        let message = error.to_string();
+        let verdict = Verdict::Failed { reason: error.reason(), message: message.clone(), closed };
+        Decision::unchanged(kind, verdict, vec![message])
+    }))
+}
+
+fn decide_claim(
+    request: &Request,
+    snapshot: &Snapshot,
+    kind: &'static str,
+    spec_pointer: &str,
+) -> Result<Decision, MutateError> {
+    let skip = |reason: &'static str, why: String| Ok(Decision::unchanged(kind, Verdict::Skip { reason }, vec![why]));
     if request.operation != Operation::Create {
         return skip("claim_spec_immutable", "a claim's spec cannot change after it is created".to_owned());
     }
@@ -353,20 +370,12 @@ pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot, spec_p
     };
     let Some(object) = request.object.as_ref() else {
         let message = format!("request.object is missing from a {kind} CREATE");
-        return Decision::unchanged(kind, Verdict::Invalid { message: message.clone() }, vec![message]);
+        return Ok(Decision::unchanged(kind, Verdict::Invalid { message: message.clone() }, vec![message]));
     };
     if is_admin(policy, request, namespace) {
         return skip("admin", format!("the namespace, user or group may claim any DeviceClass ({kind})"));
     }
-    let classes = match tier_classes(policy, tier) {
-        Ok(classes) => classes,
-        Err(error) => {
-            let closed = policy.admission.failure_mode == FailureMode::Closed;
-            let message = error.to_string();
-            let verdict = Verdict::Failed { reason: error.reason(), message: message.clone(), closed };
-            return Decision::unchanged(kind, verdict, vec![message]);
-        }
-    };
+    let classes = tier_classes(policy, tier)?;
     let requests = object.pointer(spec_pointer).map(device_requests).unwrap_or_default();
     let prefix = format!("{}.", field_path(spec_pointer));
     let judgment = judge_requests(policy, &tier.name, &classes, &requests, &prefix);
@@ -385,11 +394,11 @@ pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot, spec_p
             problems.join("; ")
         );
         let reason = judgment.violations[0].reason;
-        return Decision::unchanged(kind, Verdict::Deny { reason, message: message.clone() }, vec![message]);
+        return Ok(Decision::unchanged(kind, Verdict::Deny { reason, message: message.clone() }, vec![message]));
     }
     if judgment.retargets.is_empty() {
         let why = format!("every device request names a DeviceClass tier {} may use", tier.name);
-        return Decision::unchanged(kind, Verdict::Allow, vec![why]);
+        return Ok(Decision::unchanged(kind, Verdict::Allow, vec![why]));
     }
     let mut after = object.clone();
     let mut notes = Vec::new();
@@ -401,13 +410,16 @@ pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot, spec_p
         notes.push(format!("{}: {} -> {}", field_path(&retarget.pointer), retarget.from, retarget.to));
     }
     let note = notes.join("; ");
-    set_annotation(&mut after, RETARGET_ANNOTATION, &note);
+    if let Some(metadata) = after.get_mut("metadata") {
+        podspec::set_string(metadata, "annotations", RETARGET_ANNOTATION, &note)
+            .map_err(|source| MutateError::EditField { pointer: "/metadata/annotations".to_owned(), source })?;
+    }
     let warning = format!(
         "{kind} {namespace}/{name}: the driver's generic DeviceClass was replaced by tier {}'s ({note}); name it \
          yourself to silence this warning",
         tier.name
     );
-    Decision {
+    Ok(Decision {
         kind,
         verdict: Verdict::Allow,
         patch: json_patch::diff(object, &after),
@@ -415,13 +427,5 @@ pub(crate) fn decide_claim_object(request: &Request, snapshot: &Snapshot, spec_p
         object_as_sent_at: Vec::new(),
         warnings: vec![warning.clone()],
         reasons: vec![warning],
-    }
-}
-
-fn set_annotation(object: &mut Value, key: &str, value: &str) {
-    let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) else { return };
-    let annotations = metadata.entry("annotations").or_insert_with(|| Value::Object(serde_json::Map::new()));
-    if let Some(annotations) = annotations.as_object_mut() {
-        annotations.insert(key.to_owned(), Value::String(value.to_owned()));
-    }
+    })
 }

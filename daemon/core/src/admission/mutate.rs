@@ -47,8 +47,8 @@ pub const DECISION_ANNOTATION: &str = "tiergate.io/decision";
 /// running it on its own output yields an empty patch.
 pub fn mutate(request: &Request, snapshot: &Snapshot, inputs: &AdmissionInputs) -> Decision {
     let kind = &request.kind;
-    if let Some(spec) = claims::claim_spec_pointer(&kind.kind).filter(|_| kind.group == claims::RESOURCE_GROUP) {
-        return claims::decide_claim_object(request, snapshot, spec);
+    if let Some(decision) = claims::decide_claim_object(request, snapshot) {
+        return decision;
     }
     let Some(adapter) = adapter_for(&kind.group, &kind.version, &kind.kind) else {
         // Placement validates owners tiergate never mutates (ReplicaSet); its "deny" still holds.

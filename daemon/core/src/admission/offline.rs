@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::policy::TierPolicy;
-use crate::view::{ClusterView, Snapshot};
+use crate::view::{ClusterView, Snapshot, index_claim_templates};
 
 /// A synced snapshot of `policy` and `view`, as if the daemon had reconciled it: every namespace whose tier label
 /// names a tier (and is not excluded) has that tier's LocalQueue.
@@ -24,11 +24,7 @@ pub fn build_static_snapshot(policy: TierPolicy, view: ClusterView, own_namespac
         namespaces: view.namespaces.into_iter().map(|namespace| (namespace.name.clone(), namespace)).collect(),
         nodes: view.nodes.into_iter().map(|node| (node.name.clone(), node)).collect(),
         local_queues,
-        claim_templates: view
-            .claim_templates
-            .into_iter()
-            .map(|template| ((template.namespace.clone(), template.name.clone()), template))
-            .collect(),
+        claim_templates: index_claim_templates(view.claim_templates),
         own_namespace,
         synced: true,
         ..Snapshot::default()

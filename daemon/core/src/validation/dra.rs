@@ -165,14 +165,25 @@ mod tests {
     use crate::inputs::parse_policy;
     use crate::validation::validate_policy;
 
-    fn problems(edit: &str) -> Vec<String> {
-        let text = include_str!("../../../../samples/dra/policy.yaml")
-            .replace("        selector: device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA L4\"\n", edit);
-        let policy = parse_policy(&text, "test").expect("parses");
+    const SAMPLE: &str = include_str!("../../../../samples/dra/policy.yaml");
+
+    /// Every problem of the policy `text`, as `path: problem; fix: ...` lines.
+    fn problems_of(text: &str) -> Vec<String> {
+        let policy = parse_policy(text, "test").expect("parses");
         match validate_policy(&policy) {
             Ok(()) => Vec::new(),
             Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
         }
+    }
+
+    /// The problems of the sample with l4's selector line replaced by `edit`.
+    fn problems(edit: &str) -> Vec<String> {
+        problems_of(
+            &SAMPLE.replace(
+                "        selector: device.attributes[\"gpu.nvidia.com\"].productName == \"NVIDIA L4\"\n",
+                edit,
+            ),
+        )
     }
 
     #[test]
@@ -203,14 +214,11 @@ mod tests {
 
     #[test]
     fn a_dra_class_without_node_labels_may_not_share_a_tier_with_another_flavor() {
-        let text = include_str!("../../../../samples/dra/policy.yaml")
-            .replace("      nodeLabels: {nvidia.com/gpu.product: NVIDIA-L4}\n", "")
-            .replace("      gpuClass: h100\n", "      gpuClass: h100\n      fallbackGpuClasses: [l4]\n");
-        let policy = parse_policy(&text, "test").expect("parses");
-        let found: Vec<String> = match validate_policy(&policy) {
-            Ok(()) => Vec::new(),
-            Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
-        };
+        let found = problems_of(
+            &SAMPLE
+                .replace("      nodeLabels: {nvidia.com/gpu.product: NVIDIA-L4}\n", "")
+                .replace("      gpuClass: h100\n", "      gpuClass: h100\n      fallbackGpuClasses: [l4]\n"),
+        );
         assert!(
             found.iter().any(|line| line.starts_with("spec.tiers[0]: tier gold has 1 flavor(s) besides DRA class l4")
                 && line.contains("give GPU class l4 the nodeLabels")),
