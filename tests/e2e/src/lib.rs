@@ -405,6 +405,74 @@ pub async fn wait_for_local_queue(
     .await
 }
 
+/// Waits until a server dry-run create of `probe` in its namespace comes back as `admitted` wants it: the
+/// admission that changes it (the webhook, or the in-server gate) is in effect there. The API server learns of a new
+/// webhook configuration, admission policy, binding or parameter object through its own informers, each on its own
+/// time, so a policy just applied can refuse what its mutating half does not yet fix; tests wait here first.
+pub async fn wait_until_admitted_as<K, F>(
+    client: &Client,
+    what: &str,
+    timeout: Duration,
+    probe: &K,
+    admitted: F,
+) -> Result<(), HarnessError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+    F: Fn(&K) -> bool,
+{
+    let namespace = probe.meta().namespace.clone().ok_or("the probe names no namespace")?;
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    let last = Mutex::new(String::from("no answer yet"));
+    let waited = wait_for(what, timeout, || async {
+        let answer = api.create(&dry_run, probe).await;
+        let accepted = answer.as_ref().is_ok_and(&admitted);
+        if !accepted && let Ok(mut last) = last.lock() {
+            *last = match answer {
+                Ok(stored) => format!("stored as {}", serde_json::to_string(&stored).unwrap_or_default()),
+                Err(error) => format!("refused: {error}"),
+            };
+        }
+        accepted.then_some(())
+    })
+    .await;
+    waited.map_err(|error| {
+        let last = last.lock().map(|last| last.clone()).unwrap_or_default();
+        format!("{error}; the last dry-run create was {last}").into()
+    })
+}
+
+/// Waits until a server dry-run create of `probe` in its namespace is refused with a message containing
+/// `refusal`: the validating admission that refuses it is in effect there.
+pub async fn wait_until_refused<K>(
+    client: &Client,
+    what: &str,
+    timeout: Duration,
+    probe: &K,
+    refusal: &str,
+) -> Result<(), HarnessError>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let namespace = probe.meta().namespace.clone().ok_or("the probe names no namespace")?;
+    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
+    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
+    wait_for(what, timeout, || async {
+        api.create(&dry_run, probe).await.err().filter(|error| error.to_string().contains(refusal)).map(|_| ())
+    })
+    .await
+}
+
 /// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.
 pub fn load_sample_workload<T: DeserializeOwned>(file: &str, namespace: &str) -> Result<T, HarnessError> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/workloads").join(file);

@@ -18,12 +18,13 @@ use serde_json::{Value, json};
 use tiergate::answers::why::parse_target;
 use tiergate::answers::{StatusInputs, WhyInputs, build_status_answer, build_why_answer};
 use tiergate::live::{fetch_status_inputs, fetch_why_inputs};
+use tiergate::plan::gate::gate_name;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
 use tiergate::validation::validate_policy;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
-    install_tierpolicy_crd, random_name, run_cluster_test, wait_for,
+    install_tierpolicy_crd, random_name, run_cluster_test, wait_for, wait_until_admitted_as, wait_until_refused,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -164,6 +165,16 @@ async fn start(client: &Client, cleanup: &Cleanup, run: &Run, tiers: &[&str]) ->
         Some(())
     })
     .await?;
+    // No webhook runs here: the in-server gate confines the Jobs (its mutating half gives a one-class tier's Jobs
+    // their class). Its policies, bindings and parameters reach the API server's admission informers separately, so
+    // wait until the tier's validating binding refuses another tier's class, and then until a plain Job passes it.
+    for tier in tiers {
+        let refusal = format!("binding '{}'", gate_name(&run.name(tier)));
+        let what = format!("the in-server gate to refuse another tier's class in tier {tier}");
+        wait_until_refused(client, &what, CONVERGE, &foreign_class_job(run, tier)?, &refusal).await?;
+        let what = format!("the in-server gate to let tier {tier}'s plain GPU Jobs through");
+        wait_until_admitted_as(client, &what, CONVERGE, &one_gpu_job(run, tier, "probe")?, |_| true).await?;
+    }
     Ok(daemon)
 }
 
@@ -177,26 +188,46 @@ fn is_active(object: &DynamicObject) -> bool {
         .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Active" && c["status"] == "True"))
 }
 
+/// A suspended one-GPU Job `name` in tier `tier`'s namespace, queued to its LocalQueue.
+fn one_gpu_job(run: &Run, tier: &str, name: &str) -> Result<Job, HarnessError> {
+    let namespace = run.namespace(tier);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name(tier))}},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}}}],
+            }},
+        },
+    }))?)
+}
+
+/// A one-GPU Job of tier `tier` that selects a GPU class the tier does not have.
+fn foreign_class_job(run: &Run, tier: &str) -> Result<Job, HarnessError> {
+    let spec = run.policy.spec.tier(&run.name(tier)).ok_or_else(|| format!("no tier {tier} in the run's policy"))?;
+    let classes: Vec<&str> = spec.gpu_class_names().collect();
+    let foreign = ["l4", "a100", "h100"]
+        .map(|base| run.name(base))
+        .into_iter()
+        .find(|class| !classes.contains(&class.as_str()))
+        .ok_or_else(|| format!("tier {tier} has every class of the run"))?;
+    let mut job = one_gpu_job(run, tier, "probe-foreign")?;
+    let template =
+        job.spec.as_mut().and_then(|spec| spec.template.spec.as_mut()).ok_or("the Job has no pod template")?;
+    template.node_selector = Some([(CLASS_LABEL.to_owned(), foreign)].into());
+    Ok(job)
+}
+
 /// `count` one-GPU Jobs in tier `tier`'s namespace, queued to its LocalQueue.
 async fn submit(client: &Client, run: &Run, tier: &str, count: u32) -> Result<(), HarnessError> {
-    let namespace = run.namespace(tier);
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace(tier));
     for index in 0..count {
-        let job: Job = serde_json::from_value(json!({
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": format!("{tier}-{index}"), "namespace": namespace,
-                         "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name(tier))}},
-            "spec": {
-                "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
-                "template": {"spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                    "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}}}],
-                }},
-            },
-        }))?;
-        jobs.create(&PostParams::default(), &job).await?;
+        jobs.create(&PostParams::default(), &one_gpu_job(run, tier, &format!("{tier}-{index}"))?).await?;
     }
     Ok(())
 }

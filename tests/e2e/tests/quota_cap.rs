@@ -25,6 +25,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
+    wait_until_admitted_as,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -231,14 +232,9 @@ fn build_job(run: &Run, kind: Kind, index: usize) -> Result<Job, HarnessError> {
 /// Waits until a dry-run Job comes back queued: the API server reaches the webhook and its snapshot knows the
 /// namespace.
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
-    let job = build_job(run, Kind::OnDemand, 0)?;
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
-        let stored = jobs.create(&dry_run, &job).await.ok()?;
-        stored.labels().contains_key(QUEUE_NAME_LABEL).then_some(())
-    })
-    .await
+    let probe = build_job(run, Kind::OnDemand, 0)?;
+    let queued = |stored: &Job| stored.labels().contains_key(QUEUE_NAME_LABEL);
+    wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 
 /// What Kueue decided for one Job's Workload.

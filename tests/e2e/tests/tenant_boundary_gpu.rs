@@ -21,7 +21,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, prefixed, random_name, start_tiergate,
-    wait_for, wait_for_local_queue,
+    wait_for_local_queue, wait_until_admitted_as,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -170,14 +170,10 @@ fn expect_at_most(
 
 /// Waits until a dry-run bronze GPU Job comes back with a queue name (the API server calls the webhook).
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.bronze);
     let probe: Job = typed(job(run, "probe", &run.bucket("gpu-default")))?;
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
-        let stored = jobs.create(&dry_run, &probe).await.ok()?;
-        stored.metadata.labels.unwrap_or_default().contains_key(QUEUE_NAME_LABEL).then_some(())
-    })
-    .await
+    let queued =
+        |stored: &Job| stored.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(QUEUE_NAME_LABEL));
+    wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 
 fn pod(run: &Run, name: &str, spec: Value, annotations: Option<Value>) -> Value {

@@ -20,7 +20,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, load_sample_workload, prefixed, random_name,
-    start_tiergate, wait_for, wait_for_local_queue,
+    start_tiergate, wait_for_local_queue, wait_until_admitted_as,
 };
 use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL};
 
@@ -85,14 +85,11 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
     .await
 }
 
+/// Waits until a dry-run bronze Job comes back queued (the API server calls the webhook).
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.bronze);
-    let job: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
-        jobs.create(&dry_run, &job).await.ok().and_then(|stored| queue_of(&stored)).map(|_| ())
-    })
-    .await
+    let probe: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
+    let queued = |stored: &Job| queue_of(stored).is_some();
+    wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 
 /// Whether `message` is Kueue's own webhook refusing an object whose controller `owner` does not exist: on a

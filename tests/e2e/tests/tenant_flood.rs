@@ -25,7 +25,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, metric_sum, prefixed, random_name,
-    start_tiergate, tenant_client, wait_for,
+    start_tiergate, tenant_client, wait_for, wait_until_refused,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -128,11 +128,7 @@ async fn prepare(
     let mut probe = job_body(run, "probe", &json!(run.h100), true, 0);
     probe["metadata"]["namespace"] = json!(run.probe);
     let probe: Job = serde_json::from_value(probe)?;
-    wait_for("the API server to enforce the gate", ENFORCEMENT, || async {
-        let api: Api<Job> = Api::namespaced(tenant.clone(), &run.probe);
-        api.create(&dry_run, &probe).await.err().filter(|error| error.to_string().contains(&tier_part))
-    })
-    .await?;
+    wait_until_refused(tenant, "the API server to enforce the gate", ENFORCEMENT, &probe, &tier_part).await?;
     Ok(())
 }
 

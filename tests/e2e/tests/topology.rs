@@ -33,6 +33,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
+    wait_until_admitted_as,
 };
 use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
 use tiergate_workloads::QUEUE_NAME_LABEL;
@@ -218,14 +219,9 @@ fn build_job(namespace: &str, name: &str, pods: u32) -> Result<Job, HarnessError
 
 /// Waits until a dry-run gold Job comes back queued with the rack rule.
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.gold);
-    let job = build_job(&run.gold, "probe", 4)?;
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
-        let stored = jobs.create(&dry_run, &job).await.ok()?;
-        stored.labels().contains_key(QUEUE_NAME_LABEL).then_some(())
-    })
-    .await
+    let probe = build_job(&run.gold, "probe", 4)?;
+    let queued = |stored: &Job| stored.labels().contains_key(QUEUE_NAME_LABEL);
+    wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 
 /// The Workload of Job `name` in `namespace`, as JSON.
