@@ -537,3 +537,63 @@ fn the_org_tree_cohorts_and_queues_are_accepted_and_a_root_pool_with_limits_is_c
     gold["spec"]["fairSharing"]["weight"] = json!("heavy");
     assert!(!checker.structural_errors(&gold).is_empty(), "a weight is a quantity");
 }
+
+/// A flavor migration's ClusterQueues (a retired flavor kept, frozen at what it holds, the rest given up by the
+/// others) and kept ResourceFlavor are accepted too, on every queue of the spot-mix sample (cohorts, lending
+/// limits, placement rules, several resources).
+#[test]
+fn the_queues_and_flavors_of_a_flavor_migration_are_accepted_by_their_kueue_crds() {
+    use kube::core::DynamicObject;
+    use tiergate::reconcile::drain::carry_draining_flavors;
+    use tiergate::reconcile::kinds::KueueKind;
+    use tiergate::reconcile::live::LiveObject;
+
+    let checker = Checker::new();
+    let objects = sample_objects();
+    let mut desired: Vec<DynamicObject> = objects
+        .iter()
+        .filter(|object| matches!(object["kind"].as_str(), Some("ClusterQueue" | "ResourceFlavor")))
+        .map(|object| serde_json::from_value(object.clone()).unwrap())
+        .collect();
+    // Live, each queue still has a retired flavor in every group, holding 1 of each covered resource.
+    let live: Vec<LiveObject> = desired
+        .iter()
+        .filter(|object| KueueKind::of(object) == Some(KueueKind::ClusterQueue))
+        .flat_map(|queue| {
+            let mut live = serde_json::to_value(queue).unwrap();
+            let mut reservations = Vec::new();
+            for (index, group) in live["spec"]["resourceGroups"].as_array_mut().unwrap().iter_mut().enumerate() {
+                let covered: Vec<Value> = group["coveredResources"].as_array().unwrap().clone();
+                let retired = format!("retired-{index}");
+                let resources: Vec<Value> =
+                    covered.iter().map(|resource| json!({"name": resource, "nominalQuota": "1"})).collect();
+                group["flavors"].as_array_mut().unwrap().push(json!({"name": retired, "resources": resources}));
+                let held: Vec<Value> = covered.iter().map(|resource| json!({"name": resource, "total": "1"})).collect();
+                reservations.push(json!({"name": retired, "resources": held}));
+            }
+            live["status"] = json!({"flavorsReservation": reservations});
+            let flavors: Vec<Value> = reservations
+                .iter()
+                .map(|reservation| {
+                    json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                           "metadata": {"name": reservation["name"]}, "spec": {"nodeLabels": {"pool": "retired"}}})
+                })
+                .collect();
+            std::iter::once((KueueKind::ClusterQueue, live))
+                .chain(flavors.into_iter().map(|flavor| (KueueKind::ResourceFlavor, flavor)))
+        })
+        .map(|(kind, value)| LiveObject::from_dynamic(kind, serde_json::from_value(value).unwrap()))
+        .collect();
+    let draining = carry_draining_flavors(&mut desired, |kind, name| {
+        live.iter().find(|object| object.kind == kind && object.name == name).cloned()
+    });
+
+    assert!(draining.len() >= 3, "every queue of spot-mix keeps its retired flavors: {draining:?}");
+    for object in &desired {
+        let value = serde_json::to_value(object).unwrap();
+        let errors = checker.all_errors(&value);
+        assert!(errors.is_empty(), "{} {}: {errors:#?}", value["kind"], value["metadata"]["name"]);
+    }
+    let kept = desired.iter().filter(|object| object.metadata.name.as_deref() == Some("retired-0")).count();
+    assert_eq!(kept, 1, "the retired flavor is kept once, however many queues hold it");
+}

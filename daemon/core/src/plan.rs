@@ -36,7 +36,7 @@ use self::names::{
     provisioning_name,
 };
 use self::quota::{FlavorRole, FlavorSource, tier_quota};
-use crate::policy::{PlacementRule, PlacementStrategy, Tier, TierPolicy, TierPolicySpec};
+use crate::policy::{GpuClass, PlacementRule, PlacementStrategy, Tier, TierPolicy, TierPolicySpec};
 use crate::view::{ClusterView, NamespaceView};
 
 /// Label every generated object carries.
@@ -377,12 +377,17 @@ pub struct FlavorSelector {
 /// The flavor of GPU class `class`, or `None` when the policy declares no such class.
 pub fn flavor_for_gpu_class(spec: &TierPolicySpec, class: &str) -> Option<FlavorSelector> {
     spec.gpu_class(class).map(|class| FlavorSelector {
-        flavor: gpu_class_flavor_name(&class.name),
+        flavor: class_flavor_name(class),
         node_labels: class.node_labels.clone(),
         node_taints: class.node_taints.clone(),
         tolerations: class.pod_tolerations(),
         topology_name: topology::class_topology_name(class),
     })
+}
+
+/// The ResourceFlavor name of GPU class `class`: its name, with a hash of its Topology when it names levels.
+pub fn class_flavor_name(class: &GpuClass) -> String {
+    gpu_class_flavor_name(&class.name, topology::class_topology_name(class).as_deref())
 }
 
 /// The flavor of one placement-strategy rule on the nodes of `class` (a tier's primary class): the class's labels

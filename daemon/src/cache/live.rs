@@ -51,6 +51,36 @@ pub struct LiveObject {
     pub body: Box<str>,
     /// LocalQueue `status` workload counts (zero for other kinds).
     pub workloads: WorkloadCounts,
+    /// ClusterQueue `status.flavorsReservation` (empty for other kinds): what its workloads hold per flavor.
+    pub reserved: FlavorReservations,
+}
+
+/// Quota held per flavor and resource, in milli-units: a ClusterQueue's `status.flavorsReservation` (`total`),
+/// which counts every workload holding quota, admitted or waiting for its admission checks. Zero entries are
+/// left out, so an empty map means the queue holds nothing.
+pub type FlavorReservations = BTreeMap<String, BTreeMap<String, i128>>;
+
+/// `status.flavorsReservation` of a ClusterQueue's `status`.
+fn read_reservations(status: Option<&Value>) -> FlavorReservations {
+    let mut reserved = FlavorReservations::new();
+    let flavors = status.and_then(|status| status.get("flavorsReservation")).and_then(Value::as_array);
+    for flavor in flavors.into_iter().flatten() {
+        let Some(name) = flavor.get("name").and_then(Value::as_str) else { continue };
+        let resources = flavor.get("resources").and_then(Value::as_array);
+        for resource in resources.into_iter().flatten() {
+            let total = resource.get("total").and_then(|total| match total {
+                Value::String(text) => crate::plan::quota::parse_millis(text),
+                Value::Number(number) => number.as_i64().map(|units| i128::from(units) * 1000),
+                _ => None,
+            });
+            if let (Some(resource), Some(total)) = (resource.get("name").and_then(Value::as_str), total)
+                && total != 0
+            {
+                reserved.entry(name.to_owned()).or_default().insert(resource.to_owned(), total);
+            }
+        }
+    }
+    reserved
 }
 
 /// A LocalQueue's `status.pendingWorkloads`, `reservingWorkloads` and `admittedWorkloads` (missing reads as 0).
@@ -89,6 +119,11 @@ impl LiveObject {
         } else {
             WorkloadCounts::default()
         };
+        let reserved = if kind == KueueKind::ClusterQueue {
+            read_reservations(status.as_ref())
+        } else {
+            FlavorReservations::new()
+        };
         let mut annotations = metadata.annotations.unwrap_or_default();
         annotations.remove(LAST_APPLIED_ANNOTATION);
         Self {
@@ -115,6 +150,7 @@ impl LiveObject {
             // Serializing a `Value` map cannot fail (its keys are strings).
             body: serde_json::to_string(&body).unwrap_or_default().into_boxed_str(),
             workloads,
+            reserved,
         }
     }
 
@@ -252,6 +288,26 @@ mod tests {
         assert_eq!(live.body_value(), json!({"spec": {"clusterQueue": "tiergate-gold", "stopPolicy": "Hold"}}));
         assert_eq!(live.stop_policy().as_deref(), Some("Hold"));
         assert_eq!(live.workloads, WorkloadCounts { pending: 2, reserving: 0, admitted: 1 });
+    }
+
+    #[test]
+    fn a_live_cluster_queue_keeps_what_its_workloads_hold_per_flavor_and_nothing_of_zero() {
+        let queue: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "tiergate-gold"},
+            "spec": {"resourceGroups": []},
+            "status": {"flavorsReservation": [
+                {"name": "h100-1a2b3c4d", "resources": [{"name": "nvidia.com/gpu", "total": "3", "borrowed": "0"},
+                                                       {"name": "cpu", "total": "1500m"}]},
+                {"name": "h100", "resources": [{"name": "nvidia.com/gpu", "total": "0"}]},
+            ]},
+        }))
+        .unwrap();
+        let live = LiveObject::from_dynamic(KueueKind::ClusterQueue, queue);
+        let gpus: BTreeMap<String, i128> = [("cpu".to_owned(), 1500), ("nvidia.com/gpu".to_owned(), 3000)].into();
+        assert_eq!(live.reserved, [("h100-1a2b3c4d".to_owned(), gpus)].into());
+        assert_eq!(live.body_value(), json!({"spec": {"resourceGroups": []}}), "status stays out of the body");
+        let local = LiveObject::from_dynamic(KueueKind::LocalQueue, local_queue(json!({"flavorsReservation": []})));
+        assert!(local.reserved.is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod controller;
 pub mod desired;
 pub mod diff;
 pub mod discovery;
+pub mod drain;
 mod error;
 mod events;
 pub mod fleet;
@@ -259,10 +260,21 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             if !mutating_served {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
             }
-            build_desired_set(policy, objects)?
+            let draining = drain::carry_draining_flavors(&mut objects, |kind, name| {
+                live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
+            });
+            (build_desired_set(policy, objects)?, draining)
         }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
+    let (cluster_scoped, draining) = cluster_scoped;
+    for drain in &draining {
+        let held: Vec<String> = drain.held.iter().map(|(resource, millis)| format!("{resource}={millis}m")).collect();
+        tracing::info!(
+            queue = %drain.queue, flavor = %drain.flavor, held = %held.join(","),
+            "keeping a flavor the policy no longer gives this ClusterQueue, frozen at what its workloads hold, until they finish"
+        );
+    }
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = Applied::default();
     apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue, &mut applied).await?;
@@ -303,7 +315,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         },
     };
     writes::write_status(ctx, policy, &input).await?;
-    Ok(Action::requeue(if retired.draining > 0 { DRAIN_RECHECK } else { RESYNC }))
+    Ok(Action::requeue(if retired.draining > 0 || !draining.is_empty() { DRAIN_RECHECK } else { RESYNC }))
 }
 
 /// The namespaces the translation sees, borrowed from the snapshot: all but the daemon's own.
@@ -323,22 +335,25 @@ async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Res
     Ok(Action::await_change())
 }
 
+/// The cached live object of `kind` called `name` (in `namespace`, for LocalQueues); cluster-scoped kinds are
+/// cached only when owned.
+fn live_named(ctx: &Context, kind: KueueKind, name: &str, namespace: Option<&str>) -> Option<Arc<LiveObject>> {
+    let store = ctx.live.get(&kind)?;
+    let key = ObjectRef::<LiveObject>::new_with(name, kind);
+    store.get(&match namespace {
+        Some(namespace) => key.within(namespace),
+        None => key,
+    })
+}
+
 /// The cached live ClusterQueue called `name` as JSON (`{"spec": ...}`), if any.
 fn live_cluster_queue(ctx: &Context, name: &str) -> Option<serde_json::Value> {
-    let store = ctx.live.get(&KueueKind::ClusterQueue)?;
-    let object = store.get(&ObjectRef::<LiveObject>::new_with(name, KueueKind::ClusterQueue))?;
-    serde_json::from_str(&object.body).ok()
+    serde_json::from_str(&live_named(ctx, KueueKind::ClusterQueue, name, None)?.body).ok()
 }
 
 /// The cached live object `desired` would replace, if any.
 fn live_object(ctx: &Context, kind: KueueKind, desired: &DynamicObject) -> Option<Arc<LiveObject>> {
-    let store = ctx.live.get(&kind)?;
-    let key = ObjectRef::<LiveObject>::new_with(desired.metadata.name.as_deref()?, kind);
-    let key = match desired.metadata.namespace.as_deref() {
-        Some(namespace) => key.within(namespace),
-        None => key,
-    };
-    store.get(&key)
+    live_named(ctx, kind, desired.metadata.name.as_deref()?, desired.metadata.namespace.as_deref())
 }
 
 /// Applies the cluster-scoped objects of the kinds `phase` selects that the cache shows as missing, changed or

@@ -156,7 +156,7 @@ impl Run {
         let mut names = Vec::new();
         for class in &self.policy.spec.gpu_classes {
             names.extend(class.device_class_name().map(|name| (ApiResource::erase::<DeviceClass>(&()), name)));
-            names.push((KueueKind::ResourceFlavor.api_resource(), gpu_class_flavor_name(&class.name)));
+            names.push((KueueKind::ResourceFlavor.api_resource(), gpu_class_flavor_name(&class.name, None)));
         }
         names
     }
@@ -671,9 +671,10 @@ async fn admitted_and_allocated(client: &Client, run: &Run, job: &str, class: &s
     let (flavor, usage) = (text(&assignment["flavors"][GPU]), text(&assignment["resourceUsage"][GPU]));
     let queue = text(&workload["status"]["admission"]["clusterQueue"]);
     println!("{TEST}: {job} admitted by ClusterQueue {queue}, flavor {flavor}, resourceUsage {GPU}: {usage}");
-    ensure(flavor == gpu_class_flavor_name("l4") && usage == "1" && queue == cluster_queue_name(&run.tier), || {
-        format!("{job} is not charged one {GPU} of bronze's l4 flavor: {assignment} in {queue}")
-    })?;
+    ensure(
+        flavor == gpu_class_flavor_name("l4", None) && usage == "1" && queue == cluster_queue_name(&run.tier),
+        || format!("{job} is not charged one {GPU} of bronze's l4 flavor: {assignment} in {queue}"),
+    )?;
     let allocated = wait_for(&format!("{job}'s pod bound with its claim allocated"), SCHEDULED, || async {
         let pod = pod_of(client, run, job).await?;
         pod["spec"]["nodeName"].as_str()?;
@@ -831,7 +832,7 @@ async fn check_held_for_quota(client: &Client, run: &Run, job: &str) -> Result<(
         let usage = found.data["status"]["flavorsUsage"].as_array()?.clone();
         let total = usage
             .iter()
-            .filter(|flavor| flavor["name"] == gpu_class_flavor_name("l4"))
+            .filter(|flavor| flavor["name"] == gpu_class_flavor_name("l4", None))
             .flat_map(|flavor| flavor["resources"].as_array().cloned().unwrap_or_default())
             .find(|resource| resource["name"] == GPU)
             .and_then(|resource| resource["total"].as_str().map(str::to_owned));

@@ -25,6 +25,7 @@ use tiergate::answers::{WhyInputs, build_why_answer};
 use tiergate::live::fetch::workload_resource;
 use tiergate::live::{KubectlConnection, connect, fetch_why_inputs};
 use tiergate::placement::PlacementLedger;
+use tiergate::plan::class_flavor_name;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::scoring::Scorer;
@@ -73,6 +74,12 @@ impl Run {
 
     fn class(&self) -> String {
         format!("{}-h100", self.prefix)
+    }
+
+    /// The class's ResourceFlavor (its name carries the Topology).
+    fn flavor(&self) -> String {
+        let class = self.policy.spec.gpu_class(&self.class());
+        class.map_or_else(|| self.class(), class_flavor_name)
     }
 
     fn node(&self, rack: usize, index: usize) -> String {
@@ -180,7 +187,7 @@ async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<I
         let found = topology.list(&ListParams::default().labels(&format!("tiergate.io/policy={}", run.prefix))).await;
         let name = found.ok()?.items.first()?.name_any();
         let flavor: Api<DynamicObject> = Api::all_with(client.clone(), &flavors);
-        let flavor = flavor.get_opt(&run.class()).await.ok()??;
+        let flavor = flavor.get_opt(&run.flavor()).await.ok()??;
         (flavor.data["spec"]["topologyName"].as_str() == Some(name.as_str())).then_some(())?;
         for (tenant, tier) in [(&run.gold, &run.policy.spec.tiers[0]), (&run.bronze, &run.policy.spec.tiers[1])] {
             let queues: Api<DynamicObject> = Api::namespaced_with(client.clone(), tenant, &local_queues);

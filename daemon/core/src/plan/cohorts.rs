@@ -15,6 +15,7 @@ use tiergate_kueue::{
     ResourceQuota as KueueResourceQuota,
 };
 
+use super::class_flavor_name;
 use super::names::{bounded_name, gpu_class_flavor_name};
 use super::quota::{format_millis, parse_millis, tier_quota};
 use crate::policy::{CohortNode, Tier, TierPolicySpec};
@@ -46,7 +47,7 @@ pub fn build_cohorts(
             },
             spec: CohortSpec {
                 parent_name: cohort.parent.clone(),
-                resource_groups: build_pool_groups(cohort),
+                resource_groups: build_pool_groups(spec, cohort),
                 fair_sharing: cohort.weight.clone().map(|weight| FairSharing { weight: Some(weight) }),
             },
         })
@@ -55,7 +56,7 @@ pub fn build_cohorts(
 
 /// A cohort's pools as one resource group: its classes' flavors (name order), each listing every resource any
 /// pool names (0 where a pool does not), as Kueue requires every flavor to cover the group's resources.
-fn build_pool_groups(cohort: &CohortNode) -> Vec<ResourceGroup> {
+fn build_pool_groups(spec: &TierPolicySpec, cohort: &CohortNode) -> Vec<ResourceGroup> {
     if cohort.pools.is_empty() {
         return Vec::new();
     }
@@ -66,7 +67,7 @@ fn build_pool_groups(cohort: &CohortNode) -> Vec<ResourceGroup> {
         .pools
         .iter()
         .map(|(class, pool)| FlavorQuotas {
-            name: gpu_class_flavor_name(class),
+            name: spec.gpu_class(class).map_or_else(|| gpu_class_flavor_name(class, None), class_flavor_name),
             resources: covered
                 .iter()
                 .map(|resource| match pool.get(resource) {

@@ -2,7 +2,7 @@
 //!
 //! | object | name |
 //! |---|---|
-//! | ResourceFlavor of a GPU class | `<class>` |
+//! | ResourceFlavor of a GPU class | `<class>`, or `<class>-<hash of its Topology's name>` when the class names topology levels (Kueue keeps `topologyName` immutable, so other levels are another flavor: docs/reconcile.md) |
 //! | ResourceFlavor of a placement rule of a tier | `<class>-<strategy>-<rule>` (the tier's GPU class) |
 //! | ClusterQueue of a tier | `tiergate-<tier>` |
 //! | LocalQueue of a tier (in each of its namespaces) | `Tier::local_queue()`: `localQueueName`, default `tiergate-<tier>` |
@@ -38,9 +38,13 @@ pub fn cluster_queue_name(tier: &str) -> String {
     bounded_name(&format!("tiergate-{tier}"))
 }
 
-/// ResourceFlavor of a GPU class.
-pub fn gpu_class_flavor_name(class: &str) -> String {
-    bounded_name(class)
+/// ResourceFlavor of a GPU class whose flavor names `topology` (its Topology, when the class names levels). The
+/// name carries what Kueue keeps immutable in a flavor, so an edit of it is a new flavor, never a refused update.
+pub fn gpu_class_flavor_name(class: &str, topology: Option<&str>) -> String {
+    match topology {
+        None => bounded_name(class),
+        Some(topology) => bounded_name(&format!("{class}-{:08x}", fnv1a(topology))),
+    }
 }
 
 /// ResourceFlavor of a placement strategy's rule.
@@ -90,9 +94,22 @@ mod tests {
     #[test]
     fn short_names_are_kept() {
         assert_eq!(cluster_queue_name("gold"), "tiergate-gold");
+        assert_eq!(gpu_class_flavor_name("h100", None), "h100");
         assert_eq!(rule_flavor_name("spot-mix", "ondemand"), "spot-mix-ondemand");
         assert_eq!(class_rule_flavor_name("l4", "od-spot", "spot"), "l4-od-spot-spot");
         assert_eq!(multikueue_check_name("gold"), "tiergate-gold-multikueue");
+    }
+
+    #[test]
+    fn a_class_flavor_name_changes_with_its_topology_and_only_with_it() {
+        let racks = gpu_class_flavor_name("h100", Some("tiergate-rack-hostname-0badcafe"));
+        let blocks = gpu_class_flavor_name("h100", Some("tiergate-block-rack-hostname-12345678"));
+        assert!(racks.starts_with("h100-") && blocks.starts_with("h100-"), "{racks} {blocks}");
+        assert_ne!(racks, blocks);
+        assert_ne!(racks, gpu_class_flavor_name("h100", None));
+        assert_eq!(racks, gpu_class_flavor_name("h100", Some("tiergate-rack-hostname-0badcafe")));
+        let long = gpu_class_flavor_name(&"x".repeat(63), Some("tiergate-rack-0badcafe"));
+        assert!(is_dns_label(&long), "{long}");
     }
 
     #[test]

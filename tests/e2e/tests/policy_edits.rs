@@ -1,0 +1,493 @@
+//! End-to-end test of issue 42 against a real API server with Kueue v0.19+: one policy walked through the edits a
+//! platform team makes over the years, with gold Jobs admitted and pending throughout, and the in-server gate (no
+//! webhook) confining them.
+//!
+//! 1. The h100 class gains topology levels: its flavor gets a new name (Kueue keeps `topologyName` immutable). The
+//!    old flavor stays in gold's ClusterQueue frozen at what its Jobs hold, the new one gets the rest, so freed
+//!    GPUs admit pending Jobs on the new flavor and gold never holds more than its quota.
+//! 2. The levels change: a second new flavor; both old ones are held, and once the first old flavor's Jobs are gone
+//!    it leaves the queue and its ResourceFlavor is pruned.
+//! 3. The class moves to other node labels (in place: node labels are mutable).
+//! 4. Gold gains a fallback class, and 5. loses it.
+//! 6. Bronze's cohort is merged into gold's, and the emptied Cohort is pruned.
+//!
+//! After each edit: the policy is Ready at its generation with no `reconcile_failing` (the time it took is printed,
+//! never asserted), every Job admitted before is still admitted, and at every poll gold holds at most its quota.
+//! Node objects stand in for machines (the control plane has no kubelets). Skipped (and passing) without a
+//! reachable cluster or Kueue's v1beta2 CRDs.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tiergate::blockers::BlockedReason;
+use tiergate::live::fetch::workload_resource;
+use tiergate::plan::class_flavor_name;
+use tiergate::plan::gate::gate_name;
+use tiergate::plan::names::cluster_queue_name;
+use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate::validation::validate_policy;
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, random_name, run_cluster_test,
+    start_tiergate, wait_for, wait_until_admitted_as, wait_until_refused,
+};
+use tiergate_workloads::QUEUE_NAME_LABEL;
+
+/// Bound on waiting for a policy edit to converge (the issue's bar is 10 s; the time taken is printed).
+const CONVERGE: Duration = Duration::from_secs(60);
+/// Kueue admits in scheduling cycles; every decision here comes well within this.
+const SCHEDULED: Duration = Duration::from_secs(120);
+const GPU: &str = "nvidia.com/gpu";
+const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+/// The label the h100 class moves to in step 3 (its nodes carry both from the start).
+const POOL_LABEL: &str = "e2e.tiergate.io/gpu-pool";
+const BLOCK_LABEL: &str = "e2e.tiergate.io/block";
+const RACK_LABEL: &str = "e2e.tiergate.io/rack";
+const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+const GOLD_GPUS: usize = 4;
+const H100_NODES: usize = 8;
+const A100_NODES: usize = 2;
+
+struct Run {
+    prefix: String,
+    system: String,
+}
+
+impl Run {
+    fn name(&self, base: &str) -> String {
+        format!("{}-{base}", self.prefix)
+    }
+
+    /// The tier's namespace (named like the tier).
+    fn namespace(&self, tier: &str) -> String {
+        self.name(tier)
+    }
+}
+
+/// One state of the policy along the walk.
+#[derive(Clone, Copy, Debug, Default)]
+struct Shape {
+    /// The h100 class's topology levels, by node label, broadest first.
+    levels: &'static [&'static str],
+    /// The h100 class selects its nodes by [`POOL_LABEL`] instead of [`CLASS_LABEL`].
+    moved: bool,
+    /// Gold falls back to a100.
+    fallback: bool,
+    /// Bronze sits in gold's cohort, and bronze's own cohort is gone.
+    merged: bool,
+}
+
+fn build_policy(run: &Run, shape: Shape) -> Result<TierPolicy, HarnessError> {
+    let name = |base: &str| run.name(base);
+    let levels: Vec<Value> = shape
+        .levels
+        .iter()
+        .map(|label| json!({"name": label.rsplit('/').next().unwrap_or(label), "nodeLabel": label}))
+        .collect();
+    let h100_labels = if shape.moved { json!({POOL_LABEL: name("h100")}) } else { json!({CLASS_LABEL: name("h100")}) };
+    let mut cohorts = vec![json!({"name": name("gold-pool")})];
+    if !shape.merged {
+        cohorts.push(json!({"name": name("bronze-pool")}));
+    }
+    let mut gold = json!({"name": name("gold"), "gpuClass": name("h100"), "cohort": name("gold-pool"),
+                          "quotas": {GPU: {"nominal": GOLD_GPUS.to_string()}}, "sharing": {"reclaim": "Always"}});
+    if shape.fallback {
+        gold["fallbackGpuClasses"] = json!([name("a100")]);
+    }
+    let bronze_cohort = if shape.merged { name("gold-pool") } else { name("bronze-pool") };
+    let policy: TierPolicy = serde_json::from_value(json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": run.prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [
+                {"name": name("h100"), "nodeLabels": h100_labels, "topologyLevels": levels},
+                {"name": name("a100"), "nodeLabels": {CLASS_LABEL: name("a100")}},
+            ],
+            "priorityBuckets": [{"name": name("default"), "minScore": 0, "value": 100}],
+            "scoring": {"enabled": false},
+            "cohorts": cohorts,
+            "tiers": [
+                gold,
+                {"name": name("bronze"), "gpuClass": name("a100"), "cohort": bronze_cohort,
+                 "quotas": {GPU: {"nominal": "2"}}, "sharing": {"reclaim": "Always"}},
+            ],
+        }
+    }))?;
+    validate_policy(&policy).map_err(|errors| format!("the e2e policy {shape:?} is invalid: {errors}"))?;
+    Ok(policy)
+}
+
+/// The h100 flavor `shape` gives gold.
+fn h100_flavor(run: &Run, shape: Shape) -> Result<String, HarnessError> {
+    let policy = build_policy(run, shape)?;
+    let class = policy.spec.gpu_class(&run.name("h100")).ok_or("the policy has no h100 class")?;
+    Ok(class_flavor_name(class))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_walked_through_immutable_edits_converges_keeps_jobs_admitted_and_never_exceeds_quota() {
+    const TEST: &str = "a_policy_walked_through_immutable_edits_converges_keeps_jobs_admitted_and_never_exceeds_quota";
+    if let Err(error) = run_cluster_test(TEST, walk).await {
+        panic!("{error}");
+    }
+}
+
+async fn walk(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e");
+    let run = Run { system: format!("{prefix}-system"), prefix };
+    create_nodes(client, cleanup, &run).await?;
+    let start = Shape::default();
+    let policy = build_policy(&run, start)?;
+    let tenants: Vec<(String, Vec<(&str, String)>)> =
+        ["gold", "bronze"].iter().map(|tier| (run.namespace(tier), vec![(E2E_TIER_LABEL, run.name(tier))])).collect();
+    let labels: Vec<Vec<(&str, &str)>> =
+        tenants.iter().map(|(_, labels)| labels.iter().map(|(key, value)| (*key, value.as_str())).collect()).collect();
+    let tenants: Vec<(&str, &[(&str, &str)])> =
+        tenants.iter().zip(&labels).map(|((namespace, _), labels)| (namespace.as_str(), labels.as_slice())).collect();
+    let daemon = start_tiergate(client, cleanup, &policy, &run.system, &tenants).await?;
+    let outcome = walk_steps(client, &run, &daemon).await;
+    daemon.stop().await;
+    outcome
+}
+
+async fn walk_steps(client: &Client, run: &Run, daemon: &InProcessDaemon) -> Result<(), HarnessError> {
+    let mut shape = Shape::default();
+    converge(client, run, daemon, shape, "the first policy").await?;
+    wait_until_gate_confines_gold(client, run).await?;
+    submit(client, run, 0..6).await?;
+    let original = h100_flavor(run, shape)?;
+    let admitted = wait_admitted(client, run, GOLD_GPUS, "4 of gold's 6 Jobs").await?;
+    ensure(admitted.values().all(|flavor| *flavor == original), || format!("admitted: {admitted:?}"))?;
+    // tiergate reads what a flavor holds from Kueue's ClusterQueue status, which Kueue writes a moment after it
+    // admits (docs/reconcile.md, "Flavor migrations"): the edit comes once it shows all four.
+    gold_reservation_shows(client, run, &original, "4").await?;
+
+    // 1. Topology levels added: a new flavor; the old one is kept at the 4 GPUs its Jobs hold, and what they free
+    //    moves to the new one. Kueue treats a queue as topology-aware only when every flavor is, so the 2 pending
+    //    Jobs (no topology asked) wait until the old flavor is empty; then it is pruned and they are admitted.
+    shape.levels = &[BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL];
+    let racks = h100_flavor(run, shape)?;
+    ensure(racks != original, || format!("the flavor kept its name {racks} with topology levels"))?;
+    converge(client, run, daemon, shape, "topology levels added").await?;
+    expect_gold_flavors(client, run, &[(&racks, "0"), (&original, "4")]).await?;
+    still_admitted(client, run, &admitted).await?;
+    free(client, run, &original, 2).await?;
+    expect_gold_flavors(client, run, &[(&racks, "2"), (&original, "2")]).await?;
+    free(client, run, &original, 2).await?;
+    flavor_pruned(client, &original).await?;
+    expect_gold_flavors(client, run, &[(&racks, "4")]).await?;
+    let admitted = wait_admitted(client, run, 2, "the 2 pending Jobs on the new flavor").await?;
+    ensure(admitted.values().all(|flavor| *flavor == racks), || format!("{admitted:?}"))?;
+    submit(client, run, 6..8).await?;
+    let admitted = wait_admitted(client, run, GOLD_GPUS, "2 more Jobs on the new flavor").await?;
+
+    // 2. Levels changed: both flavors are topology-aware, so what the old one frees admits pending Jobs on the new
+    //    one at once; the old flavor and its Topology go once its Jobs do.
+    submit(client, run, 8..10).await?;
+    gold_reservation_shows(client, run, &racks, "4").await?;
+    shape.levels = &[RACK_LABEL, HOSTNAME_LABEL];
+    let hosts = h100_flavor(run, shape)?;
+    converge(client, run, daemon, shape, "topology levels changed").await?;
+    expect_gold_flavors(client, run, &[(&hosts, "0"), (&racks, "4")]).await?;
+    still_admitted(client, run, &admitted).await?;
+    free(client, run, &racks, 2).await?;
+    let admitted = wait_admitted(client, run, GOLD_GPUS, "the 2 pending Jobs on the newest flavor").await?;
+    ensure(admitted.values().filter(|flavor| **flavor == hosts).count() == 2, || format!("{admitted:?}"))?;
+    let racks_topology = api(client, KueueKind::ResourceFlavor).get(&racks).await?.data["spec"]["topologyName"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or("the first topology flavor names no Topology")?;
+    free(client, run, &racks, 2).await?;
+    flavor_pruned(client, &racks).await?;
+    wait_for(&format!("the first Topology {racks_topology}, unused, to be pruned"), CONVERGE, || async {
+        api(client, KueueKind::Topology).get_opt(&racks_topology).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    expect_gold_flavors(client, run, &[(&hosts, "4")]).await?;
+    let admitted = wait_admitted(client, run, 2, "gold's 2 Jobs left").await?;
+
+    // 3. The class moves to other node labels: the same flavor, relabelled in place.
+    shape.moved = true;
+    converge(client, run, daemon, shape, "the class moved to other node labels").await?;
+    let flavor = api(client, KueueKind::ResourceFlavor).get(&hosts).await?;
+    ensure(flavor.data["spec"]["nodeLabels"][POOL_LABEL] == json!(run.name("h100")), || {
+        format!("flavor {hosts} after the move: {}", flavor.data["spec"])
+    })?;
+    still_admitted(client, run, &admitted).await?;
+
+    // 4 and 5. A fallback class added, then removed.
+    shape.fallback = true;
+    converge(client, run, daemon, shape, "a fallback class added").await?;
+    still_admitted(client, run, &admitted).await?;
+    shape.fallback = false;
+    converge(client, run, daemon, shape, "the fallback class removed").await?;
+    still_admitted(client, run, &admitted).await?;
+
+    // 6. Two cohorts merged: bronze joins gold's, and bronze's Cohort goes.
+    shape.merged = true;
+    converge(client, run, daemon, shape, "two cohorts merged").await?;
+    still_admitted(client, run, &admitted).await?;
+    let bronze_pool = run.name("bronze-pool");
+    wait_for(&format!("the emptied Cohort {bronze_pool} to be pruned"), CONVERGE, || async {
+        api(client, KueueKind::Cohort).get_opt(&bronze_pool).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    quota_held(client, run).await.map(|_| ())
+}
+
+/// Waits until the ResourceFlavor `flavor`, released by every queue, is pruned.
+async fn flavor_pruned(client: &Client, flavor: &str) -> Result<(), HarnessError> {
+    wait_for(&format!("flavor {flavor}, released, to be pruned"), CONVERGE, || async {
+        api(client, KueueKind::ResourceFlavor).get_opt(flavor).await.ok()?.is_none().then_some(())
+    })
+    .await
+}
+
+fn api(client: &Client, kind: KueueKind) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &kind.api_resource())
+}
+
+/// Applies `shape` and waits until the policy is Ready at its new generation with no reconcile blocker; prints the
+/// time it took.
+async fn converge(
+    client: &Client,
+    run: &Run,
+    daemon: &InProcessDaemon,
+    shape: Shape,
+    edit: &str,
+) -> Result<(), HarnessError> {
+    let started = Instant::now();
+    apply_policy(client, &build_policy(run, shape)?).await?;
+    let policies: Api<TierPolicy> = Api::all(client.clone());
+    let generation = policies.get(&run.prefix).await?.metadata.generation.ok_or("the policy has no generation")?;
+    wait_for(&format!("the policy to converge after {edit}"), CONVERGE, || async {
+        let status = policies.get_opt(&run.prefix).await.ok()??.status?;
+        let ready = status.conditions.iter().any(|condition| {
+            condition.type_ == "Ready"
+                && condition.status == "True"
+                && condition.observed_generation == Some(generation)
+        });
+        let clean = status.last_error.as_deref().is_none_or(str::is_empty);
+        (ready && clean && !daemon.blockers().is_active(BlockedReason::ReconcileFailing)).then_some(())
+    })
+    .await?;
+    println!("{edit}: converged in {:?} (generation {generation})", started.elapsed());
+    Ok(())
+}
+
+/// Waits until gold's validating binding refuses another tier's class and then lets a plain GPU Job through: the
+/// in-server gate, loaded by the API server's informers on their own time, confines gold's Jobs.
+async fn wait_until_gate_confines_gold(client: &Client, run: &Run) -> Result<(), HarnessError> {
+    let mut foreign = gold_job(run, "probe-foreign")?;
+    let template = foreign.spec.as_mut().and_then(|spec| spec.template.spec.as_mut()).ok_or("no pod template")?;
+    template.node_selector = Some([(CLASS_LABEL.to_owned(), run.name("a100"))].into());
+    let refusal = format!("binding '{}'", gate_name(&run.name("gold")));
+    wait_until_refused(client, "the in-server gate to refuse bronze's class in gold", CONVERGE, &foreign, &refusal)
+        .await?;
+    let probe = gold_job(run, "probe")?;
+    wait_until_admitted_as(client, "the in-server gate to pass a plain gold Job", CONVERGE, &probe, |_| true).await
+}
+
+/// A suspended one-GPU gold Job `name`, queued to gold's LocalQueue.
+fn gold_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": run.namespace("gold"),
+                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name("gold"))}},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}}}],
+            }},
+        },
+    }))?)
+}
+
+/// Creates gold Jobs `job-<index>` for `indexes`.
+async fn submit(client: &Client, run: &Run, indexes: std::ops::Range<usize>) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace("gold"));
+    for index in indexes {
+        jobs.create(&PostParams::default(), &gold_job(run, &format!("job-{index}"))?).await?;
+    }
+    Ok(())
+}
+
+/// Gold's Jobs that hold quota, with the GPU flavor of each; fails when they hold more than gold's quota.
+async fn quota_held(client: &Client, run: &Run) -> Result<BTreeMap<String, String>, HarnessError> {
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &run.namespace("gold"), &workload_resource());
+    let mut held = BTreeMap::new();
+    for workload in workloads.list(&ListParams::default()).await?.items {
+        let reserved = workload.data["status"]["conditions"]
+            .as_array()
+            .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "QuotaReserved" && c["status"] == "True"));
+        let job = workload.owner_references().iter().find(|owner| owner.kind == "Job").map(|owner| owner.name.clone());
+        let flavor = workload.data["status"]["admission"]["podSetAssignments"][0]["flavors"][GPU].as_str();
+        if let (true, Some(job), Some(flavor)) = (reserved, job, flavor) {
+            held.insert(job, flavor.to_owned());
+        }
+    }
+    ensure(held.len() <= GOLD_GPUS, || format!("gold holds {} GPUs, more than its {GOLD_GPUS}: {held:?}", held.len()))?;
+    Ok(held)
+}
+
+/// Waits until exactly `count` gold Jobs hold quota (checking the quota at every poll); by Job, their flavors.
+async fn wait_admitted(
+    client: &Client,
+    run: &Run,
+    count: usize,
+    what: &str,
+) -> Result<BTreeMap<String, String>, HarnessError> {
+    let over = Mutex::new(None);
+    let found = wait_for(what, SCHEDULED, || async {
+        match quota_held(client, run).await {
+            Ok(held) => (held.len() == count).then_some(held),
+            Err(error) => {
+                if let Ok(mut over) = over.lock() {
+                    *over = Some(error.to_string());
+                }
+                None
+            }
+        }
+    })
+    .await;
+    match (over.into_inner().ok().flatten(), found) {
+        (Some(over), _) => Err(over.into()),
+        (None, Ok(found)) => Ok(found),
+        (None, Err(error)) => Err(format!("{error}\n{}", describe_gold(client, run).await).into()),
+    }
+}
+
+/// Gold's ClusterQueue (flavors, quota, reservation) and why its pending Workloads wait, for failure messages.
+async fn describe_gold(client: &Client, run: &Run) -> String {
+    let queue = api(client, KueueKind::ClusterQueue).get_opt(&cluster_queue_name(&run.name("gold"))).await;
+    let queue = queue.ok().flatten().map(|queue| queue.data).unwrap_or_default();
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &run.namespace("gold"), &workload_resource());
+    let waiting: Vec<String> = workloads
+        .list(&ListParams::default())
+        .await
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|workload| {
+            let conditions = workload.data["status"]["conditions"].as_array()?;
+            let quota = conditions.iter().find(|condition| condition["type"] == "QuotaReserved")?;
+            (quota["status"] != "True").then(|| format!("{}: {}", workload.name_any(), quota["message"]))
+        })
+        .collect();
+    format!(
+        "gold's ClusterQueue: flavors {} reservation {}; waiting: {waiting:?}",
+        queue["spec"]["resourceGroups"], queue["status"]["flavorsReservation"]
+    )
+}
+
+/// Every Job of `before` still holds quota, on the same flavor.
+async fn still_admitted(client: &Client, run: &Run, before: &BTreeMap<String, String>) -> Result<(), HarnessError> {
+    let now = quota_held(client, run).await?;
+    let lost: Vec<&String> =
+        before.iter().filter(|(job, flavor)| now.get(*job) != Some(flavor)).map(|(job, _)| job).collect();
+    ensure(lost.is_empty(), || format!("Jobs no longer admitted as before: {lost:?}; now {now:?}"))
+}
+
+/// Deletes `count` of the gold Jobs that hold quota on `flavor` now and waits until their Workloads are gone.
+async fn free(client: &Client, run: &Run, flavor: &str, count: usize) -> Result<Vec<String>, HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace("gold"));
+    let held = quota_held(client, run).await?;
+    let chosen: Vec<String> =
+        held.iter().filter(|(_, on)| *on == flavor).map(|(job, _)| job.clone()).take(count).collect();
+    ensure(chosen.len() == count, || format!("fewer than {count} Jobs on {flavor}: {held:?}"))?;
+    for job in &chosen {
+        jobs.delete(job, &DeleteParams::background()).await?;
+    }
+    wait_for("the freed Jobs' Workloads to be gone", SCHEDULED, || async {
+        let held = quota_held(client, run).await.ok()?;
+        chosen.iter().all(|job| !held.contains_key(job)).then_some(())
+    })
+    .await?;
+    Ok(chosen)
+}
+
+/// Waits until gold's ClusterQueue status shows `total` GPUs reserved on `flavor`.
+async fn gold_reservation_shows(client: &Client, run: &Run, flavor: &str, total: &str) -> Result<(), HarnessError> {
+    let queue = cluster_queue_name(&run.name("gold"));
+    wait_for(&format!("ClusterQueue {queue}'s status to show {total} GPUs held on {flavor}"), CONVERGE, || async {
+        let live = api(client, KueueKind::ClusterQueue).get(&queue).await.ok()?;
+        let flavors = live.data["status"]["flavorsReservation"].as_array()?.clone();
+        let entry = flavors.iter().find(|entry| entry["name"] == flavor)?;
+        let gpus = entry["resources"].as_array()?.iter().find(|resource| resource["name"] == GPU)?;
+        (gpus["total"].as_str() == Some(total)).then_some(())
+    })
+    .await
+}
+
+/// Gold's live ClusterQueue lists exactly `expected` (flavor, nominal GPU quota), in order.
+async fn expect_gold_flavors(client: &Client, run: &Run, expected: &[(&str, &str)]) -> Result<(), HarnessError> {
+    let queue = cluster_queue_name(&run.name("gold"));
+    let wanted: Vec<(String, String)> =
+        expected.iter().map(|(flavor, nominal)| ((*flavor).to_owned(), (*nominal).to_owned())).collect();
+    let last = Mutex::new(Vec::new());
+    let found = wait_for(&format!("ClusterQueue {queue} to list {wanted:?}"), CONVERGE, || async {
+        let live = api(client, KueueKind::ClusterQueue).get(&queue).await.ok()?;
+        let flavors = live.data["spec"]["resourceGroups"][0]["flavors"].as_array().cloned().unwrap_or_default();
+        let listed: Vec<(String, String)> = flavors
+            .iter()
+            .map(|flavor| {
+                let name = flavor["name"].as_str().unwrap_or_default().to_owned();
+                let nominal = flavor["resources"][0]["nominalQuota"].as_str().unwrap_or_default().to_owned();
+                (name, nominal)
+            })
+            .collect();
+        let matches = listed == wanted;
+        if let Ok(mut last) = last.lock() {
+            *last = listed;
+        }
+        matches.then_some(())
+    })
+    .await;
+    let last = last.into_inner().unwrap_or_default();
+    found.map_err(|error| format!("{error}; the queue lists {last:?}").into())
+}
+
+/// 8 h100 nodes (two racks of four, one block, labelled for both the class label and the pool label) and 2 a100
+/// nodes, one GPU each, Ready and untainted.
+async fn create_nodes(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<(), HarnessError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let h100 = (0..H100_NODES).map(|index| {
+        let labels = json!({CLASS_LABEL: run.name("h100"), POOL_LABEL: run.name("h100"),
+                            BLOCK_LABEL: run.name("block-0"), RACK_LABEL: run.name(&format!("rack-{}", index / 4))});
+        (format!("{}-h100-{index}", run.prefix), labels)
+    });
+    let a100 =
+        (0..A100_NODES).map(|index| (format!("{}-a100-{index}", run.prefix), json!({CLASS_LABEL: run.name("a100")})));
+    for (name, mut labels) in h100.chain(a100) {
+        labels[HOSTNAME_LABEL] = json!(name);
+        let node: Node = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+                                                       "metadata": {"name": name, "labels": labels}}))?;
+        nodes.create(&PostParams::default(), &node).await?;
+        cleanup.track(ApiResource::erase::<Node>(&()), None, &name);
+        let resources = json!({GPU: "1", "cpu": "8", "memory": "32Gi", "pods": "110"});
+        let status = json!({"status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "fake node of the policy-edits e2e test"}],
+        }});
+        nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await?;
+        // A new node is tainted not-ready until the node lifecycle controller, off here, sees it Ready.
+        nodes.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"spec": {"taints": []}}))).await?;
+    }
+    Ok(())
+}
