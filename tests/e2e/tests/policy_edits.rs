@@ -10,6 +10,7 @@
 //! 3. The class moves to other node labels (in place: node labels are mutable).
 //! 4. Gold gains a fallback class, and 5. loses it.
 //! 6. Bronze's cohort is merged into gold's, and the emptied Cohort is pruned.
+//! 7. The daemon is switched to serve another TierPolicy with the same class names and other levels.
 //!
 //! After each edit: the policy is Ready at its generation with no `reconcile_failing` (the time it took is printed,
 //! never asserted), every Job admitted before is still admitted, and at every poll gold holds at most its quota.
@@ -156,10 +157,43 @@ async fn walk(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let daemon = start_tiergate(client, cleanup, &policy, &run.system, &tenants).await?;
     let outcome = walk_steps(client, &run, &daemon).await;
     daemon.stop().await;
+    let admitted = outcome?;
+    switch_served_policy(client, cleanup, &run, &admitted).await
+}
+
+/// 7. The daemon is switched to serve another TierPolicy with the same classes and tiers but other levels: its
+///    flavors have other names, so nothing it applies over the first policy's queues is refused.
+async fn switch_served_policy(
+    client: &Client,
+    cleanup: &Cleanup,
+    run: &Run,
+    admitted: &BTreeMap<String, String>,
+) -> Result<(), HarnessError> {
+    let shape = Shape { levels: &[BLOCK_LABEL, HOSTNAME_LABEL], moved: true, fallback: false, merged: true };
+    let mut other = build_policy(run, shape)?;
+    let name = run.name("other");
+    other.metadata.name = Some(name.clone());
+    cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &name);
+    let daemon = InProcessDaemon::start(client, &name, &run.system, &format!("{name}-lease"));
+    let outcome = async {
+        converge_policy(client, &daemon, &other, "the served policy switched").await?;
+        still_admitted(client, run, admitted).await?;
+        let flavor = h100_flavor(run, shape)?;
+        let queue = api(client, KueueKind::ClusterQueue).get(&cluster_queue_name(&run.name("gold"))).await?;
+        let listed = queue.data["spec"]["resourceGroups"][0]["flavors"][0]["name"].clone();
+        ensure(listed == json!(flavor), || format!("gold's queue lists {listed} first, not {flavor}"))
+    }
+    .await;
+    daemon.stop().await;
     outcome
 }
 
-async fn walk_steps(client: &Client, run: &Run, daemon: &InProcessDaemon) -> Result<(), HarnessError> {
+/// Steps 1 to 6; returns the gold Jobs admitted at the end, by flavor.
+async fn walk_steps(
+    client: &Client,
+    run: &Run,
+    daemon: &InProcessDaemon,
+) -> Result<BTreeMap<String, String>, HarnessError> {
     let mut shape = Shape::default();
     converge(client, run, daemon, shape, "the first policy").await?;
     wait_until_gate_confines_gold(client, run).await?;
@@ -241,7 +275,8 @@ async fn walk_steps(client: &Client, run: &Run, daemon: &InProcessDaemon) -> Res
         api(client, KueueKind::Cohort).get_opt(&bronze_pool).await.ok()?.is_none().then_some(())
     })
     .await?;
-    quota_held(client, run).await.map(|_| ())
+    still_admitted(client, run, &admitted).await?;
+    Ok(admitted)
 }
 
 /// Waits until the ResourceFlavor `flavor`, released by every queue, is pruned.
@@ -265,12 +300,23 @@ async fn converge(
     shape: Shape,
     edit: &str,
 ) -> Result<(), HarnessError> {
+    converge_policy(client, daemon, &build_policy(run, shape)?, edit).await
+}
+
+/// Applies `policy` and waits until it is Ready at its new generation with no reconcile blocker; prints the time.
+async fn converge_policy(
+    client: &Client,
+    daemon: &InProcessDaemon,
+    policy: &TierPolicy,
+    edit: &str,
+) -> Result<(), HarnessError> {
     let started = Instant::now();
-    apply_policy(client, &build_policy(run, shape)?).await?;
+    apply_policy(client, policy).await?;
+    let name = policy.name_any();
     let policies: Api<TierPolicy> = Api::all(client.clone());
-    let generation = policies.get(&run.prefix).await?.metadata.generation.ok_or("the policy has no generation")?;
+    let generation = policies.get(&name).await?.metadata.generation.ok_or("the policy has no generation")?;
     wait_for(&format!("the policy to converge after {edit}"), CONVERGE, || async {
-        let status = policies.get_opt(&run.prefix).await.ok()??.status?;
+        let status = policies.get_opt(&name).await.ok()??.status?;
         let ready = status.conditions.iter().any(|condition| {
             condition.type_ == "Ready"
                 && condition.status == "True"
