@@ -116,6 +116,7 @@ fn converged(policy: &TierPolicy, namespaces: usize) -> (Vec<DynamicObject>, Tie
         tier_count: 3,
         object_counts: counts,
         migrations: vec![],
+        flavor_migrations: Vec::new(),
         shrunk_tiers: vec![],
         mutating_policies_served: None,
     };

@@ -597,6 +597,21 @@ pub struct TierPolicyStatus {
     /// LocalQueues being replaced after their namespace changed tier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue_migrations: Vec<QueueMigration>,
+    /// Flavors a ClusterQueue keeps, frozen at what its workloads hold, after a policy edit moved its tier off them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flavor_migrations: Vec<FlavorMigration>,
+}
+
+/// A flavor draining from a ClusterQueue: kept until the workloads admitted on it finish, then removed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlavorMigration {
+    /// The ClusterQueue.
+    pub cluster_queue: String,
+    /// The flavor the policy no longer gives it.
+    pub flavor: String,
+    /// What its workloads still hold, per resource.
+    pub held: BTreeMap<String, String>,
 }
 
 /// A namespace moving tier: the old LocalQueue is stopped and deleted once it holds no workloads.

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use super::kinds::KueueKind;
 use super::live::LiveObject;
 use crate::plan::quota::{format_millis, parse_millis};
+use crate::policy::FlavorMigration;
 
 /// The `nodeTaints` key that closes a kept flavor no queue is given any more to new workloads.
 pub const DRAINING_TAINT: &str = "tiergate.io/draining";
@@ -37,6 +38,17 @@ pub struct DrainingFlavor {
     pub flavor: String,
     /// What its workloads hold, per resource, in milli-units.
     pub held: BTreeMap<String, i128>,
+}
+
+impl DrainingFlavor {
+    /// The status entry (`status.flavorMigrations`) of this flavor, quantities in decimal units.
+    pub fn to_migration(&self) -> FlavorMigration {
+        FlavorMigration {
+            cluster_queue: self.queue.clone(),
+            flavor: self.flavor.clone(),
+            held: self.held.iter().map(|(resource, millis)| (resource.clone(), format_millis(*millis, ""))).collect(),
+        }
+    }
 }
 
 /// Adds to each ClusterQueue of `objects` (the policy's cluster-scoped objects, before stamping) the flavors its live

@@ -307,6 +307,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tier_count: i32::try_from(policy.spec.tiers.len()).unwrap_or(i32::MAX),
         object_counts,
         migrations: retired.migrations.clone(),
+        flavor_migrations: draining.iter().map(drain::DrainingFlavor::to_migration).collect(),
         shrunk_tiers,
         mutating_policies_served: match ctx.mutating_policies.load(Ordering::Relaxed) {
             1 => Some(true),

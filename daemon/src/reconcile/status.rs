@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::blockers::Blocker;
 use crate::plan::gate::GateMode;
-use crate::policy::{QueueMigration, TierPolicyStatus};
+use crate::policy::{FlavorMigration, QueueMigration, TierPolicyStatus};
 
 /// Condition type: the policy is applied as written.
 pub const READY: &str = "Ready";
@@ -37,6 +37,8 @@ pub enum StatusInput {
         object_counts: BTreeMap<String, i32>,
         /// LocalQueues still draining after a tier change.
         migrations: Vec<QueueMigration>,
+        /// Flavors still draining from a ClusterQueue after a policy edit.
+        flavor_migrations: Vec<FlavorMigration>,
         /// Tiers whose ClusterQueue offered more than the policy now gives it, before this apply
         /// ([`crate::plan::quota::shrunk_tiers`]).
         shrunk_tiers: Vec<String>,
@@ -66,21 +68,30 @@ pub fn build_status(
 ) -> TierPolicyStatus {
     let kept = previous.cloned().unwrap_or_default();
     let (ready, degraded, mut status) = match input {
-        StatusInput::Applied { tier_count, object_counts, migrations, .. } => {
+        StatusInput::Applied { tier_count, object_counts, migrations, flavor_migrations, .. } => {
             let ready = ("True", "Applied".to_owned(), format!("{tier_count} tiers applied"));
-            let degraded = if migrations.is_empty() {
-                ("False", "AsExpected".to_owned(), "the cluster matches the policy".to_owned())
-            } else {
-                (
+            let degraded = match (migrations.is_empty(), flavor_migrations.is_empty()) {
+                (true, true) => ("False", "AsExpected".to_owned(), "the cluster matches the policy".to_owned()),
+                (false, _) => (
                     "False",
                     "QueueMigrationInProgress".to_owned(),
                     format!("{} LocalQueues drain after a tier change", migrations.len()),
-                )
+                ),
+                (true, false) => (
+                    "False",
+                    "FlavorMigrationInProgress".to_owned(),
+                    format!(
+                        "{} flavors drain from ClusterQueues after a policy edit, frozen at what their running \
+                         workloads hold (status.flavorMigrations)",
+                        flavor_migrations.len()
+                    ),
+                ),
             };
             let status = TierPolicyStatus {
                 tier_count: Some(*tier_count),
                 object_counts: object_counts.clone(),
                 queue_migrations: migrations.clone(),
+                flavor_migrations: flavor_migrations.clone(),
                 last_error: None,
                 ..TierPolicyStatus::default()
             };
@@ -261,6 +272,7 @@ mod tests {
             tier_count: 3,
             object_counts: BTreeMap::from([("LocalQueue".to_owned(), 2)]),
             migrations: vec![],
+            flavor_migrations: Vec::new(),
             shrunk_tiers: vec![],
             mutating_policies_served: None,
         }
@@ -271,6 +283,7 @@ mod tests {
             tier_count: 3,
             object_counts: BTreeMap::new(),
             migrations: vec![],
+            flavor_migrations: Vec::new(),
             shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
             mutating_policies_served: None,
         }
@@ -293,6 +306,31 @@ mod tests {
         assert_eq!(condition(&edited, QUOTA_REDUCED).last_transition_time, at(300));
     }
 
+    #[test]
+    fn draining_flavors_are_listed_and_degrade_the_policy_until_they_are_gone() {
+        let drain = FlavorMigration {
+            cluster_queue: "tiergate-gold".to_owned(),
+            flavor: "h100".to_owned(),
+            held: BTreeMap::from([("nvidia.com/gpu".to_owned(), "3".to_owned())]),
+        };
+        let StatusInput::Applied { tier_count, object_counts, .. } = applied() else { unreachable!() };
+        let draining = StatusInput::Applied {
+            tier_count,
+            object_counts,
+            migrations: Vec::new(),
+            flavor_migrations: vec![drain.clone()],
+            shrunk_tiers: Vec::new(),
+            mutating_policies_served: None,
+        };
+        let status = build_status(None, Some(2), &draining, &at(0));
+        assert_eq!(status.flavor_migrations, vec![drain]);
+        let degraded = condition(&status, DEGRADED);
+        assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("False", "FlavorMigrationInProgress"));
+        let done = build_status(Some(&status), Some(2), &applied(), &at(10));
+        assert!(done.flavor_migrations.is_empty());
+        assert_eq!(condition(&done, DEGRADED).reason, "AsExpected");
+    }
+
     fn condition<'a>(status: &'a TierPolicyStatus, type_: &str) -> &'a Condition {
         status.conditions.iter().find(|condition| condition.type_ == type_).unwrap()
     }
@@ -306,6 +344,7 @@ mod tests {
                 ("ValidatingAdmissionPolicyBinding".to_owned(), 3),
             ]),
             migrations: Vec::new(),
+            flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(false),
         };
@@ -329,6 +368,7 @@ mod tests {
             tier_count: 3,
             object_counts,
             migrations: Vec::new(),
+            flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
         };
@@ -348,6 +388,7 @@ mod tests {
                 ("MutatingAdmissionPolicyBinding".to_owned(), 3),
             ]),
             migrations: Vec::new(),
+            flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
         };

@@ -193,6 +193,7 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
         tier_count: 3,
         object_counts,
         migrations: vec![],
+        flavor_migrations: Vec::new(),
         shrunk_tiers: vec![],
         mutating_policies_served: None,
     };

@@ -213,6 +213,12 @@ async fn walk_steps(
     ensure(racks != original, || format!("the flavor kept its name {racks} with topology levels"))?;
     converge(client, run, daemon, shape, "topology levels added").await?;
     expect_gold_flavors(client, run, &[(&racks, "0"), (&original, "4")]).await?;
+    let status = Api::<TierPolicy>::all(client.clone()).get(&run.prefix).await?.status.unwrap_or_default();
+    let listed: Vec<(&str, Option<&String>)> =
+        status.flavor_migrations.iter().map(|drain| (drain.flavor.as_str(), drain.held.get(GPU))).collect();
+    ensure(listed == vec![(original.as_str(), Some(&"4".to_owned()))], || {
+        format!("status.flavorMigrations: {:?}", status.flavor_migrations)
+    })?;
     still_admitted(client, run, &admitted).await?;
     free(client, run, &original, 2).await?;
     expect_gold_flavors(client, run, &[(&racks, "2"), (&original, "2")]).await?;

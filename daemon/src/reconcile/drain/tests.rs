@@ -78,6 +78,14 @@ fn a_renamed_flavor_with_running_workloads_stays_frozen_at_what_they_hold_and_th
         }]
     );
     assert_eq!(
+        draining[0].to_migration(),
+        FlavorMigration {
+            cluster_queue: "tiergate-gold".into(),
+            flavor: "h100-old".into(),
+            held: [(GPU.to_owned(), "3".to_owned())].into()
+        }
+    );
+    assert_eq!(
         flavors_of(&objects[1]),
         vec![
             json!({"name": "h100-new", "resources": [{"name": GPU, "nominalQuota": "5"}]}),

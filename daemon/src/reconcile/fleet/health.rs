@@ -130,6 +130,7 @@ mod tests {
             tier_count: 3,
             object_counts: BTreeMap::new(),
             migrations: vec![],
+            flavor_migrations: Vec::new(),
             shrunk_tiers: vec![],
             mutating_policies_served: None,
         };
