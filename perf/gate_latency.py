@@ -18,6 +18,7 @@ Workloads, as a tenant sends them (no webhook is registered; the gate works alon
   (target/debug/control-plane up --env-file /tmp/gate-cp.env > /tmp/gate-cp.out 2>&1 &)
   until [ -s /tmp/gate-cp.env ]; do sleep 2; done; set -a; . /tmp/gate-cp.env; set +a
   python3 perf/gate_latency.py --rounds 6 --creates 150
+  python3 perf/gate_latency.py --floor --rounds 6 --creates 150    # what any ValidatingAdmissionPolicy costs here
 
 Needs KUBECONFIG (a cluster where it may create two namespaces tiergate-perf-<time>[-untiered], the
 TierGateParameters CRD and the gate's cluster-scoped objects of the sample, all deleted on exit), kubectl and cargo.
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TENANT = "tiergate-perf-tenant"
 TIER_LABEL = "tenant.kubenexus.io/tier"
 BINDING_KINDS = ["ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding"]
+FLOOR_LABEL = "tiergate-perf/floor"
 
 
 def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -164,6 +166,9 @@ def main() -> None:
     parser.add_argument("--validating-only", action="store_true",
                         help="bind the validating half only (as --mutating-gate=false or before Kubernetes 1.36)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed creates before each workload's round (default 20)")
+    parser.add_argument("--floor", action="store_true",
+                        help="bind, instead of the gate, a policy matching what the gate matches whose one validation "
+                             "only reads a label: what any ValidatingAdmissionPolicy costs on this API server")
     arguments = parser.parse_args()
     if not os.environ.get("KUBECONFIG"):
         sys.exit("gate_latency: set KUBECONFIG (e.g. from the e2e harness: target/debug/control-plane up)")
@@ -172,8 +177,11 @@ def main() -> None:
     items = render()
     gate = [item for item in items if item["kind"] in
             ("TierGateParameters", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")]
-    kinds = BINDING_KINDS[:1] if arguments.validating_only else BINDING_KINDS
+    validating_only = arguments.validating_only or arguments.floor
+    kinds = BINDING_KINDS[:1] if validating_only else BINDING_KINDS
     bindings = [item for item in items if item["kind"] in kinds and item["metadata"]["name"].endswith("bronze")]
+    if arguments.floor:
+        gate, bindings = floor_policy(gate)
     served = kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name")
     if "mutatingadmissionpolicies" not in served:
         sys.exit("gate_latency: MutatingAdmissionPolicy is not served (Kubernetes 1.36+ is needed)")
@@ -188,8 +196,14 @@ def main() -> None:
         await_type_checking([item["metadata"]["name"] for item in gate if item["kind"] == "ValidatingAdmissionPolicy"])
         connection = Connection(files)
         on, off = workloads(gated), workloads(plain)
-        await_enforced(connection, on["gpu-job"], not arguments.validating_only)
-        if arguments.validating_only:
+        if arguments.floor:
+            path, body = on["cpu-job"]
+            refused = json.loads(body)
+            refused["metadata"].setdefault("labels", {})[FLOOR_LABEL] = "refuse"
+            await_enforced(connection, (path, json.dumps(refused).encode()), False)
+        else:
+            await_enforced(connection, on["gpu-job"], not validating_only)
+        if validating_only:
             for name in ("gpu-job", "gpu-pod", "gpu-deployment"):
                 del on[name], off[name]
         samples: dict[tuple[str, bool], list[float]] = {}
@@ -210,7 +224,9 @@ def main() -> None:
                 for enforced in (True, False):
                     samples.setdefault((name, enforced), []).extend(times[enforced])
                 per_round.setdefault(name, []).append(statistics.median(times[True]) - statistics.median(times[False]))
-        halves = "the validating half" if arguments.validating_only else "both halves"
+        halves = "the validating half" if validating_only else "both halves"
+        if arguments.floor:
+            halves = "none; the floor policy (one validation reading a label) in its place"
         print(f"Gate: {halves}. {arguments.rounds} rounds, {arguments.creates} dry-run creates per workload, round and namespace, "
               f"alternating between the bronze and an untiered namespace, one keep-alive connection, as a tenant; "
               f"load average {os.getloadavg()[0]:.2f} at the end.\n")
@@ -230,6 +246,23 @@ def main() -> None:
         for path in files.iterdir():
             path.unlink()
         files.rmdir()
+
+
+def floor_policy(gate: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A ValidatingAdmissionPolicy matching what the gate's matches, whose one validation reads a label (so a probe
+    can see it enforced), bound to the bronze namespace like the gate: the least any policy costs per create."""
+    validating = next(item for item in gate if item["kind"] == "ValidatingAdmissionPolicy")
+    api_version = validating["apiVersion"]
+    policy = {"apiVersion": api_version, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "tiergate-perf-floor"},
+              "spec": {"failurePolicy": "Fail", "matchConstraints": validating["spec"]["matchConstraints"],
+                       "validations": [{"expression": f"!has(object.metadata.labels) || "
+                                                      f"!('{FLOOR_LABEL}' in object.metadata.labels)",
+                                        "message": "refused by the floor policy", "reason": "Forbidden"}]}}
+    binding = {"apiVersion": api_version, "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": "tiergate-perf-floor"},
+               "spec": {"policyName": "tiergate-perf-floor", "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {TIER_LABEL: "bronze"}}}}}
+    return [policy], [binding]
 
 
 def await_enforced(connection: Connection, probe: tuple[str, bytes], mutating: bool) -> None:
