@@ -122,7 +122,7 @@ mod tests {
     }
 
     fn converged() -> WorkerState {
-        WorkerState::Converged { applied: vec![], retired: vec![], draining: 0 }
+        WorkerState::Converged { applied: vec![], retired: vec![], draining: 0, draining_flavors: 0 }
     }
 
     fn status_with(workers: &[WorkerHealth], previous: Option<&TierPolicyStatus>, now: i64) -> TierPolicyStatus {
@@ -170,8 +170,12 @@ mod tests {
         fleet.set(health("us-east", converged()), 1);
         assert!(changes.has_changed().unwrap());
         changes.mark_unchanged();
-        let applied =
-            WorkerState::Converged { applied: vec!["ClusterQueue gold".to_owned()], retired: vec![], draining: 0 };
+        let applied = WorkerState::Converged {
+            applied: vec!["ClusterQueue gold".to_owned()],
+            retired: vec![],
+            draining: 0,
+            draining_flavors: 0,
+        };
         fleet.set(health("us-east", applied), 2);
         assert!(!changes.has_changed().unwrap(), "a pass that applied something reads the same as a steady one");
         assert_eq!(fleet.passes("us-east"), 2);

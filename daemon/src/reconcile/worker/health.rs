@@ -51,6 +51,9 @@ pub enum WorkerState {
         retired: Vec<String>,
         /// LocalQueues still draining before they can be deleted.
         draining: usize,
+        /// Flavors a ClusterQueue keeps until the workloads admitted on them finish (reconcile.md, "Flavor
+        /// migrations").
+        draining_flavors: usize,
     },
 }
 
@@ -84,7 +87,9 @@ impl WorkerHealth {
             WorkerState::NoCredentials { .. } => "kubeconfig_secret",
             WorkerState::Invalid { .. } => "invalid_plan",
             WorkerState::Failed { reason, .. } => reason,
-            WorkerState::Converged { draining, .. } if *draining > 0 => "draining",
+            WorkerState::Converged { draining, draining_flavors, .. } if *draining + *draining_flavors > 0 => {
+                "draining"
+            }
             WorkerState::Converged { .. } => "converged",
         }
     }
@@ -104,8 +109,11 @@ impl WorkerHealth {
             WorkerState::Invalid { message } => format!("worker {cluster} keeps its last applied state: {message}"),
             WorkerState::NoCredentials { message } => message.clone(),
             WorkerState::Failed { message, .. } => format!("worker {cluster}: {message}"),
-            WorkerState::Converged { draining, .. } if *draining > 0 => {
-                format!("worker {cluster} holds the tiers' objects; {draining} LocalQueue(s) still draining")
+            WorkerState::Converged { draining, draining_flavors, .. } if *draining + *draining_flavors > 0 => {
+                format!(
+                    "worker {cluster} holds the tiers' objects; {draining} LocalQueue(s) and {draining_flavors} \
+                     flavor(s) still draining"
+                )
             }
             WorkerState::Converged { .. } => format!("worker {cluster} holds the tiers' objects"),
         }
@@ -166,12 +174,19 @@ mod tests {
 
     #[test]
     fn a_converged_worker_is_true_and_keeps_its_transition_time_while_it_stays_reachable() {
-        let converged = health(WorkerState::Converged { applied: vec![], retired: vec![], draining: 0 });
+        let converged =
+            health(WorkerState::Converged { applied: vec![], retired: vec![], draining: 0, draining_flavors: 0 });
         let first = build_worker_condition(&converged, Some(1), &[], &at(100));
         assert_eq!((first.status.as_str(), first.reason.as_str()), ("True", "Converged"));
-        let draining = health(WorkerState::Converged { applied: vec![], retired: vec![], draining: 2 });
+        let draining =
+            health(WorkerState::Converged { applied: vec![], retired: vec![], draining: 2, draining_flavors: 0 });
         let second = build_worker_condition(&draining, Some(1), std::slice::from_ref(&first), &at(200));
         assert_eq!((second.reason.as_str(), second.last_transition_time.clone()), ("Draining", at(100)));
+        let flavors =
+            health(WorkerState::Converged { applied: vec![], retired: vec![], draining: 0, draining_flavors: 1 });
+        let third = build_worker_condition(&flavors, Some(1), std::slice::from_ref(&second), &at(250));
+        assert_eq!(third.reason, "Draining");
+        assert!(third.message.contains("0 LocalQueue(s) and 1 flavor(s) still draining"), "{}", third.message);
         let down = health(WorkerState::Unreachable { failing_watches: vec!["Node"] });
         assert_eq!(build_worker_condition(&down, Some(1), &[second], &at(300)).last_transition_time, at(300));
     }

@@ -141,13 +141,26 @@ async fn reconcile_state(worker: &Worker) -> WorkerState {
         Ok(desired) => desired,
         Err(error) => return WorkerState::Invalid { message: error.to_string() },
     };
-    let set = match build_worker_desired_set(&ctx.settings.policy_name, desired.objects) {
+    let mut objects = desired.objects;
+    let draining = super::drain::carry_draining_flavors(&mut objects, |kind, name| {
+        super::live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
+    });
+    for drain in &draining {
+        tracing::info!(
+            cluster = %worker.cluster, queue = %drain.queue, flavor = %drain.flavor,
+            "keeping a flavor the plan no longer gives this worker's ClusterQueue, frozen at what its workloads hold"
+        );
+    }
+    let set = match build_worker_desired_set(&ctx.settings.policy_name, objects) {
         Ok(set) => set,
         Err(error) => return WorkerState::Invalid { message: error.to_string() },
     };
     let changes = build_namespace_changes(&ctx.settings.policy_name, &desired.namespaces, &snapshot.namespaces);
     drop(snapshot);
     match apply_and_prune(ctx, set.objects, changes).await {
+        Ok(WorkerState::Converged { applied, retired, draining: queues, .. }) => {
+            WorkerState::Converged { applied, retired, draining: queues, draining_flavors: draining.len() }
+        }
         Ok(state) => state,
         Err(error) => {
             let answered = is_answered(&error);
@@ -195,7 +208,7 @@ async fn apply_and_prune(
         namespaces::apply_namespace(ctx, name, &BTreeMap::new()).await?;
         released.push(format!("Namespace {name} (tier label released)"));
     }
-    Ok(WorkerState::Converged { applied, retired: released, draining: retired.draining })
+    Ok(WorkerState::Converged { applied, retired: released, draining: retired.draining, draining_flavors: 0 })
 }
 
 /// Whether the worker's API server answered the failed call (an HTTP status), as opposed to the connection
@@ -266,7 +279,9 @@ async fn run_worker(
             outcome = pass => outcome,
         };
         let delay = match &outcome.state {
-            WorkerState::Converged { draining, .. } if *draining > 0 => DRAIN_RECHECK,
+            WorkerState::Converged { draining, draining_flavors, .. } if *draining + *draining_flavors > 0 => {
+                DRAIN_RECHECK
+            }
             WorkerState::Converged { .. } | WorkerState::Invalid { .. } => RESYNC,
             WorkerState::Failed { .. } => FAILED_RETRY,
             WorkerState::Pending
