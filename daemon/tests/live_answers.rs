@@ -163,6 +163,31 @@ fn the_copied_workload_crd_equals_the_shared_kueue_release_when_it_is_present() 
 // ----- why: one sentence per Kueue state -----
 
 #[test]
+fn a_job_kueue_keeps_off_a_draining_flavor_is_told_the_flavor_drains_after_a_policy_edit() {
+    // Kueue v0.19.2's message when the only flavor with room is one tiergate closed (reconcile.md, "Flavor
+    // migrations"): the taint is read back from the flavor's nodeTaints.
+    let message = "couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor \
+                   l4-1a2b3c4d, 1 more needed; untolerated taint {tiergate.io/draining true NoSchedule <nil>} in \
+                   flavor l4";
+    let mut pending = fixture("workload-pending-quota.yaml");
+    pending["status"]["conditions"][0]["message"] = json!(message);
+    let pending: KueueWorkload = serde_json::from_value(pending).unwrap();
+    let queues = ["tiergate-bronze".to_owned()];
+    let answer = answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &queues, &[pending]);
+    assert!(matches!(answer.hold, Hold::PendingQuota { .. }), "{:?}", answer.hold);
+    assert!(
+        answer.summary.ends_with(
+            "Flavor l4 is draining after a policy edit (the TierPolicy's status.flavorMigrations): Kueue admits \
+             nothing new on it, and this workload goes to the tier's new flavor as quota frees there."
+        ),
+        "{}",
+        answer.summary
+    );
+    let plain = bronze_job_answer("workload-pending-quota.yaml");
+    assert!(!plain.summary.contains("draining"), "{}", plain.summary);
+}
+
+#[test]
 fn a_job_waiting_for_quota_is_held_by_the_full_tier_with_kueues_own_message() {
     let answer = bronze_job_answer("workload-pending-quota.yaml");
     assert_eq!(

@@ -15,6 +15,7 @@ use super::kueue::{
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
 use crate::plan::names::cluster_queue_name;
 use crate::policy::TierPolicy;
+use crate::reconcile::drain::DRAINING_TAINT;
 use crate::view::{ClusterView, NamespaceView, Snapshot};
 
 /// Kueue's condition reason for a workload that can never be admitted as it is (e.g. its LocalQueue is missing).
@@ -352,6 +353,9 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
         if let Some(note) = note {
             summary = format!("{summary} {note}");
         }
+        if let Some(note) = facts.pending_message.as_deref().and_then(draining_note) {
+            summary = format!("{summary} {note}");
+        }
     }
     WhyAnswer {
         kind: inputs.adapter.kind.to_owned(),
@@ -553,6 +557,18 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
             Hold::NoWorkload { queue: tier.queue_label.clone().or_else(|| tier.local_queue.clone()) }
         }
     }
+}
+
+/// A sentence for Kueue's pending `message` when it names a flavor tiergate is draining after a policy edit
+/// (Kueue: `untolerated taint {tiergate.io/draining true NoSchedule <nil>} in flavor <name>`).
+fn draining_note(message: &str) -> Option<String> {
+    let (_, after) = message.split_once(&format!("untolerated taint {{{DRAINING_TAINT} "))?;
+    let (_, flavor) = after.split_once("} in flavor ")?;
+    let flavor = flavor.split([',', ';', ' ']).next().filter(|flavor| !flavor.is_empty())?;
+    Some(format!(
+        "Flavor {flavor} is draining after a policy edit (the TierPolicy's status.flavorMigrations): Kueue admits \
+         nothing new on it, and this workload goes to the tier's new flavor as quota frees there."
+    ))
 }
 
 fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts) -> String {
