@@ -69,9 +69,11 @@ pub fn carry_draining_flavors(
     }
     let flavors: BTreeSet<&str> = draining.iter().map(|drain| drain.flavor.as_str()).collect();
     let kept = keep_live(objects, KueueKind::ResourceFlavor, flavors.iter().copied(), &live);
-    for flavor in
-        objects.iter_mut().filter(|object| object.metadata.name.as_ref().is_some_and(|name| kept.contains(name)))
-    {
+    let is_kept = |object: &DynamicObject| {
+        KueueKind::of(object) == Some(KueueKind::ResourceFlavor)
+            && object.metadata.name.as_ref().is_some_and(|name| kept.contains(name))
+    };
+    for flavor in objects.iter_mut().filter(|object| is_kept(object)) {
         closed_to_new_workloads(flavor);
     }
     let topologies: BTreeSet<String> = objects

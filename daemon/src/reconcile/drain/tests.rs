@@ -166,3 +166,28 @@ fn outside_a_cohort_the_kept_flavor_sets_no_borrowing_or_lending_limit() {
         ]
     );
 }
+
+#[test]
+fn only_the_kept_flavor_is_closed_even_when_a_queue_shares_its_name() {
+    // A class may be called like a ClusterQueue: the taint goes on the ResourceFlavor only.
+    let desired = queue("tiergate-gold", None, &[GPU], &[("h100-new", &["4"])], json!({}));
+    let other = queue("tiergate-old", None, &[GPU], &[("h100-new", &["0"])], json!({}));
+    let live_queue =
+        queue("tiergate-gold", None, &[GPU], &[("tiergate-old", &["4"])], reservation("tiergate-old", &[(GPU, "1")]));
+    let mut objects = vec![object(desired), object(other)];
+    let live = lookup(vec![
+        (KueueKind::ClusterQueue, live_queue),
+        (KueueKind::ResourceFlavor, flavor("tiergate-old", "tiergate-rack-2")),
+    ]);
+    carry_draining_flavors(&mut objects, live);
+    let queue = objects
+        .iter()
+        .find(|object| {
+            KueueKind::of(object) == Some(KueueKind::ClusterQueue)
+                && object.metadata.name.as_deref() == Some("tiergate-old")
+        })
+        .unwrap();
+    assert!(queue.data["spec"].get("nodeTaints").is_none(), "{}", queue.data);
+    let kept = objects.iter().find(|object| KueueKind::of(object) == Some(KueueKind::ResourceFlavor)).unwrap();
+    assert_eq!(kept.data["spec"]["nodeTaints"][0]["key"], DRAINING_TAINT);
+}
