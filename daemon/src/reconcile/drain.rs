@@ -141,7 +141,7 @@ fn carry_into_queue(name: &str, desired: &mut Value, live: &LiveObject) -> Vec<D
             let order = covered_order(group);
             let entry = frozen_flavor(flavor, live_flavor, held, &order, in_cohort);
             for (resource, millis) in held {
-                take_from_group(group, resource, *millis, &live_flavors);
+                take_from_group(group, resource, *millis, &desired_flavors, &live_flavors);
             }
             if let Some(flavors) = group.get_mut("flavors").and_then(Value::as_array_mut) {
                 flavors.push(entry);
@@ -210,15 +210,23 @@ fn nominal_text(entry: &Value, resource: &str) -> Option<String> {
     found.get("nominalQuota").and_then(quantity_text)
 }
 
-/// Takes `millis` of `resource` from the group's flavors: first those the live queue does not have yet (the new
-/// ones), then the rest, each from the last in Kueue's try order; never below zero. A lending limit above what is
-/// left is lowered to it.
-fn take_from_group(group: &mut Value, resource: &str, millis: i128, live_flavors: &BTreeSet<String>) {
+/// Takes `millis` of `resource` from the group's flavors the policy gives (`desired`; never from a flavor kept
+/// frozen): first those the live queue does not have yet (the new ones), then the rest, each from the last in
+/// Kueue's try order; never below zero. A lending limit above what is left is lowered to it.
+fn take_from_group(
+    group: &mut Value,
+    resource: &str,
+    millis: i128,
+    desired: &BTreeSet<String>,
+    live_flavors: &BTreeSet<String>,
+) {
     let Some(flavors) = group.get_mut("flavors").and_then(Value::as_array_mut) else { return };
-    let is_new =
-        |flavor: &Value| !flavor.get("name").and_then(Value::as_str).is_some_and(|name| live_flavors.contains(name));
-    let mut order: Vec<usize> = (0..flavors.len()).rev().filter(|index| is_new(&flavors[*index])).collect();
-    order.extend((0..flavors.len()).rev().filter(|index| !is_new(&flavors[*index])));
+    let name = |flavor: &Value| flavor.get("name").and_then(Value::as_str).map(str::to_owned).unwrap_or_default();
+    let given: Vec<usize> =
+        (0..flavors.len()).rev().filter(|index| desired.contains(&name(&flavors[*index]))).collect();
+    let is_new = |index: &usize| !live_flavors.contains(&name(&flavors[*index]));
+    let mut order: Vec<usize> = given.iter().copied().filter(is_new).collect();
+    order.extend(given.iter().copied().filter(|index| !is_new(index)));
     let mut remaining = millis;
     for index in order {
         if remaining <= 0 {

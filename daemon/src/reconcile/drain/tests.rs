@@ -191,3 +191,32 @@ fn only_the_kept_flavor_is_closed_even_when_a_queue_shares_its_name() {
     let kept = objects.iter().find(|object| KueueKind::of(object) == Some(KueueKind::ResourceFlavor)).unwrap();
     assert_eq!(kept.data["spec"]["nodeTaints"][0]["key"], DRAINING_TAINT);
 }
+
+#[test]
+fn a_second_draining_flavor_never_takes_from_the_first_ones_frozen_quota() {
+    // The new flavor has 3; two old flavors hold 2 each. The new one gives up all 3 and the rest stays over (the
+    // tier held more than its quota before the edit); the frozen entries keep exactly what they hold.
+    let desired = queue("tiergate-gold", Some("org"), &[GPU], &[("h100-c", &["3"])], json!({}));
+    let mut status = reservation("h100-a", &[(GPU, "2")]);
+    status["flavorsReservation"]
+        .as_array_mut()
+        .unwrap()
+        .push(reservation("h100-b", &[(GPU, "2")])["flavorsReservation"][0].clone());
+    let live_queue = queue("tiergate-gold", Some("org"), &[GPU], &[("h100-b", &["3"]), ("h100-a", &["2"])], status);
+    let mut objects = vec![object(desired)];
+    let draining = carry_draining_flavors(&mut objects, lookup(vec![(KueueKind::ClusterQueue, live_queue)]));
+    assert_eq!(draining.len(), 2);
+    let nominal: Vec<(String, String)> = flavors_of(&objects[0])
+        .iter()
+        .map(|flavor| {
+            (
+                flavor["name"].as_str().unwrap().to_owned(),
+                flavor["resources"][0]["nominalQuota"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        nominal,
+        vec![("h100-c".into(), "0".into()), ("h100-b".into(), "2".into()), ("h100-a".into(), "2".into())]
+    );
+}
