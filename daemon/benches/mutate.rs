@@ -1,6 +1,7 @@
 //! The pure core under criterion: `mutate()` on recorded fixtures and on the same Job grown to 100 KiB and 1 MiB
 //! (target: ≤ 40 µs end to end on the 10 KB Job; `parse` alone beside it), `plan::desired` for 1,000 namespaces,
-//! and strategy parsing. Allocation counts for the same inputs are in the `allocations` bench.
+//! strategy parsing, and the flavor-drain step of a reconcile. Allocation counts for the same inputs are in the
+//! `allocations` bench.
 
 mod support;
 
@@ -112,5 +113,57 @@ fn bench_scoring(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies, bench_scoring);
+/// `reconcile::drain` over the sample policy's ClusterQueues, each live queue holding quota: in the steady state
+/// (every flavor holding quota is one the policy gives) and while each queue drains a retired flavor.
+fn bench_drain(c: &mut Criterion) {
+    use kube::core::DynamicObject;
+    use tiergate::reconcile::desired::desired_cluster_objects;
+    use tiergate::reconcile::drain::carry_draining_flavors;
+    use tiergate::reconcile::kinds::KueueKind;
+    use tiergate::reconcile::live::LiveObject;
+
+    let Ok(policy) = load_policy(None) else { return };
+    let Ok(objects) = desired_cluster_objects(&policy) else { return };
+    let queues: Vec<&DynamicObject> =
+        objects.iter().filter(|object| KueueKind::of(object) == Some(KueueKind::ClusterQueue)).collect();
+    let live_queues = |retired: bool| -> Vec<LiveObject> {
+        queues
+            .iter()
+            .filter_map(|queue| {
+                let mut value = serde_json::to_value(queue).ok()?;
+                let groups = value.pointer_mut("/spec/resourceGroups")?.as_array_mut()?;
+                let group = groups.first_mut()?;
+                let covered: Vec<serde_json::Value> = group["coveredResources"].as_array()?.clone();
+                let first = group["flavors"][0]["name"].as_str()?.to_owned();
+                let holder = if retired { "retired".to_owned() } else { first };
+                if retired {
+                    let resources: Vec<serde_json::Value> =
+                        covered.iter().map(|name| serde_json::json!({"name": name, "nominalQuota": "1"})).collect();
+                    group["flavors"]
+                        .as_array_mut()?
+                        .push(serde_json::json!({"name": "retired", "resources": resources}));
+                }
+                let held: Vec<serde_json::Value> =
+                    covered.iter().map(|name| serde_json::json!({"name": name, "total": "1"})).collect();
+                value["status"] = serde_json::json!({"flavorsReservation": [{"name": holder, "resources": held}]});
+                Some(LiveObject::from_dynamic(KueueKind::ClusterQueue, serde_json::from_value(value).ok()?))
+            })
+            .collect()
+    };
+    for (name, retired) in [("steady state", false), ("each queue draining a retired flavor", true)] {
+        let live = live_queues(retired);
+        let lookup = |kind: KueueKind, name: &str| {
+            live.iter().find(|object| object.kind == kind && object.name == name).cloned()
+        };
+        c.bench_function(&format!("drain/sample policy's {} queues, {name}", queues.len()), |b| {
+            b.iter_batched(
+                || objects.clone(),
+                |mut objects| carry_draining_flavors(&mut objects, lookup),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+}
+
+criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies, bench_scoring, bench_drain);
 criterion_main!(benches);

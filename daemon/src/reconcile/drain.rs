@@ -62,9 +62,12 @@ pub fn carry_draining_flavors(
     let mut draining = Vec::new();
     for object in objects.iter_mut().filter(|object| KueueKind::of(object) == Some(KueueKind::ClusterQueue)) {
         let Some(name) = object.metadata.name.clone() else { continue };
-        let Some(queue) = live(KueueKind::ClusterQueue, &name).filter(|queue| !queue.reserved.is_empty()) else {
+        let Some(queue) = live(KueueKind::ClusterQueue, &name) else { continue };
+        // The steady state: every flavor holding quota is one the policy gives (no live body is parsed).
+        let given: BTreeSet<String> = flavor_names(&object.data).collect();
+        if queue.reserved.keys().all(|flavor| given.contains(flavor)) {
             continue;
-        };
+        }
         draining.extend(carry_into_queue(&name, &mut object.data, &queue));
     }
     let flavors: BTreeSet<&str> = draining.iter().map(|drain| drain.flavor.as_str()).collect();
