@@ -55,6 +55,14 @@ pub struct LiveObject {
     pub reserved: FlavorReservations,
 }
 
+/// What the reconciler reads from a LocalQueue's `spec`.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct QueueSpec {
+    stop_policy: Option<String>,
+    cluster_queue: Option<String>,
+}
+
 /// Quota held per flavor and resource, in milli-units: a ClusterQueue's `status.flavorsReservation` (`total`),
 /// which counts every workload holding quota, admitted or waiting for its admission checks. Zero entries are
 /// left out, so an empty map means the queue holds nothing.
@@ -184,16 +192,21 @@ impl LiveObject {
 
     /// `spec.stopPolicy`, if set.
     pub fn stop_policy(&self) -> Option<String> {
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Spec {
-            stop_policy: Option<String>,
-        }
+        self.queue_spec()?.stop_policy
+    }
+
+    /// A LocalQueue's `spec.clusterQueue`.
+    pub fn cluster_queue(&self) -> Option<String> {
+        self.queue_spec()?.cluster_queue
+    }
+
+    /// The LocalQueue fields read from the stored body.
+    fn queue_spec(&self) -> Option<QueueSpec> {
         #[derive(serde::Deserialize)]
         struct Body {
-            spec: Option<Spec>,
+            spec: Option<QueueSpec>,
         }
-        serde_json::from_str::<Body>(&self.body).ok()?.spec?.stop_policy
+        serde_json::from_str::<Body>(&self.body).ok()?.spec
     }
 
     /// Whether it carries both ownership labels for `policy_name`.
@@ -287,6 +300,7 @@ mod tests {
         assert_eq!(labels, vec![("app.kubernetes.io/managed-by", "tiergate"), ("tiergate.io/policy", "default")]);
         assert_eq!(live.body_value(), json!({"spec": {"clusterQueue": "tiergate-gold", "stopPolicy": "Hold"}}));
         assert_eq!(live.stop_policy().as_deref(), Some("Hold"));
+        assert_eq!(live.cluster_queue().as_deref(), Some("tiergate-gold"));
         assert_eq!(live.workloads, WorkloadCounts { pending: 2, reserving: 0, admitted: 1 });
     }
 

@@ -89,6 +89,51 @@ pub fn carry_draining_flavors(
     draining
 }
 
+/// A ClusterQueue the policy no longer has (its tier renamed or removed) whose workloads still hold quota, counted
+/// against the queues its namespaces feed now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetiringQueue {
+    /// The retired ClusterQueue (Kueue keeps it, terminating, until its admitted workloads finish).
+    pub queue: String,
+    /// The policy's ClusterQueues of the tiers its namespaces are in now, each giving up what it holds.
+    pub successors: Vec<String>,
+    /// What its workloads hold, per flavor and resource, in milli-units.
+    pub held: BTreeMap<String, BTreeMap<String, i128>>,
+}
+
+/// Takes what each retiring queue's workloads hold from each of its successors in `objects` (the policy's
+/// ClusterQueues, before stamping): a renamed tier's new queue does not offer again what the old one's running
+/// workloads hold. Each amount comes from the successor's flavor of the same name first, then from its other
+/// flavors covering the resource, the last in Kueue's try order first, never below zero.
+pub fn count_retiring_queues(objects: &mut [DynamicObject], retiring: &[RetiringQueue]) {
+    for retired in retiring {
+        for successor in &retired.successors {
+            let found = objects.iter_mut().find(|object| {
+                KueueKind::of(object) == Some(KueueKind::ClusterQueue)
+                    && object.metadata.name.as_deref() == Some(successor.as_str())
+            });
+            let Some(queue) = found else { continue };
+            for (flavor, resources) in &retired.held {
+                for (resource, millis) in resources {
+                    take_for_retired(&mut queue.data, flavor, resource, *millis);
+                }
+            }
+        }
+    }
+}
+
+/// Takes `millis` of `resource` from the queue body's flavors covering it: flavor `preferred` first, then the others
+/// from the last; never below zero, lending limits lowered to what is left.
+fn take_for_retired(queue: &mut Value, preferred: &str, resource: &str, millis: i128) {
+    let Some(groups) = queue.pointer_mut("/spec/resourceGroups").and_then(Value::as_array_mut) else { return };
+    let Some(group) = groups.iter_mut().find(|group| covered_resources(group).contains(resource)) else { return };
+    let Some(flavors) = group.get_mut("flavors").and_then(Value::as_array_mut) else { return };
+    let is_preferred = |index: &usize| flavors[*index].get("name").and_then(Value::as_str) == Some(preferred);
+    let mut order: Vec<usize> = (0..flavors.len()).filter(is_preferred).collect();
+    order.extend((0..flavors.len()).rev().filter(|index| !is_preferred(index)));
+    take_in_order(flavors, &order, resource, millis);
+}
+
 /// Adds the live object of `kind` for each of `names` that `objects` does not have (a kept flavor, and the Topology
 /// a kept flavor names: a flavor whose Topology is gone makes Kueue stop the whole queue); returns the names added.
 fn keep_live<'a>(
@@ -230,8 +275,14 @@ fn take_from_group(
     let is_new = |index: &usize| !live_flavors.contains(&name(&flavors[*index]));
     let mut order: Vec<usize> = given.iter().copied().filter(is_new).collect();
     order.extend(given.iter().copied().filter(|index| !is_new(index)));
+    take_in_order(flavors, &order, resource, millis);
+}
+
+/// Takes `millis` of `resource` from `flavors` in `order`, never below zero; a lending limit above what is left is
+/// lowered to it.
+fn take_in_order(flavors: &mut [Value], order: &[usize], resource: &str, millis: i128) {
     let mut remaining = millis;
-    for index in order {
+    for &index in order {
         if remaining <= 0 {
             break;
         }

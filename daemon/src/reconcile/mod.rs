@@ -263,11 +263,19 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             let draining = drain::carry_draining_flavors(&mut objects, |kind, name| {
                 live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
             });
-            (build_desired_set(policy, objects)?, draining)
+            let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
+            drain::count_retiring_queues(&mut objects, &retiring);
+            for retired in &retiring {
+                tracing::info!(
+                    queue = %retired.queue, successors = %retired.successors.join(","),
+                    "counting what a retired ClusterQueue's workloads hold against the queues its namespaces feed now"
+                );
+            }
+            (build_desired_set(policy, objects)?, draining, retiring.len())
         }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
-    let (cluster_scoped, draining) = cluster_scoped;
+    let (cluster_scoped, draining, retiring) = cluster_scoped;
     for drain in &draining {
         let held: Vec<String> = drain.held.iter().map(|(resource, millis)| format!("{resource}={millis}m")).collect();
         tracing::info!(
@@ -316,7 +324,8 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         },
     };
     writes::write_status(ctx, policy, &input).await?;
-    Ok(Action::requeue(if retired.draining > 0 || !draining.is_empty() { DRAIN_RECHECK } else { RESYNC }))
+    let waiting = retired.draining > 0 || !draining.is_empty() || retiring > 0;
+    Ok(Action::requeue(if waiting { DRAIN_RECHECK } else { RESYNC }))
 }
 
 /// The namespaces the translation sees, borrowed from the snapshot: all but the daemon's own.
@@ -334,6 +343,52 @@ async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Res
         writes::publish_event(ctx, policy, EventType::Warning, "InvalidPolicy", message.to_owned()).await;
     }
     Ok(Action::await_change())
+}
+
+/// The owned ClusterQueues `objects` (the policy's) no longer have whose workloads still hold quota, each with the
+/// policy's ClusterQueues of the tiers its LocalQueues' namespaces are in now (a renamed tier's new queue).
+fn retiring_queues(
+    ctx: &Context,
+    policy: &TierPolicy,
+    snapshot: &Snapshot,
+    objects: &[DynamicObject],
+) -> Vec<drain::RetiringQueue> {
+    let wanted: std::collections::BTreeSet<&str> = objects
+        .iter()
+        .filter(|object| KueueKind::of(object) == Some(KueueKind::ClusterQueue))
+        .filter_map(|object| object.metadata.name.as_deref())
+        .collect();
+    let Some(queues) = ctx.live.get(&KueueKind::ClusterQueue) else { return Vec::new() };
+    let retired: Vec<Arc<LiveObject>> = queues
+        .state()
+        .into_iter()
+        .filter(|queue| !queue.reserved.is_empty() && !wanted.contains(queue.name.as_str()))
+        .collect();
+    if retired.is_empty() {
+        return Vec::new();
+    }
+    let local_queues = ctx.live.get(&KueueKind::LocalQueue).map(|store| store.state()).unwrap_or_default();
+    let policy_name = policy.name_any();
+    retired
+        .iter()
+        .map(|queue| {
+            let successors: std::collections::BTreeSet<String> = local_queues
+                .iter()
+                .filter(|local| {
+                    local.is_owned_by(&policy_name) && local.cluster_queue().as_deref() == Some(&queue.name)
+                })
+                .filter_map(|local| snapshot.namespaces.get(local.namespace.as_deref()?))
+                .filter_map(|namespace| policy.spec.tier_of(&namespace.labels))
+                .map(|tier| crate::plan::names::cluster_queue_name(&tier.name))
+                .filter(|name| wanted.contains(name.as_str()))
+                .collect();
+            drain::RetiringQueue {
+                queue: queue.name.clone(),
+                successors: successors.into_iter().collect(),
+                held: queue.reserved.clone(),
+            }
+        })
+        .collect()
 }
 
 /// The cached live object of `kind` called `name` (in `namespace`, for LocalQueues); cluster-scoped kinds are

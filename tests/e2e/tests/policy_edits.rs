@@ -10,7 +10,9 @@
 //! 3. The class moves to other node labels (in place: node labels are mutable).
 //! 4. Gold gains a fallback class, and 5. loses it.
 //! 6. Bronze's cohort is merged into gold's, and the emptied Cohort is pruned.
-//! 7. The daemon is switched to serve another TierPolicy with the same class names and other levels.
+//! 7. Gold is renamed gold2 with its namespace: the new ClusterQueue gives up what the old one's running Jobs hold,
+//!    until they finish and Kueue lets the old queue go.
+//! 8. The daemon is switched to serve another TierPolicy with the same class names and other levels.
 //!
 //! After each edit: the policy is Ready at its generation with no `reconcile_failing` (the time it took is printed,
 //! never asserted), every Job admitted before is still admitted, and at every poll gold holds at most its quota.
@@ -83,6 +85,15 @@ struct Shape {
     fallback: bool,
     /// Bronze sits in gold's cohort, and bronze's own cohort is gone.
     merged: bool,
+    /// Gold is renamed gold2 (its namespace is relabelled with it).
+    renamed: bool,
+}
+
+impl Shape {
+    /// The gold tier's base name in this shape.
+    fn gold(self) -> &'static str {
+        if self.renamed { "gold2" } else { "gold" }
+    }
 }
 
 fn build_policy(run: &Run, shape: Shape) -> Result<TierPolicy, HarnessError> {
@@ -97,7 +108,7 @@ fn build_policy(run: &Run, shape: Shape) -> Result<TierPolicy, HarnessError> {
     if !shape.merged {
         cohorts.push(json!({"name": name("bronze-pool")}));
     }
-    let mut gold = json!({"name": name("gold"), "gpuClass": name("h100"), "cohort": name("gold-pool"),
+    let mut gold = json!({"name": name(shape.gold()), "gpuClass": name("h100"), "cohort": name("gold-pool"),
                           "quotas": {GPU: {"nominal": GOLD_GPUS.to_string()}}, "sharing": {"reclaim": "Always"}});
     if shape.fallback {
         gold["fallbackGpuClasses"] = json!([name("a100")]);
@@ -157,19 +168,20 @@ async fn walk(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     let daemon = start_tiergate(client, cleanup, &policy, &run.system, &tenants).await?;
     let outcome = walk_steps(client, &run, &daemon).await;
     daemon.stop().await;
-    let admitted = outcome?;
-    switch_served_policy(client, cleanup, &run, &admitted).await
+    let (shape, admitted) = outcome?;
+    switch_served_policy(client, cleanup, &run, shape, &admitted).await
 }
 
-/// 7. The daemon is switched to serve another TierPolicy with the same classes and tiers but other levels: its
+/// 8. The daemon is switched to serve another TierPolicy with the same classes and tiers but other levels: its
 ///    flavors have other names, so nothing it applies over the first policy's queues is refused.
 async fn switch_served_policy(
     client: &Client,
     cleanup: &Cleanup,
     run: &Run,
+    last: Shape,
     admitted: &BTreeMap<String, String>,
 ) -> Result<(), HarnessError> {
-    let shape = Shape { levels: &[BLOCK_LABEL, HOSTNAME_LABEL], moved: true, fallback: false, merged: true };
+    let shape = Shape { levels: &[BLOCK_LABEL, HOSTNAME_LABEL], ..last };
     let mut other = build_policy(run, shape)?;
     let name = run.name("other");
     other.metadata.name = Some(name.clone());
@@ -179,7 +191,7 @@ async fn switch_served_policy(
         converge_policy(client, &daemon, &other, "the served policy switched").await?;
         still_admitted(client, run, admitted).await?;
         let flavor = h100_flavor(run, shape)?;
-        let queue = api(client, KueueKind::ClusterQueue).get(&cluster_queue_name(&run.name("gold"))).await?;
+        let queue = api(client, KueueKind::ClusterQueue).get(&cluster_queue_name(&run.name(shape.gold()))).await?;
         let listed = queue.data["spec"]["resourceGroups"][0]["flavors"][0]["name"].clone();
         ensure(listed == json!(flavor), || format!("gold's queue lists {listed} first, not {flavor}"))
     }
@@ -188,16 +200,16 @@ async fn switch_served_policy(
     outcome
 }
 
-/// Steps 1 to 6; returns the gold Jobs admitted at the end, by flavor.
+/// Steps 1 to 7; returns the last shape and the Jobs admitted at the end, by flavor.
 async fn walk_steps(
     client: &Client,
     run: &Run,
     daemon: &InProcessDaemon,
-) -> Result<BTreeMap<String, String>, HarnessError> {
+) -> Result<(Shape, BTreeMap<String, String>), HarnessError> {
     let mut shape = Shape::default();
     converge(client, run, daemon, shape, "the first policy").await?;
-    wait_until_gate_confines_gold(client, run).await?;
-    submit(client, run, 0..6).await?;
+    wait_until_gate_confines(client, run, "gold").await?;
+    submit(client, run, "gold", 0..6).await?;
     let original = h100_flavor(run, shape)?;
     let admitted = wait_admitted(client, run, GOLD_GPUS, "4 of gold's 6 Jobs").await?;
     ensure(admitted.values().all(|flavor| *flavor == original), || format!("admitted: {admitted:?}"))?;
@@ -227,12 +239,12 @@ async fn walk_steps(
     expect_gold_flavors(client, run, &[(&racks, "4")]).await?;
     let admitted = wait_admitted(client, run, 2, "the 2 pending Jobs on the new flavor").await?;
     ensure(admitted.values().all(|flavor| *flavor == racks), || format!("{admitted:?}"))?;
-    submit(client, run, 6..8).await?;
+    submit(client, run, "gold", 6..8).await?;
     let admitted = wait_admitted(client, run, GOLD_GPUS, "2 more Jobs on the new flavor").await?;
 
     // 2. Levels changed: both flavors are topology-aware, so what the old one frees admits pending Jobs on the new
     //    one at once; the old flavor and its Topology go once its Jobs do.
-    submit(client, run, 8..10).await?;
+    submit(client, run, "gold", 8..10).await?;
     gold_reservation_shows(client, run, &racks, "4").await?;
     shape.levels = &[RACK_LABEL, HOSTNAME_LABEL];
     let hosts = h100_flavor(run, shape)?;
@@ -282,7 +294,36 @@ async fn walk_steps(
     })
     .await?;
     still_admitted(client, run, &admitted).await?;
-    Ok(admitted)
+
+    // 7. Gold renamed gold2, its namespace relabelled: a new ClusterQueue and LocalQueue. Kueue keeps the old queue,
+    //    terminating, until its 2 running Jobs finish, and the new one gives up what they hold: gold2 admits 2 more,
+    //    not 4. Once they are gone, the old queue goes and gold2 has its whole quota.
+    shape.renamed = true;
+    converge(client, run, daemon, shape, "gold renamed gold2").await?;
+    relabel(client, run, "gold2").await?;
+    expect_queue_flavors(client, run, "gold2", &[(&hosts, "2")]).await?;
+    still_admitted(client, run, &admitted).await?;
+    wait_until_gate_confines(client, run, "gold2").await?;
+    submit(client, run, "gold2", 10..13).await?;
+    wait_admitted(client, run, GOLD_GPUS, "2 Jobs of the renamed tier beside the 2 still running").await?;
+    let running: Vec<String> = admitted.keys().cloned().collect();
+    delete_jobs(client, run, &running).await?;
+    let old_queue = cluster_queue_name(&run.name("gold"));
+    wait_for(&format!("the retired ClusterQueue {old_queue}, released, to go"), CONVERGE, || async {
+        api(client, KueueKind::ClusterQueue).get_opt(&old_queue).await.ok()?.is_none().then_some(())
+    })
+    .await?;
+    expect_queue_flavors(client, run, "gold2", &[(&hosts, "4")]).await?;
+    let admitted = wait_admitted(client, run, 3, "the renamed tier's third Job").await?;
+    Ok((shape, admitted))
+}
+
+/// Relabels gold's namespace into tier `tier`.
+async fn relabel(client: &Client, run: &Run, tier: &str) -> Result<(), HarnessError> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let patch = json!({"metadata": {"labels": {E2E_TIER_LABEL: run.name(tier)}}});
+    namespaces.patch(&run.namespace("gold"), &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    Ok(())
 }
 
 /// Waits until the ResourceFlavor `flavor`, released by every queue, is pruned.
@@ -338,24 +379,25 @@ async fn converge_policy(
 
 /// Waits until gold's validating binding refuses another tier's class and then lets a plain GPU Job through: the
 /// in-server gate, loaded by the API server's informers on their own time, confines gold's Jobs.
-async fn wait_until_gate_confines_gold(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let mut foreign = gold_job(run, "probe-foreign")?;
+async fn wait_until_gate_confines(client: &Client, run: &Run, tier: &str) -> Result<(), HarnessError> {
+    let mut foreign = gold_job(run, tier, "probe-foreign")?;
     let template = foreign.spec.as_mut().and_then(|spec| spec.template.spec.as_mut()).ok_or("no pod template")?;
     template.node_selector = Some([(CLASS_LABEL.to_owned(), run.name("a100"))].into());
-    let refusal = format!("binding '{}'", gate_name(&run.name("gold")));
+    let refusal = format!("binding '{}'", gate_name(&run.name(tier)));
     wait_until_refused(client, "the in-server gate to refuse bronze's class in gold", CONVERGE, &foreign, &refusal)
         .await?;
-    let probe = gold_job(run, "probe")?;
+    let probe = gold_job(run, tier, "probe")?;
     wait_until_admitted_as(client, "the in-server gate to pass a plain gold Job", CONVERGE, &probe, |_| true).await
 }
 
-/// A suspended one-GPU gold Job `name`, queued to gold's LocalQueue.
-fn gold_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
+/// A suspended one-GPU Job `name` in gold's namespace, queued to the LocalQueue of tier `tier` (gold, or gold2
+/// once renamed).
+fn gold_job(run: &Run, tier: &str, name: &str) -> Result<Job, HarnessError> {
     Ok(serde_json::from_value(json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": run.namespace("gold"),
-                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name("gold"))}},
+                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name(tier))}},
         "spec": {
             "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
             "template": {"spec": {
@@ -367,11 +409,11 @@ fn gold_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
     }))?)
 }
 
-/// Creates gold Jobs `job-<index>` for `indexes`.
-async fn submit(client: &Client, run: &Run, indexes: std::ops::Range<usize>) -> Result<(), HarnessError> {
+/// Creates Jobs `job-<index>` for `indexes` in gold's namespace, queued to tier `tier`.
+async fn submit(client: &Client, run: &Run, tier: &str, indexes: std::ops::Range<usize>) -> Result<(), HarnessError> {
     let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace("gold"));
     for index in indexes {
-        jobs.create(&PostParams::default(), &gold_job(run, &format!("job-{index}"))?).await?;
+        jobs.create(&PostParams::default(), &gold_job(run, tier, &format!("job-{index}"))?).await?;
     }
     Ok(())
 }
@@ -456,20 +498,25 @@ async fn still_admitted(client: &Client, run: &Run, before: &BTreeMap<String, St
 
 /// Deletes `count` of the gold Jobs that hold quota on `flavor` now and waits until their Workloads are gone.
 async fn free(client: &Client, run: &Run, flavor: &str, count: usize) -> Result<Vec<String>, HarnessError> {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace("gold"));
     let held = quota_held(client, run).await?;
     let chosen: Vec<String> =
         held.iter().filter(|(_, on)| *on == flavor).map(|(job, _)| job.clone()).take(count).collect();
     ensure(chosen.len() == count, || format!("fewer than {count} Jobs on {flavor}: {held:?}"))?;
-    for job in &chosen {
+    delete_jobs(client, run, &chosen).await?;
+    Ok(chosen)
+}
+
+/// Deletes the Jobs `names` of gold's namespace and waits until their Workloads no longer hold quota.
+async fn delete_jobs(client: &Client, run: &Run, names: &[String]) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.namespace("gold"));
+    for job in names {
         jobs.delete(job, &DeleteParams::background()).await?;
     }
-    wait_for("the freed Jobs' Workloads to be gone", SCHEDULED, || async {
+    wait_for("the deleted Jobs' Workloads to be gone", SCHEDULED, || async {
         let held = quota_held(client, run).await.ok()?;
-        chosen.iter().all(|job| !held.contains_key(job)).then_some(())
+        names.iter().all(|job| !held.contains_key(job)).then_some(())
     })
-    .await?;
-    Ok(chosen)
+    .await
 }
 
 /// Waits until gold's ClusterQueue status shows `total` GPUs reserved on `flavor`.
@@ -487,7 +534,17 @@ async fn gold_reservation_shows(client: &Client, run: &Run, flavor: &str, total:
 
 /// Gold's live ClusterQueue lists exactly `expected` (flavor, nominal GPU quota), in order.
 async fn expect_gold_flavors(client: &Client, run: &Run, expected: &[(&str, &str)]) -> Result<(), HarnessError> {
-    let queue = cluster_queue_name(&run.name("gold"));
+    expect_queue_flavors(client, run, "gold", expected).await
+}
+
+/// Tier `tier`'s live ClusterQueue lists exactly `expected` (flavor, nominal GPU quota), in order.
+async fn expect_queue_flavors(
+    client: &Client,
+    run: &Run,
+    tier: &str,
+    expected: &[(&str, &str)],
+) -> Result<(), HarnessError> {
+    let queue = cluster_queue_name(&run.name(tier));
     let wanted: Vec<(String, String)> =
         expected.iter().map(|(flavor, nominal)| ((*flavor).to_owned(), (*nominal).to_owned())).collect();
     let last = Mutex::new(Vec::new());

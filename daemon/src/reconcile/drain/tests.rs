@@ -220,3 +220,41 @@ fn a_second_draining_flavor_never_takes_from_the_first_ones_frozen_quota() {
         vec![("h100-c".into(), "0".into()), ("h100-b".into(), "2".into()), ("h100-a".into(), "2".into())]
     );
 }
+
+#[test]
+fn a_renamed_tiers_new_queue_gives_up_what_the_retired_queues_workloads_hold() {
+    // gold was renamed gold2: tiergate-gold (retired, terminating) holds 3 on h100 and 1 on l4; tiergate-gold2 has
+    // h100 4 and l4 2. Other queues are untouched.
+    let renamed = queue("tiergate-gold2", Some("org"), &[GPU], &[("h100", &["4"]), ("l4", &["2"])], json!({}));
+    let other = queue("tiergate-bronze", Some("org"), &[GPU], &[("l4", &["2"])], json!({}));
+    let mut objects = vec![object(renamed), object(other.clone())];
+    let retiring = RetiringQueue {
+        queue: "tiergate-gold".into(),
+        successors: vec!["tiergate-gold2".into()],
+        held: [
+            ("h100".to_owned(), [(GPU.to_owned(), 3000)].into()),
+            ("l4".to_owned(), [(GPU.to_owned(), 1000)].into()),
+        ]
+        .into(),
+    };
+    count_retiring_queues(&mut objects, &[retiring]);
+    let nominal = |object: &DynamicObject| -> Vec<String> {
+        flavors_of(object)
+            .iter()
+            .map(|flavor| flavor["resources"][0]["nominalQuota"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(nominal(&objects[0]), vec!["1", "1"], "each flavor gives up what the retired queue holds on it");
+    assert_eq!(objects[1], object(other));
+
+    // More held on h100 than the new queue has there: the rest comes from its other flavors, never below zero.
+    let renamed = queue("tiergate-gold2", Some("org"), &[GPU], &[("h100", &["2"]), ("l4", &["2"])], json!({}));
+    let mut objects = vec![object(renamed)];
+    let retiring = RetiringQueue {
+        queue: "tiergate-gold".into(),
+        successors: vec!["tiergate-gold2".into()],
+        held: [("h100".to_owned(), [(GPU.to_owned(), 5000)].into())].into(),
+    };
+    count_retiring_queues(&mut objects, &[retiring]);
+    assert_eq!(nominal(&objects[0]), vec!["0", "0"]);
+}
