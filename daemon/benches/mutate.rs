@@ -156,9 +156,9 @@ fn bench_drain(c: &mut Criterion) {
             live.iter().find(|object| object.kind == kind && object.name == name).cloned()
         };
         c.bench_function(&format!("drain/sample policy's {} queues, {name}", queues.len()), |b| {
-            b.iter_batched(
+            b.iter_batched_ref(
                 || objects.clone(),
-                |mut objects| carry_draining_flavors(&mut objects, lookup),
+                |objects| carry_draining_flavors(objects, lookup),
                 criterion::BatchSize::SmallInput,
             )
         });
