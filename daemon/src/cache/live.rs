@@ -76,11 +76,7 @@ fn read_reservations(status: Option<&Value>) -> FlavorReservations {
         let Some(name) = flavor.get("name").and_then(Value::as_str) else { continue };
         let resources = flavor.get("resources").and_then(Value::as_array);
         for resource in resources.into_iter().flatten() {
-            let total = resource.get("total").and_then(|total| match total {
-                Value::String(text) => crate::plan::quota::parse_millis(text),
-                Value::Number(number) => number.as_i64().map(|units| i128::from(units) * 1000),
-                _ => None,
-            });
+            let total = resource.get("total").and_then(crate::plan::quota::quantity_millis);
             if let (Some(resource), Some(total)) = (resource.get("name").and_then(Value::as_str), total)
                 && total != 0
             {

@@ -254,15 +254,13 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
     let mutating_served = ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == 1;
-    let cluster_scoped = match desired_cluster_objects(policy) {
+    let (cluster_scoped, draining, retiring) = match desired_cluster_objects(policy) {
         Ok(mut objects) => {
             // Before Kubernetes 1.36 (or when discovery could not tell) the gate is its validating half only.
             if !mutating_served {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
             }
-            let draining = drain::carry_draining_flavors(&mut objects, |kind, name| {
-                live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
-            });
+            let draining = carry_draining_flavors(ctx, &mut objects, "management");
             let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
             drain::count_retiring_queues(&mut objects, &retiring);
             for retired in &retiring {
@@ -275,14 +273,6 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
-    let (cluster_scoped, draining, retiring) = cluster_scoped;
-    for drain in &draining {
-        let held: Vec<String> = drain.held.iter().map(|(resource, millis)| format!("{resource}={millis}m")).collect();
-        tracing::info!(
-            queue = %drain.queue, flavor = %drain.flavor, held = %held.join(","),
-            "keeping a flavor the policy no longer gives this ClusterQueue, frozen at what its workloads hold, until they finish"
-        );
-    }
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = Applied::default();
     apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue, &mut applied).await?;
@@ -343,6 +333,27 @@ async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Res
         writes::publish_event(ctx, policy, EventType::Warning, "InvalidPolicy", message.to_owned()).await;
     }
     Ok(Action::await_change())
+}
+
+/// [`drain::carry_draining_flavors`] over `ctx`'s caches (those of `cluster`: the management cluster or a fleet
+/// worker), logging each flavor kept with what it holds.
+fn carry_draining_flavors(
+    ctx: &Context,
+    objects: &mut Vec<DynamicObject>,
+    cluster: &str,
+) -> Vec<drain::DrainingFlavor> {
+    let draining = drain::carry_draining_flavors(objects, |kind, name| {
+        live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
+    });
+    for drain in &draining {
+        let held: Vec<String> =
+            drain.to_migration().held.iter().map(|(resource, quantity)| format!("{resource}={quantity}")).collect();
+        tracing::info!(
+            %cluster, queue = %drain.queue, flavor = %drain.flavor, held = %held.join(","),
+            "keeping a flavor the policy no longer gives this ClusterQueue, frozen at what its workloads hold, until they finish"
+        );
+    }
+    draining
 }
 
 /// The owned ClusterQueues `objects` (the policy's) no longer have whose workloads still hold quota, each with the

@@ -311,25 +311,36 @@ async fn cold_start_of_many_namespaces_applies_each_local_queue_once_after_every
     assert_eq!(status["objectCounts"]["LocalQueue"], 40);
 }
 
-#[tokio::test]
-async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports_it() {
+/// One reconcile of the sample policy over three tiered namespaces and `live`, against an API server that answers
+/// `refusal` to the PATCH of the path ending in `refused` and echoes everything else; the error and every call.
+async fn reconcile_with_refused_patch(
+    live: Vec<DynamicObject>,
+    refused: &'static str,
+    refusal: (StatusCode, Value),
+) -> (ReconcileError, Vec<Call>) {
     let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver"), ("team-c", "bronze")]);
     let policy = sample_policy();
-    let mut live = vec![owned(KueueKind::LocalQueue, Some("gone"), "tiergate-gold", Some("default"))];
-    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default")));
     let mut echo = echo_server(policy.clone());
     let responder = move |call: &Call| {
-        if call.method == "PATCH" && call.path.ends_with("/namespaces/team-b/localqueues/tiergate-silver") {
-            return failure(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcd is down");
+        if call.method == "PATCH" && call.path.ends_with(refused) {
+            return refusal.clone();
         }
         echo(call)
     };
     let (client, api) = MockApi::start(Box::new(responder));
     let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
     ctx.assume_kueue_discovered();
-
     let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
-    let calls = api.finish(ctx).await;
+    (error, api.finish(ctx).await)
+}
+
+#[tokio::test]
+async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports_it() {
+    let mut live = vec![owned(KueueKind::LocalQueue, Some("gone"), "tiergate-gold", Some("default"))];
+    live.push(owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default")));
+    let etcd_down = failure(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcd is down");
+    let (error, calls) =
+        reconcile_with_refused_patch(live, "/namespaces/team-b/localqueues/tiergate-silver", etcd_down).await;
 
     assert_eq!(error.reason(), "apply_object");
     assert!(error.to_string().contains("team-b/tiergate-silver"), "{error}");
@@ -340,23 +351,10 @@ async fn failed_local_queue_apply_stops_the_reconcile_before_pruning_and_reports
 
 #[tokio::test]
 async fn an_object_the_api_server_refuses_does_not_stop_the_rest_of_the_policy_and_is_reported_by_name() {
-    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver"), ("team-c", "bronze")]);
-    let policy = sample_policy();
     let live = vec![owned(KueueKind::ClusterQueue, None, "tiergate-platinum", Some("default"))];
-    let mut echo = echo_server(policy.clone());
     let refused = "Kueue's CRD rule refuses it: topologyName is immutable when topologyName is set";
-    let responder = move |call: &Call| {
-        if call.method == "PATCH" && call.path.ends_with("/resourceflavors/h100") {
-            return failure(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", refused);
-        }
-        echo(call)
-    };
-    let (client, api) = MockApi::start(Box::new(responder));
-    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
-    ctx.assume_kueue_discovered();
-
-    let error = reconcile(Arc::new(policy), ctx.clone()).await.unwrap_err();
-    let calls = api.finish(ctx).await;
+    let invalid = failure(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", refused);
+    let (error, calls) = reconcile_with_refused_patch(live, "/resourceflavors/h100", invalid).await;
 
     assert_eq!(error.reason(), "unapplied_objects");
     assert_eq!(error.blocker(), Some(BlockedReason::ReconcileFailing));

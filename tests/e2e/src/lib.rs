@@ -405,40 +405,78 @@ pub async fn wait_for_local_queue(
     .await
 }
 
+/// A namespaced kind a probe can be dry-run created as.
+pub trait Probe:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+    + Clone
+    + DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+{
+}
+
+impl<K> Probe for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+        + Clone
+        + DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug
+{
+}
+
 /// Waits until a server dry-run create of `probe` in its namespace comes back as `admitted` wants it: the
 /// admission that changes it (the webhook, or the in-server gate) is in effect there. The API server learns of a new
 /// webhook configuration, admission policy, binding or parameter object through its own informers, each on its own
 /// time, so a policy just applied can refuse what its mutating half does not yet fix; tests wait here first.
-pub async fn wait_until_admitted_as<K, F>(
+pub async fn wait_until_admitted_as<K: Probe>(
     client: &Client,
     what: &str,
     timeout: Duration,
     probe: &K,
-    admitted: F,
-) -> Result<(), HarnessError>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-    F: Fn(&K) -> bool,
-{
+    admitted: impl Fn(&K) -> bool,
+) -> Result<(), HarnessError> {
+    wait_for_dry_run(client, what, timeout, probe, |answer| answer.as_ref().is_ok_and(&admitted)).await
+}
+
+/// Waits until a server dry-run create of `probe` in its namespace is refused with a message containing
+/// `refusal`: the validating admission that refuses it is in effect there.
+pub async fn wait_until_refused<K: Probe>(
+    client: &Client,
+    what: &str,
+    timeout: Duration,
+    probe: &K,
+    refusal: &str,
+) -> Result<(), HarnessError> {
+    let refused =
+        |answer: &Result<K, kube::Error>| answer.as_ref().is_err_and(|error| error.to_string().contains(refusal));
+    wait_for_dry_run(client, what, timeout, probe, refused).await
+}
+
+/// Dry-run creates `probe` in its namespace until `accepted` takes the answer; on timeout the error says what the
+/// last answer was.
+async fn wait_for_dry_run<K: Probe>(
+    client: &Client,
+    what: &str,
+    timeout: Duration,
+    probe: &K,
+    accepted: impl Fn(&Result<K, kube::Error>) -> bool,
+) -> Result<(), HarnessError> {
     let namespace = probe.meta().namespace.clone().ok_or("the probe names no namespace")?;
     let api: Api<K> = Api::namespaced(client.clone(), &namespace);
     let dry_run = PostParams { dry_run: true, ..PostParams::default() };
     let last = Mutex::new(String::from("no answer yet"));
     let waited = wait_for(what, timeout, || async {
         let answer = api.create(&dry_run, probe).await;
-        let accepted = answer.as_ref().is_ok_and(&admitted);
-        if !accepted && let Ok(mut last) = last.lock() {
+        if accepted(&answer) {
+            return Some(());
+        }
+        if let Ok(mut last) = last.lock() {
             *last = match answer {
                 Ok(stored) => format!("stored as {}", serde_json::to_string(&stored).unwrap_or_default()),
                 Err(error) => format!("refused: {error}"),
             };
         }
-        accepted.then_some(())
+        None
     })
     .await;
     waited.map_err(|error| {
@@ -447,30 +485,22 @@ where
     })
 }
 
-/// Waits until a server dry-run create of `probe` in its namespace is refused with a message containing
-/// `refusal`: the validating admission that refuses it is in effect there.
-pub async fn wait_until_refused<K>(
-    client: &Client,
-    what: &str,
-    timeout: Duration,
-    probe: &K,
-    refusal: &str,
-) -> Result<(), HarnessError>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    let namespace = probe.meta().namespace.clone().ok_or("the probe names no namespace")?;
-    let api: Api<K> = Api::namespaced(client.clone(), &namespace);
-    let dry_run = PostParams { dry_run: true, ..PostParams::default() };
-    wait_for(what, timeout, || async {
-        api.create(&dry_run, probe).await.err().filter(|error| error.to_string().contains(refusal)).map(|_| ())
-    })
-    .await
+/// A suspended Job `name` in `namespace` of one pod asking one `nvidia.com/gpu`, queued to LocalQueue `queue`.
+pub fn one_gpu_job(namespace: &str, name: &str, queue: &str) -> Result<k8s_openapi::api::batch::v1::Job, HarnessError> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace,
+                     "labels": {tiergate_workloads::QUEUE_NAME_LABEL: queue}},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+            }},
+        },
+    }))?)
 }
 
 /// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.

@@ -26,7 +26,6 @@ use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, create_namespace, ensure,
     install_tierpolicy_crd, random_name, run_cluster_test, wait_for, wait_until_admitted_as, wait_until_refused,
 };
-use tiergate_workloads::QUEUE_NAME_LABEL;
 
 /// Kueue objects after the policy is applied.
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -190,21 +189,7 @@ fn is_active(object: &DynamicObject) -> bool {
 
 /// A suspended one-GPU Job `name` in tier `tier`'s namespace, queued to its LocalQueue.
 fn one_gpu_job(run: &Run, tier: &str, name: &str) -> Result<Job, HarnessError> {
-    let namespace = run.namespace(tier);
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace,
-                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name(tier))}},
-        "spec": {
-            "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}}}],
-            }},
-        },
-    }))?)
+    tiergate_e2e::one_gpu_job(&run.namespace(tier), name, &format!("tiergate-{}", run.name(tier)))
 }
 
 /// A one-GPU Job of tier `tier` that selects a GPU class the tier does not have.

@@ -38,10 +38,9 @@ use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::validation::validate_policy;
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, random_name, run_cluster_test,
-    start_tiergate, wait_for, wait_until_admitted_as, wait_until_refused,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, one_gpu_job, random_name,
+    run_cluster_test, start_tiergate, wait_for, wait_until_admitted_as, wait_until_refused,
 };
-use tiergate_workloads::QUEUE_NAME_LABEL;
 
 /// Bound on waiting for a policy edit to converge (the bar is 10 s; the time taken is printed).
 const CONVERGE: Duration = Duration::from_secs(60);
@@ -393,20 +392,7 @@ async fn wait_until_gate_confines(client: &Client, run: &Run, tier: &str) -> Res
 /// A suspended one-GPU Job `name` in gold's namespace, queued to the LocalQueue of tier `tier` (gold, or gold2
 /// once renamed).
 fn gold_job(run: &Run, tier: &str, name: &str) -> Result<Job, HarnessError> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": run.namespace("gold"),
-                     "labels": {QUEUE_NAME_LABEL: format!("tiergate-{}", run.name(tier))}},
-        "spec": {
-            "parallelism": 1, "completions": 1, "backoffLimit": 0, "suspend": true,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                "resources": {"requests": {GPU: "1"}, "limits": {GPU: "1"}}}],
-            }},
-        },
-    }))?)
+    one_gpu_job(&run.namespace("gold"), name, &format!("tiergate-{}", run.name(tier)))
 }
 
 /// Creates Jobs `job-<index>` for `indexes` in gold's namespace, queued to tier `tier`.

@@ -221,11 +221,7 @@ pub fn offered_by_queue(queue: &serde_json::Value) -> BTreeMap<String, i128> {
             let resources = flavor.get("resources").and_then(serde_json::Value::as_array);
             for resource in resources.into_iter().flatten() {
                 let name = resource.get("name").and_then(serde_json::Value::as_str);
-                let nominal = resource.get("nominalQuota").and_then(|quantity| match quantity {
-                    serde_json::Value::String(text) => parse_millis(text),
-                    serde_json::Value::Number(number) => number.as_u64().map(|units| i128::from(units) * 1000),
-                    _ => None,
-                });
+                let nominal = resource.get("nominalQuota").and_then(quantity_millis);
                 if let (Some(name), Some(nominal)) = (name, nominal) {
                     *offered.entry(name.to_owned()).or_insert(0) += nominal;
                 }
@@ -233,6 +229,15 @@ pub fn offered_by_queue(queue: &serde_json::Value) -> BTreeMap<String, i128> {
         }
     }
     offered
+}
+
+/// A quantity as a Kueue object's JSON holds it (a string, or a number of whole units), in milli-units.
+pub fn quantity_millis(quantity: &serde_json::Value) -> Option<i128> {
+    match quantity {
+        serde_json::Value::String(text) => parse_millis(text),
+        serde_json::Value::Number(number) => number.as_i64().map(|units| i128::from(units) * 1000),
+        _ => None,
+    }
 }
 
 /// The tiers whose ClusterQueue, as `live` shows it (by ClusterQueue name, as JSON), offers more of some

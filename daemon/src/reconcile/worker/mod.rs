@@ -142,25 +142,14 @@ async fn reconcile_state(worker: &Worker) -> WorkerState {
         Err(error) => return WorkerState::Invalid { message: error.to_string() },
     };
     let mut objects = desired.objects;
-    let draining = super::drain::carry_draining_flavors(&mut objects, |kind, name| {
-        super::live_named(ctx, kind, name, None).map(|live| live.as_ref().clone())
-    });
-    for drain in &draining {
-        tracing::info!(
-            cluster = %worker.cluster, queue = %drain.queue, flavor = %drain.flavor,
-            "keeping a flavor the plan no longer gives this worker's ClusterQueue, frozen at what its workloads hold"
-        );
-    }
+    let draining_flavors = super::carry_draining_flavors(ctx, &mut objects, &worker.cluster).len();
     let set = match build_worker_desired_set(&ctx.settings.policy_name, objects) {
         Ok(set) => set,
         Err(error) => return WorkerState::Invalid { message: error.to_string() },
     };
     let changes = build_namespace_changes(&ctx.settings.policy_name, &desired.namespaces, &snapshot.namespaces);
     drop(snapshot);
-    match apply_and_prune(ctx, set.objects, changes).await {
-        Ok(WorkerState::Converged { applied, retired, draining: queues, .. }) => {
-            WorkerState::Converged { applied, retired, draining: queues, draining_flavors: draining.len() }
-        }
+    match apply_and_prune(ctx, set.objects, changes, draining_flavors).await {
         Ok(state) => state,
         Err(error) => {
             let answered = is_answered(&error);
@@ -174,6 +163,7 @@ async fn apply_and_prune(
     ctx: &Context,
     objects: Vec<super::desired::DesiredObject>,
     changes: NamespaceChanges,
+    draining_flavors: usize,
 ) -> Result<WorkerState, ReconcileError> {
     let mut applied = Vec::new();
     for (name, labels) in &changes.apply {
@@ -208,7 +198,7 @@ async fn apply_and_prune(
         namespaces::apply_namespace(ctx, name, &BTreeMap::new()).await?;
         released.push(format!("Namespace {name} (tier label released)"));
     }
-    Ok(WorkerState::Converged { applied, retired: released, draining: retired.draining, draining_flavors: 0 })
+    Ok(WorkerState::Converged { applied, retired: released, draining: retired.draining, draining_flavors })
 }
 
 /// Whether the worker's API server answered the failed call (an HTTP status), as opposed to the connection
