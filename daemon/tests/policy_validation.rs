@@ -320,3 +320,74 @@ proptest! {
         exercise(&serde_json::to_string(&document).unwrap());
     }
 }
+
+/// The shipped spot-mix sample, whose gold tier gates admission on a ProvisioningRequest on autoscaled H100s.
+fn spot_mix() -> TierPolicy {
+    parse_policy(include_str!("../../samples/spot-mix/policy.yaml"), "samples/spot-mix/policy.yaml").unwrap()
+}
+
+#[test]
+fn check_capacity_on_an_autoscaled_class_is_refused_with_the_class_that_scales() {
+    let mut policy = spot_mix();
+    validate(&policy.spec).unwrap();
+    let gold = policy.spec.tiers.iter().position(|tier| tier.name == "gold").unwrap();
+    let provisioning = policy.spec.tiers[gold].provisioning.as_mut().unwrap();
+    provisioning.provisioning_class_name = "check-capacity.autoscaling.x-k8s.io".into();
+    let text = refused_at(&policy.spec, &format!("spec.tiers[{gold}].provisioning.provisioningClassName"));
+    assert!(text.contains("h100") && text.contains("best-effort-atomic-scale-up.autoscaling.x-k8s.io"), "{text}");
+    assert!(text.contains("capacity: Fixed"), "{text}");
+}
+
+#[test]
+fn check_capacity_on_an_autoscaled_fallback_class_is_refused() {
+    let mut policy = spot_mix();
+    let silver = policy.spec.tiers.iter().position(|tier| tier.name == "silver").unwrap();
+    assert_eq!(policy.spec.tiers[silver].fallback_gpu_classes, ["h100"]);
+    let mut provisioning = policy.spec.tiers[0].provisioning.clone().unwrap();
+    provisioning.provisioning_class_name = "check-capacity.autoscaling.x-k8s.io".into();
+    policy.spec.tiers[silver].provisioning = Some(provisioning);
+    let text = refused_at(&policy.spec, &format!("spec.tiers[{silver}].provisioning.provisioningClassName"));
+    assert!(text.contains("h100") && !text.contains("a100"), "only the autoscaled class is named: {text}");
+}
+
+#[test]
+fn check_capacity_on_fixed_or_unstated_capacity_is_allowed() {
+    for capacity in [Some(tiergate::policy::NodeCapacity::Fixed), None] {
+        let mut policy = spot_mix();
+        let h100 = policy.spec.gpu_classes.iter_mut().find(|class| class.name == "h100").unwrap();
+        h100.capacity = capacity;
+        for tier in &mut policy.spec.tiers {
+            if let Some(provisioning) = &mut tier.provisioning {
+                provisioning.provisioning_class_name = "check-capacity.autoscaling.x-k8s.io".into();
+            }
+        }
+        validate(&policy.spec).unwrap();
+    }
+}
+
+#[test]
+fn nonsensical_retry_strategies_are_refused_by_field() {
+    let retry = |count: i32, base: i32, max: i32| {
+        let mut policy = spot_mix();
+        let provisioning = policy.spec.tiers[0].provisioning.as_mut().unwrap();
+        provisioning.retry_strategy = Some(tiergate::policy::ProvisioningRetry {
+            backoff_limit_count: count,
+            backoff_base_seconds: base,
+            backoff_max_seconds: max,
+        });
+        policy.spec
+    };
+    let path = "spec.tiers[0].provisioning.retryStrategy";
+    refused_at(&retry(-1, 60, 600), &format!("{path}.backoffLimitCount"));
+    refused_at(&retry(3, 0, 600), &format!("{path}.backoffBaseSeconds"));
+    let text = refused_at(&retry(3, 600, 60), &format!("{path}.backoffMaxSeconds"));
+    assert!(text.contains("shorter than backoffBaseSeconds"), "{text}");
+    validate(&retry(0, 1, 1)).unwrap();
+}
+
+#[test]
+fn an_unknown_capacity_is_refused_when_parsed() {
+    let text = include_str!("../../samples/spot-mix/policy.yaml").replace("capacity: Autoscaled", "capacity: Elastic");
+    let error = parse_policy(&text, "test").unwrap_err().to_string();
+    assert!(error.contains("Elastic") && error.contains("Autoscaled"), "{error}");
+}

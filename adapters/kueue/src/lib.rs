@@ -395,6 +395,21 @@ pub struct ProvisioningRequestConfigSpec {
     /// Resources the ProvisioningRequest covers; empty means all.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_resources: Option<Vec<String>>,
+    /// How a workload whose ProvisioningRequest failed is retried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_strategy: Option<ProvisioningRequestRetryStrategy>,
+}
+
+/// `ProvisioningRequestConfig.spec.retryStrategy`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRequestRetryStrategy {
+    /// Requeues before the workload is deactivated (0: none).
+    pub backoff_limit_count: i32,
+    /// The first requeue's delay in seconds (doubled each time).
+    pub backoff_base_seconds: i32,
+    /// The longest requeue delay in seconds.
+    pub backoff_max_seconds: i32,
 }
 
 /// `MultiKueueCluster` spec (cluster-scoped): how the manager reaches one worker.

@@ -31,6 +31,7 @@ use serde_json::Value;
 
 use crate::plan::{flavor_for_gpu_class, flavor_for_rule};
 use crate::policy::{Tier, TierPolicySpec};
+use crate::provisioning::{BEST_EFFORT_ATOMIC_CLASS, CHECK_CAPACITY_CLASS};
 
 /// A nodepools file could not be understood.
 #[derive(Debug, thiserror::Error)]
@@ -312,6 +313,8 @@ pub struct CheckReport {
     pub unused_pools: Vec<String>,
     /// How each tier's quota is shared by its flavors ([`crate::plan::quota::quota_summary`]).
     pub quota_summary: String,
+    /// What will not fail a create but may leave workloads waiting, with the fix (they do not fail the check).
+    pub warnings: Vec<String>,
 }
 
 impl CheckReport {
@@ -348,6 +351,9 @@ impl CheckReport {
         if !self.unused_pools.is_empty() {
             let _ = writeln!(text, "pools no tier uses: {}", self.unused_pools.join(", "));
         }
+        for warning in &self.warnings {
+            let _ = writeln!(text, "warning: {warning}");
+        }
         text.push_str(&self.quota_summary);
         let summary = if self.passed() {
             "every tier matches exactly one pool per GPU class and placement rule"
@@ -368,7 +374,34 @@ pub fn build_check_report(spec: &TierPolicySpec, pools: &[NodePool]) -> CheckRep
         .collect();
     let used: Vec<&String> = tiers.iter().flat_map(|tier| &tier.targets).flat_map(|target| &target.matches).collect();
     let unused_pools = pools.iter().map(NodePool::display_name).filter(|name| !used.contains(&name)).collect();
-    CheckReport { tiers, unused_pools, quota_summary: crate::plan::quota::quota_summary(spec) }
+    let warnings = check_capacity_warnings(spec, &tiers);
+    CheckReport { tiers, unused_pools, quota_summary: crate::plan::quota::quota_summary(spec), warnings }
+}
+
+/// A tier whose ProvisioningRequests only check capacity, on pools these node groups and NodePools grow (every pool
+/// `check` reads is autoscaled) while the policy does not say the class's nodes are `Fixed`: on an empty pool its
+/// workloads wait forever.
+fn check_capacity_warnings(spec: &TierPolicySpec, tiers: &[TierReport]) -> Vec<String> {
+    spec.tiers
+        .iter()
+        .zip(tiers)
+        .enumerate()
+        .filter(|(_, (tier, _))| crate::provisioning::checks_capacity_of_unstated_pools(spec, tier))
+        .filter_map(|(index, (tier, report))| {
+            let pools: Vec<&str> =
+                report.targets.iter().flat_map(|target| &target.matches).map(String::as_str).collect();
+            (!pools.is_empty()).then(|| {
+                format!(
+                    "tier {}: provisioning class {CHECK_CAPACITY_CLASS} on autoscaled pools ({}) only finds nodes \
+                     that exist; while a pool is empty its workloads wait forever. Fix: spec.tiers[{index}].provisioning.\
+                     provisioningClassName: {BEST_EFFORT_ATOMIC_CLASS}, or mark the GPU class `capacity: Fixed` if \
+                     its nodes are always there",
+                    tier.name,
+                    pools.join(", ")
+                )
+            })
+        })
+        .collect()
 }
 
 fn build_targets(spec: &TierPolicySpec, tier: &Tier, pools: &[NodePool]) -> Vec<TargetReport> {
@@ -476,6 +509,32 @@ spec:
             "{}",
             report.to_text()
         );
+    }
+
+    #[test]
+    fn check_capacity_on_autoscaled_pools_is_warned_unless_the_class_is_fixed() {
+        let mut spec = load_policy(None).unwrap().spec;
+        let pools = parse_nodepools(POOLS, "pools").unwrap();
+        assert!(build_check_report(&spec, &pools).warnings.is_empty(), "the sample has no provisioning");
+        let provisioning = crate::policy::ProvisioningSpec {
+            provisioning_class_name: CHECK_CAPACITY_CLASS.into(),
+            parameters: BTreeMap::new(),
+            managed_resources: Vec::new(),
+            retry_strategy: None,
+        };
+        spec.tiers[0].provisioning = Some(provisioning);
+        let report = build_check_report(&spec, &pools);
+        assert!(report.passed(), "a warning does not fail the check");
+        let text = report.to_text();
+        assert_eq!(report.warnings.len(), 1, "{text}");
+        let tier = &spec.tiers[0].name;
+        assert!(text.contains(&format!("warning: tier {tier}: provisioning class {CHECK_CAPACITY_CLASS}")), "{text}");
+        assert!(text.contains(BEST_EFFORT_ATOMIC_CLASS) && text.contains("spec.tiers[0].provisioning"), "{text}");
+
+        let class = spec.tiers[0].gpu_class.clone();
+        let class = spec.gpu_classes.iter_mut().find(|candidate| candidate.name == class).unwrap();
+        class.capacity = Some(crate::policy::NodeCapacity::Fixed);
+        assert!(build_check_report(&spec, &pools).warnings.is_empty(), "the policy says the nodes are there");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod owners;
 pub mod placement;
 pub mod plan;
 pub mod policy;
+pub mod provisioning;
 pub mod request;
 pub mod scoring;
 pub mod syntax;

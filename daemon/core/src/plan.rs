@@ -27,8 +27,9 @@ use serde_json::Value;
 use tiergate_kueue::{
     AdmissionCheck, AdmissionCheckParametersReference, AdmissionCheckSpec, AdmissionCheckStrategyRule,
     AdmissionChecksStrategy, ClusterQueue, ClusterQueueSpec, Cohort, FlavorQuotas, LocalQueue, LocalQueueSpec,
-    MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig, ProvisioningRequestConfigSpec, ResourceFlavor,
-    ResourceFlavorSpec, ResourceGroup, ResourceQuota, Topology, WorkloadPriorityClass, WorkloadPriorityClassFields,
+    MultiKueueCluster, MultiKueueConfig, ProvisioningRequestConfig, ProvisioningRequestConfigSpec,
+    ProvisioningRequestRetryStrategy, ResourceFlavor, ResourceFlavorSpec, ResourceGroup, ResourceQuota, Topology,
+    WorkloadPriorityClass, WorkloadPriorityClassFields,
 };
 
 use self::names::{
@@ -36,7 +37,7 @@ use self::names::{
     provisioning_name,
 };
 use self::quota::{FlavorRole, FlavorSource, tier_quota};
-use crate::policy::{GpuClass, PlacementRule, PlacementStrategy, Tier, TierPolicy, TierPolicySpec};
+use crate::policy::{GpuClass, PlacementRule, PlacementStrategy, ProvisioningRetry, Tier, TierPolicy, TierPolicySpec};
 use crate::view::{ClusterView, NamespaceView};
 
 /// Label every generated object carries.
@@ -582,6 +583,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
                 provisioning_class_name: provisioning.provisioning_class_name.clone(),
                 parameters: non_empty_map(&provisioning.parameters),
                 managed_resources: non_empty_vec(&provisioning.managed_resources),
+                retry_strategy: Some(provisioning_retry_strategy(provisioning.retry_strategy.unwrap_or_default())),
             },
         })
         .collect();
@@ -642,6 +644,15 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         cohorts,
         cluster_queues,
         ..Desired::default()
+    }
+}
+
+/// The policy's retry settings as Kueue's `retryStrategy`, always written out so the live object shows them.
+fn provisioning_retry_strategy(retry: ProvisioningRetry) -> ProvisioningRequestRetryStrategy {
+    ProvisioningRequestRetryStrategy {
+        backoff_limit_count: retry.backoff_limit_count,
+        backoff_base_seconds: retry.backoff_base_seconds,
+        backoff_max_seconds: retry.backoff_max_seconds,
     }
 }
 

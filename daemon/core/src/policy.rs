@@ -176,6 +176,25 @@ pub struct GpuClass {
     /// is reached through its extended resource and node labels only. docs/configuration.md "DRA".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<DraDevices>,
+    /// How the class's nodes come: `Autoscaled` (a cluster-autoscaler node group or Karpenter NodePool that may
+    /// be empty until a workload needs it) or `Fixed` (nodes that exist whether or not a workload waits). Unset:
+    /// not stated; `tiergate check` then reads it from the node groups it is given. A tier's `provisioning` on an
+    /// `Autoscaled` class must use a class that scales up (docs/operations.md "Autoscaled nodepools").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<NodeCapacity>,
+}
+
+/// How a GPU class's nodes come: `Autoscaled` (a node group or NodePool that grows for waiting workloads and may be
+/// empty) or `Fixed` (nodes that are there anyway). Unset: not stated, and `tiergate check` judges by the node
+/// groups it reads. A tier's ProvisioningRequests of class `check-capacity.autoscaling.x-k8s.io` are refused on
+/// an `Autoscaled` class, where they would wait forever while the pool is empty.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum NodeCapacity {
+    /// An autoscaled pool (cluster-autoscaler node group, Karpenter NodePool): it grows for a workload that waits
+    /// and may be empty.
+    Autoscaled,
+    /// Nodes that exist whether or not a workload waits for them (reserved or on-premises capacity).
+    Fixed,
 }
 
 /// The devices of a GPU class as a DRA driver publishes them in ResourceSlices.
@@ -334,6 +353,55 @@ pub struct ProvisioningSpec {
     /// Resources the check covers (default: all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub managed_resources: Vec<String>,
+    /// How Kueue retries a workload whose ProvisioningRequest failed or whose booking expired; absent: Kueue's
+    /// defaults (3 retries, 60 s doubling up to 1800 s), written out in the ProvisioningRequestConfig.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_strategy: Option<ProvisioningRetry>,
+}
+
+/// Kueue's `ProvisioningRequestConfig.spec.retryStrategy`: after a failed ProvisioningRequest the workload is
+/// requeued after about `backoffBaseSeconds * 2^(n-1)` (at most `backoffMaxSeconds`), and deactivated
+/// (`spec.active: false`) after `backoffLimitCount` retries.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningRetry {
+    /// Retries before the workload is deactivated; 0 switches retrying off.
+    #[serde(default = "default_backoff_limit_count")]
+    #[schemars(range(min = 0))]
+    pub backoff_limit_count: i32,
+    /// The first retry's delay in seconds; each further one doubles it.
+    #[serde(default = "default_backoff_base_seconds")]
+    #[schemars(range(min = 1))]
+    pub backoff_base_seconds: i32,
+    /// The longest delay between retries, in seconds.
+    #[serde(default = "default_backoff_max_seconds")]
+    #[schemars(range(min = 1))]
+    pub backoff_max_seconds: i32,
+}
+
+impl Default for ProvisioningRetry {
+    fn default() -> Self {
+        Self {
+            backoff_limit_count: default_backoff_limit_count(),
+            backoff_base_seconds: default_backoff_base_seconds(),
+            backoff_max_seconds: default_backoff_max_seconds(),
+        }
+    }
+}
+
+/// Kueue v0.19.2's default `backoffLimitCount`.
+fn default_backoff_limit_count() -> i32 {
+    3
+}
+
+/// Kueue v0.19.2's default `backoffBaseSeconds`.
+fn default_backoff_base_seconds() -> i32 {
+    60
+}
+
+/// Kueue v0.19.2's default `backoffMaxSeconds`.
+fn default_backoff_max_seconds() -> i32 {
+    1800
 }
 
 /// A named base/weight placement strategy: the first `base` pods go to the first rule, the rest are split by

@@ -28,8 +28,10 @@ use self::names::{
 use self::quantity::{ParsedQuantity, parse_quantity};
 use crate::plan::names::rule_flavor_name;
 use crate::policy::{
-    GpuClass, PlacementStrategy, Preemption, PriorityBucket, ResourceQuota, Tier, TierPolicy, TierPolicySpec,
+    GpuClass, PlacementStrategy, Preemption, PriorityBucket, ProvisioningRetry, ResourceQuota, Tier, TierPolicy,
+    TierPolicySpec,
 };
+use crate::provisioning::{BEST_EFFORT_ATOMIC_CLASS, CHECK_CAPACITY_CLASS};
 
 /// Longest scoring timeout, in milliseconds: the webhook itself must answer within the API server's 5 s.
 pub const MAX_SCORING_TIMEOUT_MS: u64 = 5000;
@@ -611,6 +613,54 @@ fn check_tier(spec: &TierPolicySpec, path: &str, tier: &Tier, problems: &mut Pro
                 );
             }
         }
+        let autoscaled = crate::provisioning::check_capacity_on_autoscaled(spec, tier);
+        if !autoscaled.is_empty() {
+            problems.push(
+                format!("{path}.provisioningClassName"),
+                format!(
+                    "{CHECK_CAPACITY_CLASS} only finds capacity that exists, and GPU class(es) {} are `capacity: \
+                     Autoscaled`: on an empty pool the workload waits forever (a suspended workload has no pods \
+                     the autoscaler would grow the pool for)",
+                    autoscaled.join(", ")
+                ),
+                format!(
+                    "use `{BEST_EFFORT_ATOMIC_CLASS}`, which grows the pool by the whole request at once, or set \
+                     the class's `capacity: Fixed` if its nodes exist whether or not a workload waits"
+                ),
+            );
+        }
+        if let Some(retry) = &provisioning.retry_strategy {
+            check_retry_strategy(&format!("{path}.retryStrategy"), retry, problems);
+        }
+    }
+}
+
+/// Kueue's retry settings must make sense: no negative count, delays of at least a second, the longest delay no
+/// shorter than the first.
+fn check_retry_strategy(path: &str, retry: &ProvisioningRetry, problems: &mut Problems) {
+    if retry.backoff_limit_count < 0 {
+        problems.push(
+            format!("{path}.backoffLimitCount"),
+            format!("{} is negative", retry.backoff_limit_count),
+            "use 0 to switch retrying off, or a positive count",
+        );
+    }
+    for (field, seconds) in
+        [("backoffBaseSeconds", retry.backoff_base_seconds), ("backoffMaxSeconds", retry.backoff_max_seconds)]
+    {
+        if seconds < 1 {
+            problems.push(format!("{path}.{field}"), format!("{seconds} is below 1 second"), "use at least 1");
+        }
+    }
+    if retry.backoff_max_seconds < retry.backoff_base_seconds {
+        problems.push(
+            format!("{path}.backoffMaxSeconds"),
+            format!(
+                "{} is shorter than backoffBaseSeconds ({})",
+                retry.backoff_max_seconds, retry.backoff_base_seconds
+            ),
+            "make backoffMaxSeconds at least backoffBaseSeconds",
+        );
     }
 }
 

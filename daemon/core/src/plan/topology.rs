@@ -138,6 +138,7 @@ mod tests {
             memory_gib: None,
             topology_levels: levels,
             dra: None,
+            capacity: None,
         };
         let classes = [
             class("h100", vec![level("rack", "example.com/rack"), level("host", "kubernetes.io/hostname")]),
