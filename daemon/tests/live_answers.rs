@@ -18,6 +18,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiergate::admission::decide_review;
 use tiergate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use tiergate::answers::provisioning::{ProvisioningRequestRead, ProvisioningState};
 use tiergate::answers::why::{build_live_snapshot, parse_target};
 use tiergate::answers::{Hold, StatusInputs, WhyAnswer, WhyInputs, build_status_answer, build_why_answer};
 use tiergate::check::{NodePool, PoolSource};
@@ -63,6 +64,18 @@ fn answer_for(
     local_queues: &[String],
     workloads: &[KueueWorkload],
 ) -> WhyAnswer {
+    answer_with_requests(object, adapter, labels, local_queues, workloads, &[])
+}
+
+/// [`answer_for`] with the namespace's ProvisioningRequests.
+fn answer_with_requests(
+    object: &Value,
+    adapter: &'static WorkloadAdapter,
+    labels: &BTreeMap<String, String>,
+    local_queues: &[String],
+    workloads: &[KueueWorkload],
+    provisioning_requests: &[ProvisioningRequestRead],
+) -> WhyAnswer {
     let policy = policy();
     let namespace = object["metadata"]["namespace"].as_str().unwrap();
     let snapshot = build_live_snapshot(policy.clone(), namespace, labels, local_queues);
@@ -79,6 +92,7 @@ fn answer_for(
         local_queues,
         decision: Some(&decision),
         workloads,
+        provisioning_requests,
     })
 }
 
@@ -271,6 +285,117 @@ fn a_job_with_reserved_quota_waits_for_its_provisioning_request() {
     ));
 }
 
+/// The bronze Job's answer while its Workload waits on the ProvisioningRequest `request` (edited by `edit`).
+fn provisioning_answer(edit: impl FnOnce(&mut Value)) -> WhyAnswer {
+    let mut request = fixture("provisioningrequest-capacity-not-found.yaml");
+    edit(&mut request);
+    let requests = [serde_json::from_value(request).unwrap()];
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [workload("workload-waiting-provisioning.yaml")];
+    answer_with_requests(
+        &fixture("job-train-bert.yaml"),
+        job_adapter(),
+        &bronze_labels(),
+        &queues,
+        &workloads,
+        &requests,
+    )
+}
+
+fn set_condition(request: &mut Value, type_: &str, status: &str, reason: &str, message: &str) {
+    let conditions = request["status"]["conditions"].as_array_mut().unwrap();
+    conditions.retain(|condition| condition["type"] != type_);
+    conditions.push(json!({"type": type_, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": "2026-11-24T05:10:00Z"}));
+}
+
+#[test]
+fn check_capacity_that_finds_nothing_names_the_class_that_grows_the_pool() {
+    let answer = provisioning_answer(|_| {});
+    let Hold::WaitingForCheck { provisioning: Some(facts), .. } = &answer.hold else { panic!("{:?}", answer.hold) };
+    assert_eq!(facts.state, ProvisioningState::CapacityNotFound);
+    assert_eq!(facts.request, "job-train-bert-5d3a1-tiergate-bronze-provisioning-1");
+    assert_eq!(
+        answer.summary,
+        "Quota is reserved in tier bronze; ProvisioningRequest job-train-bert-5d3a1-tiergate-bronze-provisioning-1 \
+         (class check-capacity.autoscaling.x-k8s.io) found no free capacity (CapacityIsNotFound: Capacity is not \
+         found, CA will try to find it later.): check-capacity.autoscaling.x-k8s.io only looks for nodes that exist \
+         and never grows a pool, so on an autoscaled pool that is empty it waits forever. Set \
+         spec.tiers[2].provisioning.provisioningClassName to best-effort-atomic-scale-up.autoscaling.x-k8s.io (and the \
+         GPU class's capacity: Autoscaled), or add nodes."
+    );
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["workload"]["provisioningRequest"]["reason"], "CapacityIsNotFound", "{json}");
+}
+
+#[test]
+fn each_autoscaler_answer_gets_its_own_sentence() {
+    let atomic = provisioning_answer(|request| {
+        request["spec"]["provisioningClassName"] = json!("best-effort-atomic-scale-up.autoscaling.x-k8s.io");
+    });
+    assert!(atomic.summary.contains("cannot grow a node group by the whole request at once"), "{}", atomic.summary);
+    assert!(atomic.summary.contains("Raise the node group's maximum size"), "{}", atomic.summary);
+
+    let unanswered = provisioning_answer(|request| request["status"] = json!({}));
+    assert!(unanswered.summary.contains("has no answer from cluster-autoscaler yet"), "{}", unanswered.summary);
+    assert!(unanswered.summary.contains("--enable-provisioning-requests"), "{}", unanswered.summary);
+
+    let failed = provisioning_answer(|request| {
+        set_condition(request, "Failed", "True", "CapacityIsNotFound", "CA could not find requested capacity");
+    });
+    assert!(failed.summary.contains("failed (CapacityIsNotFound: CA could not find requested capacity)"));
+    assert!(failed.summary.contains("spec.tiers[2].provisioning.retryStrategy"), "{}", failed.summary);
+
+    let expired = provisioning_answer(|request| {
+        set_condition(
+            request,
+            "BookingExpired",
+            "True",
+            "CapacityReservationTimeExpired",
+            "Capacity reservation time is expired",
+        );
+    });
+    assert!(expired.summary.contains("the booking expired before the pods came"), "{}", expired.summary);
+
+    let provisioned = provisioning_answer(|request| {
+        set_condition(request, "Provisioned", "True", "CapacityIsProvisioned", "Capacity is found in the cluster");
+    });
+    assert!(provisioned.summary.contains("is provisioned"), "{}", provisioned.summary);
+}
+
+#[test]
+fn only_the_workloads_newest_request_counts() {
+    let mut older = fixture("provisioningrequest-capacity-not-found.yaml");
+    set_condition(&mut older, "Failed", "True", "CapacityIsNotFound", "gave up");
+    let mut newer = fixture("provisioningrequest-capacity-not-found.yaml");
+    newer["metadata"]["name"] = json!("job-train-bert-5d3a1-tiergate-bronze-provisioning-2");
+    newer["metadata"]["creationTimestamp"] = json!("2026-11-24T05:20:00Z");
+    newer["status"] = json!({"conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+        "message": "ProvisioningRequest is accepted by ClusterAutoscaler", "lastTransitionTime": "2026-11-24T05:20:01Z"}]});
+    let mut foreign = fixture("provisioningrequest-capacity-not-found.yaml");
+    foreign["metadata"]["name"] = json!("other-tiergate-bronze-provisioning-9");
+    foreign["metadata"]["creationTimestamp"] = json!("2026-11-24T06:00:00Z");
+    foreign["metadata"]["ownerReferences"][0]["uid"] = json!("00000000-0000-4000-8000-000000000000");
+    let requests: Vec<ProvisioningRequestRead> =
+        [older, newer, foreign].into_iter().map(|request| serde_json::from_value(request).unwrap()).collect();
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [workload("workload-waiting-provisioning.yaml")];
+    let answer = answer_with_requests(
+        &fixture("job-train-bert.yaml"),
+        job_adapter(),
+        &bronze_labels(),
+        &queues,
+        &workloads,
+        &requests,
+    );
+    let Hold::WaitingForCheck { provisioning: Some(facts), .. } = &answer.hold else { panic!("{:?}", answer.hold) };
+    assert_eq!(
+        (facts.request.as_str(), facts.state),
+        ("job-train-bert-5d3a1-tiergate-bronze-provisioning-2", ProvisioningState::Accepted)
+    );
+    assert!(answer.summary.contains("is accepted by cluster-autoscaler"), "{}", answer.summary);
+}
+
 #[test]
 fn a_job_whose_quota_is_reserved_and_checks_are_ready_is_about_to_be_admitted() {
     let mut reserved = fixture("workload-waiting-provisioning.yaml");
@@ -437,10 +562,10 @@ fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys
     assert_eq!(
         answer.to_table(),
         "\
-TIER     CLUSTERQUEUE                COHORT   PENDING   RESERVING   ADMITTED   WEIGHTED SHARE
-gold     tiergate-gold (missing)     -        0         0           0          -
-silver   tiergate-silver (missing)   -        0         0           0          -
-bronze   tiergate-bronze             -        3         7           7          -
+TIER     CLUSTERQUEUE                COHORT   PENDING   RESERVING   ADMITTED   PROVISIONING   WEIGHTED SHARE
+gold     tiergate-gold (missing)     -        0         0           0          -              -
+silver   tiergate-silver (missing)   -        0         0           0          -              -
+bronze   tiergate-bronze             -        3         7           7          -              -
 
 TIER     FLAVOR   RESOURCE         USED    RESERVED   QUOTA   BORROWED   BORROW LIMIT   LENT   NODEPOOL
 bronze   l4       cpu              56      56         128     0          -              0      gpu.nvidia.com/class=l4
@@ -453,6 +578,38 @@ TierPolicy default:
   Served=True (PolicyName): a tiergate instance serves this TierPolicy (its --policy-name)
   last error: failed to apply ClusterQueue tiergate-gold: forbidden
 "
+    );
+}
+
+#[test]
+fn status_counts_a_provisioning_tiers_workloads_that_wait_for_their_nodes() {
+    let mut policy = policy();
+    let bronze = policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap();
+    bronze.provisioning = Some(
+        serde_json::from_value(json!({
+            "provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+        }))
+        .unwrap(),
+    );
+    let mut queue = fixture("clusterqueue-bronze.yaml");
+    queue["status"]["admittedWorkloads"] = json!(5);
+    let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(queue).unwrap()];
+    let inputs = StatusInputs {
+        policy: &policy,
+        other_policies: &[],
+        cluster_queues: &queues,
+        cohorts: &[],
+        pools: &[],
+        tier: None,
+    };
+    let answer = build_status_answer(&inputs).unwrap();
+    let counts: Vec<(&str, Option<i64>)> =
+        answer.tiers.iter().map(|tier| (tier.tier.as_str(), tier.waiting_for_provisioning)).collect();
+    assert_eq!(counts, [("gold", None), ("silver", None), ("bronze", Some(2))]);
+    let table = answer.to_table();
+    assert!(
+        table.contains("bronze   tiergate-bronze             -        3         7           5          2  "),
+        "{table}"
     );
 }
 

@@ -3,6 +3,7 @@
 //! table rendering; pure, no I/O (`crate::live` lists the objects).
 
 pub mod kueue;
+pub mod provisioning;
 pub mod sharing;
 pub mod status;
 pub mod table;

@@ -113,6 +113,11 @@ pub struct TierStatus {
     pub reserving_workloads: i64,
     /// Admitted workloads.
     pub admitted_workloads: i64,
+    /// For a tier whose ProvisioningRequest check runs in this cluster: workloads holding quota that wait for
+    /// cluster-autoscaler to provision their nodes (reserving but not admitted; `kubectl tiergate why` says what
+    /// the autoscaler answered each).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for_provisioning: Option<i64>,
     /// Kueue's `status.fairSharing.weightedShare` of the ClusterQueue (absent when fair sharing is off).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub weighted_share: Option<i64>,
@@ -188,14 +193,18 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
             };
             let flavors = queue.map(|queue| build_flavor_rows(queue, &nodepools_of, &lent_of)).unwrap_or_default();
             let counts = queue.map(|queue| &queue.status);
+            let reserving = counts.and_then(|status| status.reserving_workloads).unwrap_or_default();
+            let admitted = counts.and_then(|status| status.admitted_workloads).unwrap_or_default();
+            let provisions_here = tier.provisioning.is_some() && tier.dispatch.is_none();
             TierStatus {
                 tier: tier.name.clone(),
                 cluster_queue: queue_name.clone(),
                 cluster_queue_found: queue.is_some(),
                 cohort: queue.and_then(|queue| queue.spec.cohort_name.clone()).or_else(|| tier.cohort.clone()),
                 pending_workloads: counts.and_then(|status| status.pending_workloads).unwrap_or_default(),
-                reserving_workloads: counts.and_then(|status| status.reserving_workloads).unwrap_or_default(),
-                admitted_workloads: counts.and_then(|status| status.admitted_workloads).unwrap_or_default(),
+                reserving_workloads: reserving,
+                admitted_workloads: admitted,
+                waiting_for_provisioning: provisions_here.then(|| (reserving - admitted).max(0)),
                 weighted_share: counts
                     .and_then(|status| status.fair_sharing.as_ref())
                     .and_then(|fair| fair.weighted_share),
@@ -309,12 +318,13 @@ impl StatusAnswer {
                     tier.pending_workloads.to_string(),
                     tier.reserving_workloads.to_string(),
                     tier.admitted_workloads.to_string(),
+                    tier.waiting_for_provisioning.map(|count| count.to_string()).unwrap_or_default(),
                     tier.weighted_share.map(|share| share.to_string()).unwrap_or_default(),
                 ]
             })
             .collect();
         out.push_str(&render_table(
-            &["TIER", "CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED", "WEIGHTED SHARE"],
+            &["TIER", "CLUSTERQUEUE", "COHORT", "PENDING", "RESERVING", "ADMITTED", "PROVISIONING", "WEIGHTED SHARE"],
             &tier_rows,
         ));
         out.push('\n');

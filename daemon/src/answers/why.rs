@@ -12,6 +12,7 @@ use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 use super::kueue::{
     ADMITTED, AdmissionCheckState, EVICTED, FINISHED, KueueCondition, KueueWorkload, PODS_READY, QUOTA_RESERVED,
 };
+use super::provisioning::{ProvisioningFacts, ProvisioningRequestRead, find_provisioning_facts, provisioning_sentence};
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
 use crate::plan::names::cluster_queue_name;
 use crate::policy::TierPolicy;
@@ -121,6 +122,8 @@ pub struct WhyInputs<'a> {
     pub decision: Option<&'a Decision>,
     /// Kueue Workloads of the namespace.
     pub workloads: &'a [KueueWorkload],
+    /// ProvisioningRequests of the namespace (empty when none is served or none was needed).
+    pub provisioning_requests: &'a [ProvisioningRequestRead],
 }
 
 /// The answer to `why`.
@@ -224,6 +227,9 @@ pub struct WorkloadFacts {
     /// Admission checks (e.g. the tier's ProvisioningRequest check).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admission_checks: Vec<AdmissionCheckState>,
+    /// The newest ProvisioningRequest Kueue made for the workload, and what cluster-autoscaler answered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provisioning_request: Option<ProvisioningFacts>,
     /// Per pod set placed by topology: each domain Kueue assigned, as `level=value,...` and its pod count.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub topology: BTreeMap<String, Vec<(String, u64)>>,
@@ -290,6 +296,8 @@ pub enum Hold {
         check_state: String,
         /// The check's message.
         message: String,
+        /// The check's ProvisioningRequest and the autoscaler's answer, when it is a provisioning check.
+        provisioning: Option<ProvisioningFacts>,
     },
     /// Quota is reserved and no admission check holds it; Kueue has not marked it Admitted yet.
     QuotaReserved {
@@ -335,7 +343,7 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
         decision: annotation(DECISION_ANNOTATION).map(str::to_owned),
     };
     let tier = build_tier_facts(inputs);
-    let workload = find_workload(inputs).map(build_workload_facts);
+    let workload = find_workload(inputs).map(|workload| build_workload_facts(workload, inputs.provisioning_requests));
     let hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
     let mut summary = build_summary(&hold, inputs, &namespace, &tier);
     if let (Some(policy), Some(facts)) = (inputs.policy, workload.as_ref()) {
@@ -419,7 +427,7 @@ fn find_workload<'a>(inputs: &WhyInputs<'a>) -> Option<&'a KueueWorkload> {
     candidates.into_iter().next()
 }
 
-fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
+fn build_workload_facts(workload: &KueueWorkload, provisioning_requests: &[ProvisioningRequestRead]) -> WorkloadFacts {
     let order = [QUOTA_RESERVED, ADMITTED, EVICTED, PODS_READY, FINISHED];
     let mut conditions = workload.status.conditions.clone();
     conditions.sort_by_key(|condition| order.iter().position(|type_| *type_ == condition.type_).unwrap_or(order.len()));
@@ -462,6 +470,10 @@ fn build_workload_facts(workload: &KueueWorkload) -> WorkloadFacts {
             })
             .unwrap_or_default(),
         admission_checks: workload.status.admission_checks.clone(),
+        provisioning_request: find_provisioning_facts(
+            workload.metadata.uid.as_deref().unwrap_or_default(),
+            provisioning_requests,
+        ),
         topology: admission
             .map(|admission| {
                 admission
@@ -514,10 +526,14 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
         if is_true(workload, QUOTA_RESERVED) {
             let blocking = workload.admission_checks.iter().find(|check| check.state != CHECK_READY);
             if let Some(check) = blocking {
+                // Kueue names each request `<workload>-<check>-<attempt>`.
+                let provisioning =
+                    workload.provisioning_request.clone().filter(|facts| facts.request.contains(check.name.as_str()));
                 return Hold::WaitingForCheck {
                     check: check.name.clone(),
                     check_state: check.state.clone(),
                     message: check.message.clone(),
+                    provisioning,
                 };
             }
             return Hold::QuotaReserved { cluster_queue: workload.cluster_queue.clone().unwrap_or_default() };
@@ -627,11 +643,14 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
             };
             format!("Evicted by Kueue ({reason}: {message}); {next}.")
         }
-        Hold::WaitingForCheck { check, check_state, message } if check_state == CHECK_REJECTED => format!(
+        Hold::WaitingForCheck { check, check_state, message, .. } if check_state == CHECK_REJECTED => format!(
             "Quota is reserved{in_tier}, but admission check {check} rejected it ({message}); it is not admitted \
              until the check passes, so fix what the check names and resubmit."
         ),
-        Hold::WaitingForCheck { check, check_state, message } => format!(
+        Hold::WaitingForCheck { provisioning: Some(facts), .. } => {
+            provisioning_sentence(facts, inputs.policy.map(|policy| &policy.spec), tier.tier.as_deref())
+        }
+        Hold::WaitingForCheck { check, check_state, message, .. } => format!(
             "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
              ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
         ),

@@ -32,6 +32,7 @@ pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
         local_queues: &fetched.local_queues,
         decision: decision.as_ref(),
         workloads: &fetched.workloads,
+        provisioning_requests: &fetched.provisioning_requests,
     });
     print!("{}", render_answer(&answer, args.output, answer.to_table())?);
     Ok(ExitCode::SUCCESS)

@@ -14,6 +14,7 @@ use tiergate_workloads::WorkloadAdapter;
 use super::LiveError;
 use crate::admission::claims::claim_template_view;
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
+use crate::answers::provisioning::{PROVISIONING_GROUP, PROVISIONING_VERSION, ProvisioningRequestRead};
 use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
 use crate::policy::TierPolicy;
 use crate::view::ClaimTemplateView;
@@ -36,6 +37,8 @@ pub struct WhyFetched {
     pub workloads: Vec<KueueWorkload>,
     /// ResourceClaimTemplates in the namespace, when the workload's pods reference one (else empty).
     pub claim_templates: Vec<Arc<ClaimTemplateView>>,
+    /// ProvisioningRequests in the namespace, when a Workload there has an admission check (else empty).
+    pub provisioning_requests: Vec<ProvisioningRequestRead>,
 }
 
 /// The live objects `status` reads.
@@ -103,9 +106,14 @@ pub async fn fetch_why_inputs(
         .list(&ListParams::default())
         .await
         .map_err(|source| LiveError::List { what: format!("Workloads in {namespace}"), source })?;
-    let workloads = decode_all(workloads.items, "Workload")?;
+    let workloads: Vec<KueueWorkload> = decode_all(workloads.items, "Workload")?;
     let claim_templates = if object.to_string().contains("\"resourceClaimTemplateName\"") {
         fetch_claim_templates(client, namespace).await?
+    } else {
+        Vec::new()
+    };
+    let provisioning_requests = if workloads.iter().any(|workload| !workload.status.admission_checks.is_empty()) {
+        fetch_provisioning_requests(client, namespace).await?
     } else {
         Vec::new()
     };
@@ -116,7 +124,25 @@ pub async fn fetch_why_inputs(
         local_queues,
         workloads,
         claim_templates,
+        provisioning_requests,
     })
+}
+
+/// The ProvisioningRequests of `namespace`; none where the API server serves no `autoscaling.x-k8s.io/v1` (404:
+/// no cluster-autoscaler CRD, so Kueue made none) or the caller may not list them (403: a role bound before
+/// `why` read them; the answer then falls back to the check's message).
+async fn fetch_provisioning_requests(
+    client: &kube::Client,
+    namespace: &str,
+) -> Result<Vec<ProvisioningRequestRead>, LiveError> {
+    let gvk = GroupVersionKind::gvk(PROVISIONING_GROUP, PROVISIONING_VERSION, "ProvisioningRequest");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "provisioningrequests");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => decode_all(list.items, "ProvisioningRequest"),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => Ok(Vec::new()),
+        Err(source) => Err(LiveError::List { what: format!("ProvisioningRequests in {namespace}"), source }),
+    }
 }
 
 /// The ResourceClaimTemplates of `namespace`, reduced to their device requests; none where the API server serves

@@ -386,6 +386,7 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
         local_queues: &fetched.local_queues,
         decision: None,
         workloads: &fetched.workloads,
+        provisioning_requests: &fetched.provisioning_requests,
     });
     println!("why job/{preempted}: {}", answer.summary);
     ensure(answer.summary.contains("preempted by reclaim"), || {

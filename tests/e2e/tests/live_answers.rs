@@ -110,6 +110,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
         local_queues: &fetched.local_queues,
         decision: Some(&decision),
         workloads: &fetched.workloads,
+        provisioning_requests: &fetched.provisioning_requests,
     });
     let table = answer.to_table();
     if answer.tier.tier.as_deref() != Some(tier.as_str()) || !answer.tier.local_queue_exists {

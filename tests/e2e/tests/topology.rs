@@ -381,6 +381,7 @@ async fn why(run: &Run, namespace: &str, job: &str) -> Result<(String, String), 
         local_queues: &fetched.local_queues,
         decision: Some(&decision),
         workloads: &fetched.workloads,
+        provisioning_requests: &fetched.provisioning_requests,
     });
     let table = answer.to_table();
     println!("why job/{job}:\n{table}");
