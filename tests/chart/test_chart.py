@@ -77,6 +77,19 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     },
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"): {"get", "patch"},
 }
+# Requeue (rbac.requeuePendingWorkloads, on by default): `patch` on the kinds Kueue suspends and queues by their own
+# label, to move workloads pending in a namespace's old LocalQueue to its new one (docs/reconcile.md, Tier change).
+REQUEUE_KINDS = [
+    ("batch", "jobs"),
+    ("jobset.x-k8s.io", "jobsets"),
+    *(("ray.io", kind) for kind in ["rayjobs", "rayclusters", "rayservices"]),
+    *(("kubeflow.org", kind) for kind in ["pytorchjobs", "tfjobs", "xgboostjobs", "paddlejobs", "jaxjobs", "mpijobs"]),
+    ("trainer.kubeflow.org", "trainjobs"),
+    ("workload.codeflare.dev", "appwrappers"),
+    ("sparkoperator.k8s.io", "sparkapplications"),
+]
+for _kind in REQUEUE_KINDS:
+    CLUSTER_ALLOWLIST[_kind] = CLUSTER_ALLOWLIST[_kind] | {"patch"}
 NAMESPACED_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     ("coordination.k8s.io", "leases"): {"create", "get", "update"},
     ("", "secrets"): {"get", "update"},
@@ -344,6 +357,31 @@ def test_rbac_has_no_wildcards_and_only_documented_verbs(option: str, rendered) 
                             assert len(rule.get("resourceNames", [])) == 1, f"{group}/{resource} not limited by name"
                         if resource == "leases" and set(rule["verbs"]) & (WRITE_VERBS - {"create"}):
                             assert rule.get("resourceNames"), "lease updates are limited to the tiergate Lease"
+
+
+def patch_grants(objects: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """(group, resource) pairs the daemon's ClusterRole may patch among the workload kinds."""
+    grants = set()
+    for role in of_kind(objects, "ClusterRole"):
+        for rule in role["rules"]:
+            if "patch" in rule["verbs"]:
+                grants |= {(group, resource) for group in rule["apiGroups"] for resource in rule["resources"]}
+    return grants & {kind for kind in CLUSTER_ALLOWLIST if kind[0] not in {"kueue.x-k8s.io", "tiergate.io"}}
+
+
+def test_the_requeue_patch_covers_exactly_the_queued_kinds_and_can_be_switched_off(rendered) -> None:
+    assert patch_grants(rendered("defaults")) == set(REQUEUE_KINDS) | {
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies"),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings"),
+        ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
+        ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"),
+        ("resource.k8s.io", "deviceclasses"),
+        ("", "events"),
+        ("events.k8s.io", "events"),
+    }
+    off = render({"rbac": {"requeuePendingWorkloads": False}})
+    assert not patch_grants(off) & set(REQUEUE_KINDS)
 
 
 def test_every_rbac_rule_is_documented_in_the_template_and_the_operations_guide() -> None:

@@ -5,8 +5,12 @@
 //! differs from v1beta1: a ClusterQueue joins a cohort with `cohortName` (not `cohort`) and lists admission
 //! checks only through `admissionChecksStrategy` (there is no plain `admissionChecks` list any more).
 //!
+//! [`read`] holds the other direction: the parts of Kueue's objects tiergate reads back (Workloads, queue status).
+//!
 //! The allowed values of Kueue's string enums that tiergate passes through from a TierPolicy are listed here
 //! (`*_VALUES`), so policy validation and the generated objects agree on one list.
+
+pub mod read;
 
 use std::collections::BTreeMap;
 

@@ -694,6 +694,11 @@ pub struct QueueMigration {
     pub to_queue: String,
     /// Workloads still pending or admitted in the old queue.
     pub remaining_workloads: i32,
+    /// Pending workloads the daemon could not move to the new queue by relabelling the object Kueue made them
+    /// from, each with why and what to do (at most 8, then a count); resubmit them. Empty: every pending
+    /// workload was moved (running ones finish in the old queue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_requeued: Vec<String>,
 }
 
 /// The DeviceClasses a tier's claims may name, and the in-server gate's

@@ -2,7 +2,7 @@
 //! why` (why is my job pending, or why did it land there?): typed answers built from recorded objects, and their
 //! table rendering; pure, no I/O (`crate::live` lists the objects).
 
-pub mod kueue;
+pub use tiergate_kueue::read as kueue;
 pub mod provisioning;
 pub mod sharing;
 pub mod status;

@@ -221,6 +221,18 @@ pub fn claim_template_resource() -> ApiResource {
     ApiResource::erase::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>(&())
 }
 
+/// The API resource of a workload kind's adapter row (plural: lower-case kind + `s`, true of every row).
+pub fn adapter_resource(adapter: &tiergate_workloads::WorkloadAdapter) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(adapter.group, adapter.version, adapter.kind);
+    ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", adapter.kind.to_lowercase()))
+}
+
+/// Kueue's Workload resource (`kueue.x-k8s.io/v1beta2`), which tiergate reads (never owns): `why` and the requeue
+/// of pending workloads list them.
+pub fn workload_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, "Workload"), "workloads")
+}
+
 /// The labels every object of policy `policy_name` carries; they alone select objects for pruning.
 pub fn build_ownership_labels(policy_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

@@ -16,11 +16,9 @@ use crate::admission::claims::claim_template_view;
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
 use crate::answers::provisioning::{PROVISIONING_GROUP, PROVISIONING_VERSION, ProvisioningRequestRead};
 use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
+pub use crate::cache::kinds::{adapter_resource, workload_resource};
 use crate::policy::TierPolicy;
 use crate::view::ClaimTemplateView;
-
-const KUEUE_GROUP: &str = "kueue.x-k8s.io";
-const KUEUE_VERSION: &str = "v1beta2";
 
 /// The live objects `why` reads.
 #[derive(Debug)]
@@ -52,17 +50,6 @@ pub struct StatusFetched {
     pub cluster_queues: Vec<KueueClusterQueue>,
     /// The policy's Cohorts (selected by the ownership labels, like the ClusterQueues).
     pub cohorts: Vec<KueueCohort>,
-}
-
-/// The API resource of a workload kind's adapter row (plural: lower-case kind + `s`, true of every row).
-pub fn adapter_resource(adapter: &WorkloadAdapter) -> ApiResource {
-    let gvk = GroupVersionKind::gvk(adapter.group, adapter.version, adapter.kind);
-    ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", adapter.kind.to_lowercase()))
-}
-
-/// Kueue's Workload resource (`kueue.x-k8s.io/v1beta2`).
-pub fn workload_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, "Workload"), "workloads")
 }
 
 /// Gets the workload, its namespace, the TierPolicy, and lists the namespace's LocalQueues and Workloads.

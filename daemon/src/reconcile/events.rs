@@ -21,6 +21,14 @@ pub(super) async fn publish_apply_failures(ctx: &Context, policy: &TierPolicy, f
 
 /// Events for what this reconcile changed (none in a steady state).
 pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, applied: &[String], retired: &Retired) {
+    if !retired.requeued.is_empty() {
+        let summary = format!(
+            "moved {} pending workloads of namespaces that changed tier to their new LocalQueue",
+            retired.requeued.len()
+        );
+        let note = build_list_note(&summary, &retired.requeued);
+        writes::publish_event(ctx, policy, EventType::Normal, "WorkloadsRequeued", note).await;
+    }
     if !applied.is_empty() {
         let note = build_list_note(&format!("applied {} objects", applied.len()), applied);
         writes::publish_event(ctx, policy, EventType::Normal, "Applied", note).await;
@@ -54,7 +62,7 @@ pub(super) async fn publish_outcome_events(ctx: &Context, policy: &TierPolicy, a
 
 /// One namespace's move in a summary note: `team-a tiergate-gold -> tiergate-silver (3 workloads draining)`.
 fn build_move(migration: &QueueMigration) -> String {
-    let QueueMigration { namespace, from_queue, to_queue, remaining_workloads } = migration;
+    let QueueMigration { namespace, from_queue, to_queue, remaining_workloads, .. } = migration;
     if *remaining_workloads == 0 {
         format!("{namespace} {from_queue} -> {to_queue}")
     } else {

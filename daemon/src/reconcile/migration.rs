@@ -83,6 +83,7 @@ pub fn build_migration(queue: &LiveObject, to_queue: &str, remaining: i32) -> Qu
         from_queue: queue.name.clone(),
         to_queue: to_queue.to_owned(),
         remaining_workloads: remaining,
+        not_requeued: Vec::new(),
     }
 }
 

@@ -17,6 +17,7 @@ pub mod lease;
 pub mod migration;
 pub mod monitor;
 mod prune;
+pub mod requeue;
 pub mod runtime;
 pub mod status;
 pub mod worker;
@@ -101,6 +102,8 @@ pub struct Context {
     backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
     fleet: Arc<FleetHealth>,
     blockers: Arc<Blockers>,
+    /// Requeue passes and refused moves, so neither repeats on every reconcile.
+    requeue_memory: Mutex<requeue::RequeueMemory>,
 }
 
 impl std::fmt::Debug for Context {
@@ -145,6 +148,7 @@ impl Context {
             backoffs: Mutex::new(HashMap::new()),
             fleet: Arc::new(FleetHealth::default()),
             blockers,
+            requeue_memory: Mutex::new(requeue::RequeueMemory::default()),
         })
     }
 

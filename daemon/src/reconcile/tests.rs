@@ -532,7 +532,16 @@ async fn tier_change_creates_the_new_queue_and_stops_the_occupied_old_one() {
         }
     }
     let after = snapshot_with(&[("team-a", "silver")]);
-    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let mut echo = echo_server(policy.clone());
+    let (client, api) = MockApi::start(Box::new(move |call: &Call| match (call.method.as_str(), call.path.as_str()) {
+        ("GET", TEAM_A_WORKLOADS) => (StatusCode::OK, workload_list(&[pending_workload("train", "uid-train")])),
+        ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train") => (
+            StatusCode::OK,
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "team-a"}}),
+        ),
+        _ => echo(call),
+    }));
     let ctx = context(client, after, stores_with(live), WriteGate::always_open());
     ctx.assume_kueue_discovered();
 
@@ -554,6 +563,117 @@ async fn tier_change_creates_the_new_queue_and_stops_the_occupied_old_one() {
         status["queueMigrations"],
         json!([{"namespace": "team-a", "fromQueue": "tiergate-gold", "toQueue": "tiergate-silver", "remainingWorkloads": 3}])
     );
+    // The Job pending in the old queue is relabelled to the new one, testing its uid and old label first.
+    let moved = calls.iter().find(|call| call.summary() == "PATCH /apis/batch/v1/namespaces/team-a/jobs/train");
+    assert_eq!(
+        moved.map(|call| call.body.clone()),
+        Some(json!([
+            {"op": "test", "path": "/metadata/uid", "value": "uid-train"},
+            {"op": "test", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "tiergate-gold"},
+            {"op": "replace", "path": "/metadata/labels/kueue.x-k8s.io~1queue-name", "value": "tiergate-silver"},
+        ])),
+        "{summaries:?}"
+    );
+    let requeued = calls.iter().find(|call| call.method == "POST" && call.body["reason"] == "WorkloadsRequeued");
+    assert!(requeued.is_some_and(|event| event.body["note"].as_str().unwrap().contains("Job team-a/train")));
+}
+
+const TEAM_A_WORKLOADS: &str = "/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads";
+
+/// A Workload of Job `job` (uid `uid`) waiting in team-a's retired gold queue.
+fn pending_workload(job: &str, uid: &str) -> Value {
+    json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": format!("job-{job}"), "namespace": "team-a", "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": uid, "controller": true}]},
+        "spec": {"queueName": "tiergate-gold"},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": "held"}]}})
+}
+
+fn workload_list(items: &[Value]) -> Value {
+    json!({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadList", "metadata": {}, "items": items})
+}
+
+/// One reconcile moving team-a from gold to silver while Job `train` waits in gold's stopped queue and its
+/// relabel is answered 422 (as the API server answers a failed JSON Patch test); the Job listed by name carries
+/// `label_now`. The status's `notRequeued`.
+async fn requeue_answered_422(label_now: &str) -> Value {
+    let before = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let mut live = converged_objects(&policy, &before);
+    for object in &mut live {
+        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
+            object.data["spec"]["stopPolicy"] = json!("Hold");
+            object.data["status"] = json!({"admittedWorkloads": 1, "reservingWorkloads": 1});
+        }
+    }
+    let after = snapshot_with(&[("team-a", "silver")]);
+    let mut echo = echo_server(policy.clone());
+    let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "team-a",
+        "uid": "uid-train", "labels": {"kueue.x-k8s.io/queue-name": label_now}}});
+    let (client, api) = MockApi::start(Box::new(move |call: &Call| match (call.method.as_str(), call.path.as_str()) {
+        ("GET", TEAM_A_WORKLOADS) => (StatusCode::OK, workload_list(&[pending_workload("train", "uid-train")])),
+        ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train") => failure(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        ),
+        ("GET", "/apis/batch/v1/namespaces/team-a/jobs") if call.query.contains("metadata.name%3Dtrain") => {
+            (StatusCode::OK, json!({"apiVersion": "batch/v1", "kind": "JobList", "metadata": {}, "items": [job]}))
+        }
+        _ => echo(call),
+    }));
+    let ctx = context(client, after, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    status["queueMigrations"][0]["notRequeued"].clone()
+}
+
+#[tokio::test]
+async fn a_tenants_relabel_racing_the_requeue_is_left_alone_and_a_real_refusal_is_reported() {
+    assert_eq!(requeue_answered_422("team-own-queue").await, Value::Null, "changed in between: nothing to report");
+    let refused = requeue_answered_422("tiergate-gold").await;
+    let entry = refused[0].as_str().unwrap_or_default();
+    assert!(entry.starts_with("Job team-a/train: refused: the server rejected our request"), "{refused}");
+}
+
+#[tokio::test]
+async fn a_refused_requeue_is_reported_in_the_status_and_not_retried_on_every_reconcile() {
+    let before = snapshot_with(&[("team-a", "gold")]);
+    let policy = with_converged_status(sample_policy(), &before);
+    let mut live = converged_objects(&policy, &before);
+    for object in &mut live {
+        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
+            object.data["spec"]["stopPolicy"] = json!("Hold");
+            object.data["status"] = json!({"pendingWorkloads": 1});
+        }
+    }
+    let after = snapshot_with(&[("team-a", "silver")]);
+    let mut echo = echo_server(policy.clone());
+    let (client, api) = MockApi::start(Box::new(move |call: &Call| match (call.method.as_str(), call.path.as_str()) {
+        ("GET", TEAM_A_WORKLOADS) => (StatusCode::OK, workload_list(&[pending_workload("train", "uid-train")])),
+        ("PATCH", "/apis/batch/v1/namespaces/team-a/jobs/train") => {
+            failure(StatusCode::FORBIDDEN, "Forbidden", "jobs.batch \"train\" is forbidden: no patch")
+        }
+        _ => echo(call),
+    }));
+    let ctx = context(client, after, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let patches = calls.iter().filter(|call| call.summary() == "PATCH /apis/batch/v1/namespaces/team-a/jobs/train");
+    assert_eq!(patches.count(), 1, "a refused move waits before it is tried again");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    let entry = status["queueMigrations"][0]["notRequeued"][0].as_str().unwrap();
+    assert!(
+        entry.starts_with("Job team-a/train: refused: jobs.batch \"train\" is forbidden: no patch (403)"),
+        "{entry}"
+    );
+    assert!(entry.ends_with("resubmit it in queue tiergate-silver"), "{entry}");
 }
 
 #[tokio::test]

@@ -122,6 +122,56 @@ pub(super) async fn delete_object(
     Ok(false)
 }
 
+/// What relabelling one pending workload's owner came to.
+#[derive(Debug)]
+pub(super) enum MoveOutcome {
+    /// Relabelled: Kueue moves its Workload to the new queue.
+    Moved,
+    /// The object is gone, was re-created or no longer names the old queue (the patch's tests failed): nothing to
+    /// do, the next reconcile sees where its Workload is.
+    Changed,
+    /// Refused (RBAC, admission, Kueue's own validation), with the API server's message.
+    Refused(String),
+    /// Not answered (connection, timeout), with the error: tried again on the next reconcile.
+    Unanswered(String),
+}
+
+/// Relabels `owner` (in `namespace`) from `from_queue` to `to_queue` with a JSON Patch that tests its uid and old
+/// label first. It is an ordinary update: the webhook and the in-server gate decide it as any other.
+pub(super) async fn move_to_queue(
+    ctx: &Context,
+    namespace: &str,
+    owner: &super::requeue::PendingOwner,
+    (from_queue, to_queue): (&str, &str),
+) -> Result<MoveOutcome, ReconcileError> {
+    check_gate(ctx, || format!("relabel of {}", owner.display(namespace)))?;
+    let resource = crate::cache::kinds::adapter_resource(owner.adapter);
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
+    let patch = super::requeue::build_move_patch(&owner.uid, from_queue, to_queue);
+    count_write(ctx, owner.adapter.kind);
+    match api.patch(&owner.name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => Ok(MoveOutcome::Moved),
+        Err(error) if is_status(&error, 404) => Ok(MoveOutcome::Changed),
+        // A failed test answers 422 with a generic message, as an invalid object or a policy's denial may: the
+        // object as it is now tells them apart (read with `list`, which the chart grants for the owner index).
+        Err(kube::Error::Api(status)) if status.code == 422 && !still_names(&api, owner, from_queue).await => {
+            Ok(MoveOutcome::Changed)
+        }
+        Err(kube::Error::Api(status)) => Ok(MoveOutcome::Refused(format!("{} ({})", status.message, status.code))),
+        Err(error) => Ok(MoveOutcome::Unanswered(error.to_string())),
+    }
+}
+
+/// Whether `owner` still exists with its uid and still names `queue` (unknown counts as yes: report, not skip).
+async fn still_names(api: &Api<DynamicObject>, owner: &super::requeue::PendingOwner, queue: &str) -> bool {
+    let params = kube::api::ListParams::default().fields(&format!("metadata.name={}", owner.name));
+    let Ok(list) = api.list(&params).await else { return true };
+    list.items.iter().any(|object| {
+        object.metadata.uid.as_deref() == Some(owner.uid.as_str())
+            && object.labels().get(tiergate_workloads::QUEUE_NAME_LABEL).map(String::as_str) == Some(queue)
+    })
+}
+
 /// Writes the status `input` implies via the status subresource (server-side apply), only when it differs from
 /// what the policy shows. `Ok(true)` when it wrote.
 pub(super) async fn write_status(

@@ -12,6 +12,7 @@ mod kinds_and_children;
 mod owners_and_updates;
 mod policy_mistakes;
 mod quota_cap;
+mod requeue;
 mod tenant;
 mod topology;
 mod webhook_down;

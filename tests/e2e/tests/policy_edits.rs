@@ -11,7 +11,8 @@
 //! 4. Gold gains a fallback class, and 5. loses it.
 //! 6. Bronze's cohort is merged into gold's, and the emptied Cohort is pruned.
 //! 7. Gold is renamed gold2 with its namespace: the new ClusterQueue gives up what the old one's running Jobs hold,
-//!    until they finish and Kueue lets the old queue go.
+//!    until they finish and Kueue lets the old queue go; the Job pending in the old LocalQueue is moved to gold2's
+//!    by the daemon and admitted there.
 //! 8. The daemon is switched to serve another TierPolicy with the same class names and other levels.
 //!
 //! After each edit: the policy is Ready at its generation with no `reconcile_failing` (the time it took is printed,
@@ -295,26 +296,63 @@ async fn walk_steps(
     still_admitted(client, run, &admitted).await?;
 
     // 7. Gold renamed gold2, its namespace relabelled: a new ClusterQueue and LocalQueue. Kueue keeps the old queue,
-    //    terminating, until its 2 running Jobs finish, and the new one gives up what they hold: gold2 admits 2 more,
-    //    not 4. Once they are gone, the old queue goes and gold2 has its whole quota.
+    //    terminating, until its running Jobs finish, and the new one gives up what they hold. The Job still pending
+    //    in the old LocalQueue is moved to gold2's by the daemon (its queue label relabelled, an update the in-server
+    //    gate decides like a tenant's), and admitted there as the old Jobs finish.
+    submit(client, run, "gold", 10..13).await?;
+    let before_rename = wait_admitted(client, run, GOLD_GPUS, "2 more of gold's Jobs, the third pending").await?;
+    gold_reservation_shows(client, run, &hosts, "4").await?;
+    let pending: Vec<String> =
+        (10..13).map(|index| format!("job-{index}")).filter(|job| !before_rename.contains_key(job)).collect();
+    ensure(pending.len() == 1, || format!("expected one pending Job of job-10..12, admitted: {before_rename:?}"))?;
     shape.renamed = true;
     converge(client, run, daemon, shape, "gold renamed gold2").await?;
     relabel(client, run, "gold2").await?;
-    expect_queue_flavors(client, run, "gold2", &[(&hosts, "2")]).await?;
-    still_admitted(client, run, &admitted).await?;
+    expect_queue_flavors(client, run, "gold2", &[(&hosts, "0")]).await?;
+    let moved_at = Instant::now();
+    requeued_to(client, run, &pending[0], "gold2").await?;
+    println!("policy edit (pending Job moved to the renamed tier's queue): {:?}", moved_at.elapsed());
+    still_admitted(client, run, &before_rename).await?;
     wait_until_gate_confines(client, run, "gold2").await?;
-    submit(client, run, "gold2", 10..13).await?;
-    wait_admitted(client, run, GOLD_GPUS, "2 Jobs of the renamed tier beside the 2 still running").await?;
+    submit(client, run, "gold2", 13..14).await?;
     let running: Vec<String> = admitted.keys().cloned().collect();
     delete_jobs(client, run, &running).await?;
+    let admitted =
+        wait_admitted(client, run, GOLD_GPUS, "the moved Job and gold2's own beside the 2 still running").await?;
+    ensure(admitted.contains_key(&pending[0]) && admitted.contains_key("job-13"), || format!("{admitted:?}"))?;
+    let old_running: Vec<String> = before_rename.keys().filter(|job| !running.contains(job)).cloned().collect();
+    delete_jobs(client, run, &old_running).await?;
     let old_queue = cluster_queue_name(&run.name("gold"));
     wait_for(&format!("the retired ClusterQueue {old_queue}, released, to go"), CONVERGE, || async {
         api(client, KueueKind::ClusterQueue).get_opt(&old_queue).await.ok()?.is_none().then_some(())
     })
     .await?;
     expect_queue_flavors(client, run, "gold2", &[(&hosts, "4")]).await?;
-    let admitted = wait_admitted(client, run, 3, "the renamed tier's third Job").await?;
+    let admitted = wait_admitted(client, run, 2, "the renamed tier's 2 Jobs").await?;
     Ok((shape, admitted))
+}
+
+/// Waits until Job `job` of gold's namespace carries the LocalQueue of tier `tier` and Kueue has moved its Workload
+/// there (Kueue follows a suspended Job's queue label: `jobframework.QueueNameChange`).
+async fn requeued_to(client: &Client, run: &Run, job: &str, tier: &str) -> Result<(), HarnessError> {
+    let queue = format!("tiergate-{}", run.name(tier));
+    let namespace = run.namespace("gold");
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
+    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &workload_resource());
+    wait_for(&format!("Job {job}, pending in the retired LocalQueue, to be moved to {queue}"), CONVERGE, || async {
+        let labelled = jobs.get(job).await.ok()?.labels().get("kueue.x-k8s.io/queue-name").cloned();
+        let uid = jobs.get(job).await.ok()?.uid()?;
+        let workload = workloads
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|workload| workload.owner_references().iter().any(|owner| owner.uid == uid))?;
+        (labelled.as_deref() == Some(queue.as_str()) && workload.data["spec"]["queueName"] == json!(queue))
+            .then_some(())
+    })
+    .await
 }
 
 /// Relabels gold's namespace into tier `tier`.

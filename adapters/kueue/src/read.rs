@@ -1,5 +1,6 @@
-//! The parts of Kueue's Workload and ClusterQueue (`kueue.x-k8s.io/v1beta2`, Kueue v0.19.2) the answers read,
-//! including their status, decoded leniently (unknown fields ignored, missing ones empty); pure.
+//! The parts of Kueue's Workload, ClusterQueue and Cohort (`kueue.x-k8s.io/v1beta2`, Kueue v0.19.2) tiergate reads
+//! back, including their status, decoded leniently (unknown fields ignored, missing ones empty): for the live
+//! answers (`why`, `status`) and the reconciler's requeue of pending workloads; pure.
 
 use std::collections::BTreeMap;
 
