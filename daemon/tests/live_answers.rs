@@ -364,6 +364,21 @@ fn each_autoscaler_answer_gets_its_own_sentence() {
 }
 
 #[test]
+fn an_inactive_provisioning_check_names_the_missing_crd_and_the_restart() {
+    let mut waiting = fixture("workload-waiting-provisioning.yaml");
+    waiting["status"]["admissionChecks"][0]["message"] = json!("the check is not active");
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [serde_json::from_value(waiting).unwrap()];
+    let answer = answer_for(&fixture("job-train-bert.yaml"), job_adapter(), &bronze_labels(), &queues, &workloads);
+    assert!(
+        answer.summary.contains("admission check tiergate-bronze-provisioning is not active"),
+        "{}",
+        answer.summary
+    );
+    assert!(answer.summary.contains("install the CRD and restart Kueue"), "{}", answer.summary);
+}
+
+#[test]
 fn only_the_workloads_newest_request_counts() {
     let mut older = fixture("provisioningrequest-capacity-not-found.yaml");
     set_condition(&mut older, "Failed", "True", "CapacityIsNotFound", "gave up");

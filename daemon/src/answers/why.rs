@@ -24,6 +24,8 @@ const INADMISSIBLE_REASON: &str = "Inadmissible";
 /// Admission check states (Kueue `CheckState`).
 const CHECK_READY: &str = "Ready";
 const CHECK_REJECTED: &str = "Rejected";
+/// Kueue v0.19.2's message on a provisioning check whose controller is not running (`provisioning.CheckInactiveMessage`).
+const INACTIVE_CHECK_MESSAGE: &str = "the check is not active";
 
 /// The `KIND/NAME` argument of `why` cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -650,6 +652,12 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
         Hold::WaitingForCheck { provisioning: Some(facts), .. } => {
             provisioning_sentence(facts, inputs.policy.map(|policy| &policy.spec), tier.tier.as_deref())
         }
+        Hold::WaitingForCheck { check, message, .. } if message == INACTIVE_CHECK_MESSAGE => format!(
+            "Quota is reserved{in_tier}, but admission check {check} is not active ({message}): Kueue's \
+             ProvisioningRequest controller starts only when cluster-autoscaler's ProvisioningRequest CRD \
+             (autoscaling.x-k8s.io/v1) exists as the Kueue manager starts; install the CRD and restart Kueue \
+             (docs/operations.md, Autoscaled nodepools)."
+        ),
         Hold::WaitingForCheck { check, check_state, message, .. } => format!(
             "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
              ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
