@@ -165,5 +165,41 @@ fn bench_drain(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_mutate, bench_sizes, bench_translation, bench_strategies, bench_scoring, bench_drain);
+/// One requeue pass's pure step over a namespace's Workloads (a tenth pending in the retired queue, the rest
+/// admitted or elsewhere): which owners to relabel.
+fn bench_requeue(c: &mut Criterion) {
+    use tiergate::answers::kueue::KueueWorkload;
+    use tiergate::reconcile::requeue::find_pending_owners;
+
+    for count in [100_usize, 1000] {
+        let workloads: Vec<KueueWorkload> = (0..count)
+            .filter_map(|index| {
+                let pending = index % 10 == 0;
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("job-{index}"), "namespace": "team", "ownerReferences": [
+                        {"apiVersion": "batch/v1", "kind": "Job", "name": format!("j{index}"), "uid": format!("u{index}"),
+                            "controller": true}]},
+                    "spec": {"queueName": if pending { "tiergate-gold" } else { "tiergate-silver" }},
+                    "status": {"conditions": [{"type": "QuotaReserved", "status": if pending { "False" } else { "True" },
+                        "reason": "r", "message": "m"}]},
+                }))
+                .ok()
+            })
+            .collect();
+        c.bench_function(&format!("requeue/find_pending_owners/{count}"), |b| {
+            b.iter(|| find_pending_owners(&workloads, "tiergate-gold"))
+        });
+    }
+}
+
+criterion_group!(
+    benches,
+    bench_mutate,
+    bench_sizes,
+    bench_translation,
+    bench_strategies,
+    bench_scoring,
+    bench_drain,
+    bench_requeue
+);
 criterion_main!(benches);

@@ -95,6 +95,7 @@ impl NotMoved {
 /// reservation, and the pending ones that cannot be moved by relabelling their owner.
 pub fn find_pending_owners(workloads: &[KueueWorkload], from_queue: &str) -> (Vec<PendingOwner>, Vec<NotMoved>) {
     let mut owners: Vec<PendingOwner> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut not_moved = Vec::new();
     let pending = workloads.iter().filter(|workload| {
         workload.spec.queue_name.as_deref() == Some(from_queue)
@@ -105,7 +106,7 @@ pub fn find_pending_owners(workloads: &[KueueWorkload], from_queue: &str) -> (Ve
     for workload in pending {
         let name = workload.metadata.name.clone().unwrap_or_default();
         match owner_of(workload) {
-            Ok(owner) if !owners.contains(&owner) => owners.push(owner),
+            Ok(owner) if seen.insert(owner.uid.clone()) => owners.push(owner),
             Ok(_) => {}
             Err(reason) => not_moved.push(NotMoved { workload: name, reason }),
         }
