@@ -21,7 +21,8 @@ cargo test --workspace --locked --exclude tiergate-e2e
 # TIERGATE_TEST_ASSETS, KUBEBUILDER_ASSETS or PATH; tests/e2e/src/control_plane/) and stops it on every exit path;
 # without the binaries each suite prints a skip line naming the missing one, which --nocapture keeps visible.
 # kube-scheduler, found the same way, is optional: without it the plane starts anyway and exports
-# TIERGATE_E2E_SCHEDULER_SKIP saying why, for the suites that need pods bound. The Python suites below (the chart's
+# TIERGATE_E2E_SCHEDULER_SKIP saying why, for the suites that need pods bound. cluster-autoscaler (kwok provider),
+# found the same way, is optional too: autoscaled_pools starts its own and is skipped, saying so, without it. The Python suites below (the chart's
 # RBAC end-to-end test) run against the same control plane.
 e2e_log=$(mktemp)
 control_plane_env=$(mktemp -u)

@@ -268,7 +268,7 @@ fn check_with_a_kubeconfig_matches_tiers_against_the_live_node_groups() {
     let output = run(binary, &args, &[]);
     let report = text(&output.stdout);
     assert!(report.contains("tier bronze: OK"), "{report}{}", text(&output.stderr));
-    assert!(report.contains("-> NodeGroupTemplate eks.amazonaws.com/nodegroup=gpu-l4 (2 nodes)"), "{report}");
+    assert!(report.contains("-> node group eks.amazonaws.com/nodegroup=gpu-l4 (2 nodes)"), "{report}");
     assert!(report.contains("tier gold: FAIL"), "{report}");
     assert!(!output.status.success(), "gold and silver have no pool, so check fails");
     let neither = run(binary, &["check", "--policy", policy.to_str().unwrap()], &[]);

@@ -62,6 +62,17 @@ pub enum PoolSource {
     Karpenter,
     /// A cluster-autoscaler `NodeGroupTemplate`.
     NodeGroupTemplate,
+    /// Live nodes grouped by their node-group label, or by identical labels and taints (`check --kubeconfig`):
+    /// whether they are autoscaled is not known.
+    LiveNodes,
+}
+
+impl PoolSource {
+    /// Whether pools of this source grow for waiting workloads and may be empty (Karpenter NodePools,
+    /// cluster-autoscaler node groups); unknown for live nodes.
+    pub fn is_autoscaled(self) -> bool {
+        matches!(self, Self::Karpenter | Self::NodeGroupTemplate)
+    }
 }
 
 /// A node requirement of a Karpenter NodePool.
@@ -97,6 +108,7 @@ impl NodePool {
         let kind = match self.source {
             PoolSource::Karpenter => "NodePool",
             PoolSource::NodeGroupTemplate => "NodeGroupTemplate",
+            PoolSource::LiveNodes => "node group",
         };
         format!("{kind} {}", self.name)
     }
@@ -374,22 +386,28 @@ pub fn build_check_report(spec: &TierPolicySpec, pools: &[NodePool]) -> CheckRep
         .collect();
     let used: Vec<&String> = tiers.iter().flat_map(|tier| &tier.targets).flat_map(|target| &target.matches).collect();
     let unused_pools = pools.iter().map(NodePool::display_name).filter(|name| !used.contains(&name)).collect();
-    let warnings = check_capacity_warnings(spec, &tiers);
+    let warnings = check_capacity_warnings(spec, &tiers, pools);
     CheckReport { tiers, unused_pools, quota_summary: crate::plan::quota::quota_summary(spec), warnings }
 }
 
-/// A tier whose ProvisioningRequests only check capacity, on pools these node groups and NodePools grow (every pool
-/// `check` reads is autoscaled) while the policy does not say the class's nodes are `Fixed`: on an empty pool its
-/// workloads wait forever.
-fn check_capacity_warnings(spec: &TierPolicySpec, tiers: &[TierReport]) -> Vec<String> {
+/// A tier whose ProvisioningRequests only check capacity, on pools that grow for waiting workloads (node-group
+/// templates, Karpenter NodePools; not live nodes, which may be fixed) while the policy does not say the class's
+/// nodes are `Fixed`: on an empty pool its workloads wait forever.
+fn check_capacity_warnings(spec: &TierPolicySpec, tiers: &[TierReport], pools: &[NodePool]) -> Vec<String> {
+    let autoscaled = |shown: &str| pools.iter().any(|pool| pool.source.is_autoscaled() && pool.display_name() == shown);
     spec.tiers
         .iter()
         .zip(tiers)
         .enumerate()
         .filter(|(_, (tier, _))| crate::provisioning::checks_capacity_of_unstated_pools(spec, tier))
         .filter_map(|(index, (tier, report))| {
-            let pools: Vec<&str> =
-                report.targets.iter().flat_map(|target| &target.matches).map(String::as_str).collect();
+            let pools: Vec<&str> = report
+                .targets
+                .iter()
+                .flat_map(|target| &target.matches)
+                .map(String::as_str)
+                .filter(|shown| autoscaled(shown))
+                .collect();
             (!pools.is_empty()).then(|| {
                 format!(
                     "tier {}: provisioning class {CHECK_CAPACITY_CLASS} on autoscaled pools ({}) only finds nodes \
@@ -530,6 +548,11 @@ spec:
         let tier = &spec.tiers[0].name;
         assert!(text.contains(&format!("warning: tier {tier}: provisioning class {CHECK_CAPACITY_CLASS}")), "{text}");
         assert!(text.contains(BEST_EFFORT_ATOMIC_CLASS) && text.contains("spec.tiers[0].provisioning"), "{text}");
+
+        let live: Vec<NodePool> =
+            pools.iter().cloned().map(|pool| NodePool { source: PoolSource::LiveNodes, ..pool }).collect();
+        let report = build_check_report(&spec, &live);
+        assert!(report.warnings.is_empty(), "live nodes may be fixed capacity: {}", report.to_text());
 
         let class = spec.tiers[0].gpu_class.clone();
         let class = spec.gpu_classes.iter_mut().find(|candidate| candidate.name == class).unwrap();

@@ -13,6 +13,8 @@ mod why;
 
 use std::process::ExitCode;
 
+pub use why::build_live_answer;
+
 use crate::cli::Command;
 
 /// Error type at the command edge: any error, printed with its causes by `main`.

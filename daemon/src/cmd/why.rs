@@ -8,7 +8,7 @@ use super::CmdError;
 use super::status::render_answer;
 use crate::admission::{Decision, build_request, decide_review};
 use crate::answers::why::{build_live_snapshot, parse_target};
-use crate::answers::{WhyInputs, build_why_answer};
+use crate::answers::{WhyAnswer, WhyInputs, build_why_answer};
 use crate::cli::WhyArgs;
 use crate::live::{KubectlConnection, WhyFetched, connect, fetch_why_inputs};
 use crate::placement::PlacementLedger;
@@ -17,25 +17,38 @@ use crate::view::index_claim_templates;
 
 /// Runs `why`.
 pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
-    let (adapter, name) = parse_target(&args.target)?;
+    // A target no adapter handles is refused before any connection is made.
+    parse_target(&args.target)?;
     let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
     let (client, default_namespace) = connect(&connection).await?;
     let namespace = args.namespace.unwrap_or(default_namespace);
-    let fetched = fetch_why_inputs(&client, adapter, &namespace, &name, &args.policy_name).await?;
-    let decision = decide_live(&fetched, &namespace).await?;
-    let answer = build_why_answer(&WhyInputs {
+    let answer = build_live_answer(&client, &args.target, &namespace, &args.policy_name).await?;
+    print!("{}", render_answer(&answer, args.output, answer.to_table())?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The answer to `why TARGET -n NAMESPACE` (`KIND/NAME`) for TierPolicy `policy_name`: the live objects read, the
+/// decision re-run on them, and the answer built from both (what the plugin prints; the e2e suites call it too).
+pub async fn build_live_answer(
+    client: &kube::Client,
+    target: &str,
+    namespace: &str,
+    policy_name: &str,
+) -> Result<WhyAnswer, CmdError> {
+    let (adapter, name) = parse_target(target)?;
+    let fetched = fetch_why_inputs(client, adapter, namespace, &name, policy_name).await?;
+    let decision = decide_live(&fetched, namespace).await?;
+    Ok(build_why_answer(&WhyInputs {
         adapter,
         object: &fetched.object,
         policy: fetched.policy.as_ref(),
-        policy_name: &args.policy_name,
+        policy_name,
         namespace_labels: &fetched.namespace_labels,
         local_queues: &fetched.local_queues,
         decision: decision.as_ref(),
         workloads: &fetched.workloads,
         provisioning_requests: &fetched.provisioning_requests,
-    });
-    print!("{}", render_answer(&answer, args.output, answer.to_table())?);
-    Ok(ExitCode::SUCCESS)
+    }))
 }
 
 /// tiergate's decision on the live object, as if it were created now: the `explain` path on a snapshot of the

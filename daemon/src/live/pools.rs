@@ -65,7 +65,7 @@ pub fn build_node_pools(nodes: &[Node], karpenter_pools: &[String]) -> Vec<NodeP
             } else {
                 format!("{key} ({} nodes)", members.len())
             };
-            Some(NodePool { name, source: PoolSource::NodeGroupTemplate, labels, requirements: Vec::new(), taints })
+            Some(NodePool { name, source: PoolSource::LiveNodes, labels, requirements: Vec::new(), taints })
         })
         .collect()
 }

@@ -22,6 +22,7 @@ use tiergate::scoring::Scorer;
 use tiergate::view::SharedSnapshot;
 use tokio_util::sync::CancellationToken;
 
+pub mod autoscaler;
 pub mod control_plane;
 pub mod webhook;
 
@@ -498,6 +499,31 @@ pub fn one_gpu_job(namespace: &str, name: &str, queue: &str) -> Result<k8s_opena
                 "restartPolicy": "Never",
                 "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                                 "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}],
+            }},
+        },
+    }))?)
+}
+
+/// A Job `name` in `namespace` of `pods` pods (parallelism = completions = `pods`) of `gpus` `nvidia.com/gpu` each,
+/// with no queue, class or suspend of its own: left to the webhook or the in-server gate to confine and queue.
+pub fn plain_gpu_job(
+    namespace: &str,
+    name: &str,
+    pods: u32,
+    gpus: u32,
+) -> Result<k8s_openapi::api::batch::v1::Job, HarnessError> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "parallelism": pods, "completions": pods, "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": gpus.to_string()},
+                    "limits": {"nvidia.com/gpu": gpus.to_string()},
+                }}],
             }},
         },
     }))?)

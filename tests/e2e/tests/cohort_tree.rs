@@ -15,9 +15,9 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tiergate::answers::why::parse_target;
-use tiergate::answers::{StatusInputs, WhyInputs, build_status_answer, build_why_answer};
-use tiergate::live::{fetch_status_inputs, fetch_why_inputs};
+use tiergate::answers::{StatusInputs, build_status_answer};
+use tiergate::cmd::build_live_answer;
+use tiergate::live::fetch_status_inputs;
 use tiergate::plan::gate::gate_name;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::{KueueKind, build_ownership_selector};
@@ -374,20 +374,7 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
     wait_for_states(client, run, "gold to reclaim every lent GPU by preemption", &expected).await?;
     // `why` on a preempted silver Job names the reclaim.
     let preempted = preempted_job(client, run, "silver").await?;
-    let (adapter, name) = parse_target(&format!("job/{preempted}"))?;
-    let prefix = run.prefix.as_str();
-    let fetched = fetch_why_inputs(client, adapter, &run.namespace("silver"), &name, prefix).await?;
-    let answer = build_why_answer(&WhyInputs {
-        adapter,
-        object: &fetched.object,
-        policy: fetched.policy.as_ref(),
-        policy_name: prefix,
-        namespace_labels: &fetched.namespace_labels,
-        local_queues: &fetched.local_queues,
-        decision: None,
-        workloads: &fetched.workloads,
-        provisioning_requests: &fetched.provisioning_requests,
-    });
+    let answer = build_live_answer(client, &format!("job/{preempted}"), &run.namespace("silver"), &run.prefix).await?;
     println!("why job/{preempted}: {}", answer.summary);
     ensure(answer.summary.contains("preempted by reclaim"), || {
         format!("why does not name the reclaim: {}", answer.to_table())

@@ -10,15 +10,12 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use serde_json::json;
-use tiergate::admission::{build_request, decide_review};
 use tiergate::answers::kueue::{ADMITTED, KueueWorkload};
-use tiergate::answers::why::{build_live_snapshot, parse_target};
-use tiergate::answers::{Hold, StatusInputs, WhyInputs, build_status_answer, build_why_answer};
+use tiergate::answers::{Hold, StatusInputs, build_status_answer};
+use tiergate::cmd::build_live_answer;
 use tiergate::live::fetch::workload_resource;
-use tiergate::live::{KubectlConnection, connect, fetch_status_inputs, fetch_why_inputs};
-use tiergate::placement::PlacementLedger;
+use tiergate::live::{KubectlConnection, connect, fetch_status_inputs};
 use tiergate::policy::TierPolicy;
-use tiergate::scoring::Scorer;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     install_tierpolicy_crd, random_name, run_cluster_test, wait_for,
@@ -95,23 +92,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
 
     // `why job/train -n NS`, through a client built from KUBECONFIG as the plugin builds it.
     let (live, _) = connect(&KubectlConnection::default()).await?;
-    let (adapter, name) = parse_target("job/train")?;
-    let fetched = fetch_why_inputs(&live, adapter, &namespace, &name, &prefix).await?;
-    let live_policy = fetched.policy.clone().ok_or("the TierPolicy was not read")?;
-    let snapshot = build_live_snapshot(live_policy, &namespace, &fetched.namespace_labels, &fetched.local_queues);
-    let request = build_request(fetched.object.clone())?;
-    let decision = decide_review(&request, &snapshot, &PlacementLedger::default(), &Scorer::default()).await;
-    let answer = build_why_answer(&WhyInputs {
-        adapter,
-        object: &fetched.object,
-        policy: fetched.policy.as_ref(),
-        policy_name: &prefix,
-        namespace_labels: &fetched.namespace_labels,
-        local_queues: &fetched.local_queues,
-        decision: Some(&decision),
-        workloads: &fetched.workloads,
-        provisioning_requests: &fetched.provisioning_requests,
-    });
+    let answer = build_live_answer(&live, "job/train", &namespace, &prefix).await?;
     let table = answer.to_table();
     if answer.tier.tier.as_deref() != Some(tier.as_str()) || !answer.tier.local_queue_exists {
         return Err(format!("why did not find tier {tier} and its LocalQueue:\n{table}").into());

@@ -19,22 +19,18 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tiergate::admission::{build_request, decide_review};
-use tiergate::answers::why::{build_live_snapshot, parse_target};
-use tiergate::answers::{WhyInputs, build_why_answer};
+use tiergate::cmd::build_live_answer;
 use tiergate::live::fetch::workload_resource;
-use tiergate::live::{KubectlConnection, connect, fetch_why_inputs};
-use tiergate::placement::PlacementLedger;
+use tiergate::live::{KubectlConnection, connect};
 use tiergate::plan::class_flavor_name;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
-use tiergate::scoring::Scorer;
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
-    wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, plain_gpu_job, random_name, start_tiergate,
+    wait_for, wait_until_admitted_as,
 };
 use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
 use tiergate_workloads::QUEUE_NAME_LABEL;
@@ -199,34 +195,9 @@ async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<I
     Ok(daemon)
 }
 
-/// A Job of `pods` one-GPU pods (parallelism = completions = `pods`).
-fn build_job(namespace: &str, name: &str, pods: u32) -> Result<Job, HarnessError> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "parallelism": pods,
-            "completions": pods,
-            "backoffLimit": 0,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
-                        "limits": {"nvidia.com/gpu": "1"},
-                    },
-                }],
-            }},
-        },
-    }))?)
-}
-
 /// Waits until a dry-run gold Job comes back queued with the rack rule.
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
-    let probe = build_job(&run.gold, "probe", 4)?;
+    let probe = plain_gpu_job(&run.gold, "probe", 4, 1)?;
     let queued = |stored: &Job| stored.labels().contains_key(QUEUE_NAME_LABEL);
     wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
@@ -278,7 +249,7 @@ fn racks_of(run: &Run, nodes: &BTreeMap<String, u64>) -> BTreeSet<String> {
 
 async fn create_job(client: &Client, namespace: &str, name: &str, pods: u32) -> Result<Job, HarnessError> {
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    Ok(jobs.create(&PostParams::default(), &build_job(namespace, name, pods)?).await?)
+    Ok(jobs.create(&PostParams::default(), &plain_gpu_job(namespace, name, pods, 1)?).await?)
 }
 
 async fn check_placements(
@@ -366,23 +337,7 @@ async fn check_placements(
 /// `why job/NAME -n NAMESPACE`, built by the library calls the plugin makes: the summary and the table.
 async fn why(run: &Run, namespace: &str, job: &str) -> Result<(String, String), HarnessError> {
     let (live, _) = connect(&KubectlConnection::default()).await?;
-    let (adapter, name) = parse_target(&format!("job/{job}"))?;
-    let fetched = fetch_why_inputs(&live, adapter, namespace, &name, &run.prefix).await?;
-    let live_policy = fetched.policy.clone().ok_or("the TierPolicy was not read")?;
-    let snapshot = build_live_snapshot(live_policy, namespace, &fetched.namespace_labels, &fetched.local_queues);
-    let request = build_request(fetched.object.clone())?;
-    let decision = decide_review(&request, &snapshot, &PlacementLedger::default(), &Scorer::default()).await;
-    let answer = build_why_answer(&WhyInputs {
-        adapter,
-        object: &fetched.object,
-        policy: fetched.policy.as_ref(),
-        policy_name: &run.prefix,
-        namespace_labels: &fetched.namespace_labels,
-        local_queues: &fetched.local_queues,
-        decision: Some(&decision),
-        workloads: &fetched.workloads,
-        provisioning_requests: &fetched.provisioning_requests,
-    });
+    let answer = build_live_answer(&live, &format!("job/{job}"), namespace, &run.prefix).await?;
     let table = answer.to_table();
     println!("why job/{job}:\n{table}");
     Ok((answer.summary, table))

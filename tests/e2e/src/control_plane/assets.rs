@@ -97,11 +97,19 @@ impl Assets {
     /// Every binary from this process's environment (an optional one may be missing), or the first required one
     /// missing.
     pub fn find() -> Result<Self, MissingBinary> {
-        let read = |name: &str| std::env::var(name).ok();
-        let dirs =
-            search_path(read(ASSETS_ENV).as_deref(), read(KUBEBUILDER_ASSETS_ENV).as_deref(), read("PATH").as_deref());
-        Self::find_in(&dirs)
+        Self::find_in(&environment_search_path())
     }
+}
+
+/// The directories searched, in order, from this process's environment.
+pub fn environment_search_path() -> Vec<PathBuf> {
+    let read = |name: &str| std::env::var(name).ok();
+    search_path(read(ASSETS_ENV).as_deref(), read(KUBEBUILDER_ASSETS_ENV).as_deref(), read("PATH").as_deref())
+}
+
+/// `binary` (e.g. `cluster-autoscaler`, which a suite starts itself) found as the control plane's binaries are.
+pub fn find_in_environment(binary: &'static str) -> Result<PathBuf, MissingBinary> {
+    find_binary(binary, &environment_search_path())
 }
 
 #[cfg(test)]

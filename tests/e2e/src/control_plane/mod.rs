@@ -1,14 +1,16 @@
 //! A throwaway Kubernetes control plane on loopback for the end-to-end suites, started from plain binaries as
 //! controller-runtime's envtest does: etcd, kube-apiserver, kube-controller-manager (Jobs make pods, namespaces
 //! finalize, garbage is collected), kube-scheduler when found (pods bind, DRA claims are allocated) and the Kueue
-//! manager with its CRDs, its webhooks registered by URL and the DRA sample policy's `deviceClassMappings`, plus a
-//! second API server with its own Kueue as a fleet's worker. Its own temporary directory, CA, certificates and free
-//! ports; only processes it started, each stopped by PID. Does I/O (processes, files, the API).
+//! manager with its CRDs (and a ProvisioningRequest CRD, so its provisioning admission checks run), its webhooks
+//! registered by URL and the DRA sample policy's `deviceClassMappings`, plus a second API server with its own Kueue
+//! as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only processes it started,
+//! each stopped by PID. Does I/O (processes, files, the API).
 
 pub mod assets;
 pub mod kueue;
 pub mod pki;
 mod process;
+pub mod provisioning;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -261,14 +263,17 @@ impl ControlPlane {
         };
         let shared = shared_dir()?;
         let all_crds = [shared.join("kueue/crds"), shared.join("workload-crds")];
-        install_crds(&management.client, &all_crds).await?;
+        // The ProvisioningRequest CRD goes in with the others: Kueue runs its provisioning admission checks only when
+        // ProvisioningRequests are served as it starts.
+        let provisioning_request = provisioning::build_provisioning_request_crd();
+        install_crds(&management.client, &all_crds, &[provisioning_request]).await?;
         plane.start_kueue("kueue", assets, &management.client, &management.kubeconfig, &credentials).await?;
         if etcd_reports_watch_progress {
             let worker =
                 plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
             // MultiKueue connects to a worker only when it serves every kind of the manager's enabled integrations,
             // and the worker's own Kueue admits MultiKueue's copies; only then does the manager create the Job there.
-            install_crds(&worker.client, &all_crds).await?;
+            install_crds(&worker.client, &all_crds, &[]).await?;
             plane.start_kueue("worker-kueue", assets, &worker.client, &worker.kubeconfig, &credentials).await?;
             plane.worker = Ok(worker.kubeconfig);
         }
@@ -604,10 +609,19 @@ where
     Ok(())
 }
 
-/// Applies every CRD in the YAML files of `dirs` and waits until each is established.
-async fn install_crds(client: &Client, dirs: &[PathBuf]) -> Result<(), HarnessError> {
+/// Applies every CRD in the YAML files of `dirs` and `extra`, and waits until each is established.
+async fn install_crds(
+    client: &Client,
+    dirs: &[PathBuf],
+    extra: &[CustomResourceDefinition],
+) -> Result<(), HarnessError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
+    for crd in extra {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        apply(&crds, crd).await.map_err(|error| format!("failed to apply CRD {name}: {error}"))?;
+        names.push(name);
+    }
     for dir in dirs {
         let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|error| format!("failed to read {}: {error}", dir.display()))?
