@@ -29,7 +29,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tiergate::cmd::build_live_answer;
 use tiergate::live::fetch::workload_resource;
-use tiergate::policy::{NodeCapacity, TierPolicy};
+use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::validation::validate_policy;
 use tiergate_e2e::autoscaler::{self, Autoscaler, NodeGroup};
@@ -47,7 +47,6 @@ use tiergate_workloads::QUEUE_NAME_LABEL;
 const SAMPLE: &str = "samples/spot-mix/policy.yaml";
 /// The node label each GPU class gains, valued `<run>-<class>`: only this run's templates carry it.
 const POOL_LABEL: &str = "e2e.tiergate.io/gpu-pool";
-const BEST_EFFORT_ATOMIC: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
 const CHECK_CAPACITY: &str = "check-capacity.autoscaling.x-k8s.io";
 /// Kueue objects after the policy is applied.
 const CONVERGE: Duration = Duration::from_secs(90);
@@ -71,7 +70,8 @@ struct Run {
 }
 
 impl Run {
-    fn new(provisioning_class: &str) -> Result<Self, HarnessError> {
+    /// A run serving the sample, gold's provisioning class replaced by `provisioning_class` when given.
+    fn new(provisioning_class: Option<&str>) -> Result<Self, HarnessError> {
         let prefix = random_name("e2e");
         let policy = build_policy(&prefix, provisioning_class)?;
         Ok(Self { system: format!("{prefix}-system"), policy, prefix })
@@ -142,19 +142,15 @@ fn sample_path() -> Result<PathBuf, HarnessError> {
 }
 
 /// The sample named `prefix`, its tiers, classes, cohorts and priority buckets renamed `<prefix>-<name>`, tiers
-/// chosen by [`E2E_TIER_LABEL`], each class's nodes also labelled [`POOL_LABEL`]: `<prefix>-<class>`; h100 is
-/// `capacity: Autoscaled` and gold's ProvisioningRequests are of `provisioning_class` (the sample's own values,
-/// set here too so the suite does not depend on the sample's wording of them). Tiers, quotas and the rest of
-/// `provisioning` are the sample's.
-fn build_policy(prefix: &str, provisioning_class: &str) -> Result<TierPolicy, HarnessError> {
+/// chosen by [`E2E_TIER_LABEL`], each class's nodes also labelled [`POOL_LABEL`]: `<prefix>-<class>`. Everything
+/// else is the sample's as shipped (h100 `capacity: Autoscaled`, gold's best-effort-atomic provisioning), except
+/// gold's provisioning class when `provisioning_class` is given.
+fn build_policy(prefix: &str, provisioning_class: Option<&str>) -> Result<TierPolicy, HarnessError> {
     let mut policy = tiergate::inputs::load_policy(Some(&sample_path()?))?;
     let name = |base: &str| format!("{prefix}-{base}");
     policy.metadata.name = Some(prefix.to_owned());
     policy.spec.tier_label = E2E_TIER_LABEL.to_owned();
     for class in &mut policy.spec.gpu_classes {
-        if class.name == "h100" {
-            class.capacity = Some(NodeCapacity::Autoscaled);
-        }
         class.name = name(&class.name);
         class.node_labels.insert(POOL_LABEL.to_owned(), class.name.clone());
     }
@@ -162,8 +158,8 @@ fn build_policy(prefix: &str, provisioning_class: &str) -> Result<TierPolicy, Ha
         bucket.name = name(&bucket.name);
     }
     for tier in &mut policy.spec.tiers {
-        if let Some(provisioning) = &mut tier.provisioning {
-            provisioning.provisioning_class_name = provisioning_class.to_owned();
+        if let (Some(provisioning), Some(class)) = (&mut tier.provisioning, provisioning_class) {
+            provisioning.provisioning_class_name = class.to_owned();
         }
         tier.name = name(&tier.name);
         tier.gpu_class = name(&tier.gpu_class);
@@ -209,7 +205,7 @@ async fn run_autoscaled_test(
 async fn a_one_gpu_job_of_a_tier_without_provisioning_grows_exactly_its_class_node_group() {
     const TEST: &str = "a_one_gpu_job_of_a_tier_without_provisioning_grows_exactly_its_class_node_group";
     if let Err(error) = run_autoscaled_test(TEST, async |client, cleanup, endpoint, binary| {
-        with_autoscaler(client, cleanup, endpoint, binary, BEST_EFFORT_ATOMIC, mission_claim).await
+        with_autoscaler(client, cleanup, endpoint, binary, mission_claim).await
     })
     .await
     {
@@ -221,7 +217,7 @@ async fn a_one_gpu_job_of_a_tier_without_provisioning_grows_exactly_its_class_no
 async fn a_gold_two_node_job_is_admitted_only_after_its_provisioning_request_grew_both_nodes_at_once() {
     const TEST: &str = "a_gold_two_node_job_is_admitted_only_after_its_provisioning_request_grew_both_nodes_at_once";
     if let Err(error) = run_autoscaled_test(TEST, async |client, cleanup, endpoint, binary| {
-        with_autoscaler(client, cleanup, endpoint, binary, BEST_EFFORT_ATOMIC, gold_two_nodes).await
+        with_autoscaler(client, cleanup, endpoint, binary, gold_two_nodes).await
     })
     .await
     {
@@ -233,7 +229,7 @@ async fn a_gold_two_node_job_is_admitted_only_after_its_provisioning_request_gre
 async fn a_gold_job_larger_than_its_node_group_stays_unadmitted_and_grows_nothing() {
     const TEST: &str = "a_gold_job_larger_than_its_node_group_stays_unadmitted_and_grows_nothing";
     if let Err(error) = run_autoscaled_test(TEST, async |client, cleanup, endpoint, binary| {
-        with_autoscaler(client, cleanup, endpoint, binary, BEST_EFFORT_ATOMIC, gold_too_large).await
+        with_autoscaler(client, cleanup, endpoint, binary, gold_too_large).await
     })
     .await
     {
@@ -265,10 +261,9 @@ async fn with_autoscaler(
     cleanup: &Cleanup,
     endpoint: &WebhookEndpoint,
     binary: &Path,
-    provisioning_class: &str,
     checks: impl AsyncFnOnce(&mut Live<'_>) -> Result<(), HarnessError>,
 ) -> Result<(), HarnessError> {
-    let run = Run::new(provisioning_class)?;
+    let run = Run::new(None)?;
     validate_policy(&run.policy).map_err(|errors| format!("the e2e copy of {SAMPLE} is invalid: {errors}"))?;
     let began = Instant::now();
     let mut autoscaler = Autoscaler::start(client, cleanup, binary, run.node_groups()?).await?;
@@ -725,7 +720,7 @@ async fn gold_too_large(live: &mut Live<'_>) -> Result<(), HarnessError> {
 /// 4. Gold's provisioning of class check-capacity on the `Autoscaled` h100 class: the daemon refuses the policy,
 ///    its Ready condition False naming `provisioningClassName` (or the API server refuses it, naming the field).
 async fn check_capacity_refused(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
-    let run = Run::new(CHECK_CAPACITY)?;
+    let run = Run::new(Some(CHECK_CAPACITY))?;
     let tenants = run.tenants();
     let labels: Vec<Vec<(&str, &str)>> =
         tenants.iter().map(|(_, labels)| labels.iter().map(|(key, value)| (*key, value.as_str())).collect()).collect();
