@@ -538,9 +538,10 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
     let spec = &policy.spec;
     let labels = owned_labels(policy);
     let tiers: Vec<&Tier> = spec.tiers.iter().filter(|tier| keep(tier)).collect();
-    // On the management cluster a dispatching tier's provisioning runs on the workers instead.
-    let provisions_here =
-        |tier: &Tier| tier.provisioning.is_some() && !(side == Side::Management && tier.dispatch.is_some());
+    let provisions_here = |tier: &Tier| match side {
+        Side::Management => tier.provisions_on_management(),
+        Side::Worker => tier.provisioning.is_some(),
+    };
     let meta = |name: String| ObjectMeta { name: Some(name), labels: Some(labels.clone()), ..ObjectMeta::default() };
 
     let built_classes: Vec<_> = spec

@@ -842,6 +842,12 @@ impl Tier {
     pub fn gpu_class_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.gpu_class.as_str()).chain(self.fallback_gpu_classes.iter().map(String::as_str))
     }
+
+    /// Whether the tier's ProvisioningRequest check runs in the management cluster: it has `provisioning` and its
+    /// workloads run there (a dispatching tier's check runs on its workers, where its nodes are).
+    pub fn provisions_on_management(&self) -> bool {
+        self.provisioning.is_some() && self.dispatch.is_none()
+    }
 }
 
 impl TierPolicySpec {

@@ -9,11 +9,6 @@ use super::kueue::KueueCondition;
 use crate::policy::TierPolicySpec;
 use crate::provisioning::{BEST_EFFORT_ATOMIC_CLASS, CHECK_CAPACITY_CLASS};
 
-/// The ProvisioningRequest API group.
-pub const PROVISIONING_GROUP: &str = "autoscaling.x-k8s.io";
-/// The ProvisioningRequest version Kueue v0.19.2 and cluster-autoscaler write.
-pub const PROVISIONING_VERSION: &str = "v1";
-
 /// ProvisioningRequest condition types (cluster-autoscaler's `autoscaling.x-k8s.io/v1` API).
 const ACCEPTED: &str = "Accepted";
 const PROVISIONED: &str = "Provisioned";

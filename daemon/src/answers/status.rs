@@ -195,7 +195,6 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
             let counts = queue.map(|queue| &queue.status);
             let reserving = counts.and_then(|status| status.reserving_workloads).unwrap_or_default();
             let admitted = counts.and_then(|status| status.admitted_workloads).unwrap_or_default();
-            let provisions_here = tier.provisioning.is_some() && tier.dispatch.is_none();
             TierStatus {
                 tier: tier.name.clone(),
                 cluster_queue: queue_name.clone(),
@@ -204,7 +203,7 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
                 pending_workloads: counts.and_then(|status| status.pending_workloads).unwrap_or_default(),
                 reserving_workloads: reserving,
                 admitted_workloads: admitted,
-                waiting_for_provisioning: provisions_here.then(|| (reserving - admitted).max(0)),
+                waiting_for_provisioning: tier.provisions_on_management().then(|| (reserving - admitted).max(0)),
                 weighted_share: counts
                     .and_then(|status| status.fair_sharing.as_ref())
                     .and_then(|fair| fair.weighted_share),

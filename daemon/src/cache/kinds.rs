@@ -233,6 +233,15 @@ pub fn workload_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(KUEUE_GROUP, KUEUE_VERSION, "Workload"), "workloads")
 }
 
+/// cluster-autoscaler's ProvisioningRequests (`autoscaling.x-k8s.io/v1`), which Kueue makes and tiergate reads
+/// (never owns): `why` names the autoscaler's answer.
+pub fn provisioning_request_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("autoscaling.x-k8s.io", "v1", "ProvisioningRequest"),
+        "provisioningrequests",
+    )
+}
+
 /// The labels every object of policy `policy_name` carries; they alone select objects for pruning.
 pub fn build_ownership_labels(policy_name: &str) -> BTreeMap<String, String> {
     BTreeMap::from([

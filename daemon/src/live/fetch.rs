@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
-use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::core::DynamicObject;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tiergate_workloads::WorkloadAdapter;
@@ -14,9 +14,9 @@ use tiergate_workloads::WorkloadAdapter;
 use super::LiveError;
 use crate::admission::claims::claim_template_view;
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
-use crate::answers::provisioning::{PROVISIONING_GROUP, PROVISIONING_VERSION, ProvisioningRequestRead};
+use crate::answers::provisioning::ProvisioningRequestRead;
 use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
-pub use crate::cache::kinds::{adapter_resource, workload_resource};
+pub use crate::cache::kinds::{adapter_resource, provisioning_request_resource, workload_resource};
 use crate::policy::TierPolicy;
 use crate::view::ClaimTemplateView;
 
@@ -122,9 +122,7 @@ async fn fetch_provisioning_requests(
     client: &kube::Client,
     namespace: &str,
 ) -> Result<Vec<ProvisioningRequestRead>, LiveError> {
-    let gvk = GroupVersionKind::gvk(PROVISIONING_GROUP, PROVISIONING_VERSION, "ProvisioningRequest");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "provisioningrequests");
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &provisioning_request_resource());
     match api.list(&ListParams::default()).await {
         Ok(list) => decode_all(list.items, "ProvisioningRequest"),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => Ok(Vec::new()),

@@ -9,21 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceValidation, JSONSchemaProps,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::core::{ApiResource, GroupVersionKind};
-
-/// The API group of ProvisioningRequests.
-pub const GROUP: &str = "autoscaling.x-k8s.io";
-/// The only version served (and stored).
-pub const VERSION: &str = "v1";
-/// The kind.
-pub const KIND: &str = "ProvisioningRequest";
-/// The resource (plural) name.
-pub const PLURAL: &str = "provisioningrequests";
-
-/// The ProvisioningRequest resource, for dynamic clients.
-pub fn provisioning_request_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
-}
+pub use tiergate::cache::kinds::provisioning_request_resource;
 
 /// An object schema that keeps every field it is given.
 fn preserved_object() -> JSONSchemaProps {
@@ -37,6 +23,8 @@ fn preserved_object() -> JSONSchemaProps {
 /// The CRD: namespaced, `v1` served and stored, a status subresource (the autoscaler writes conditions through
 /// it), and a structural schema whose `spec` and `status` keep whatever Kueue and the autoscaler write.
 pub fn build_provisioning_request_crd() -> CustomResourceDefinition {
+    let resource = provisioning_request_resource();
+    let kind = resource.kind;
     let schema = JSONSchemaProps {
         type_: Some("object".to_owned()),
         properties: Some(
@@ -45,20 +33,20 @@ pub fn build_provisioning_request_crd() -> CustomResourceDefinition {
         ..JSONSchemaProps::default()
     };
     CustomResourceDefinition {
-        metadata: ObjectMeta { name: Some(format!("{PLURAL}.{GROUP}")), ..ObjectMeta::default() },
+        metadata: ObjectMeta { name: Some(format!("{}.{}", resource.plural, resource.group)), ..ObjectMeta::default() },
         spec: CustomResourceDefinitionSpec {
-            group: GROUP.to_owned(),
+            group: resource.group,
             names: CustomResourceDefinitionNames {
-                kind: KIND.to_owned(),
-                list_kind: Some(format!("{KIND}List")),
-                plural: PLURAL.to_owned(),
-                singular: Some(KIND.to_ascii_lowercase()),
+                list_kind: Some(format!("{kind}List")),
+                plural: resource.plural,
+                singular: Some(kind.to_ascii_lowercase()),
+                kind,
                 short_names: Some(vec!["provreq".to_owned(), "provreqs".to_owned()]),
                 ..CustomResourceDefinitionNames::default()
             },
             scope: "Namespaced".to_owned(),
             versions: vec![CustomResourceDefinitionVersion {
-                name: VERSION.to_owned(),
+                name: resource.version,
                 served: true,
                 storage: true,
                 schema: Some(CustomResourceValidation { open_api_v3_schema: Some(schema) }),
@@ -93,7 +81,7 @@ mod tests {
         for field in ["spec", "status"] {
             assert_eq!(properties[field].x_kubernetes_preserve_unknown_fields, Some(true), "{field}");
         }
-        let resource = provisioning_request_resource();
-        assert_eq!((resource.api_version.as_str(), resource.plural.as_str()), ("autoscaling.x-k8s.io/v1", PLURAL));
+        assert_eq!(version.name, "v1");
+        assert_eq!(crd.spec.names.kind, "ProvisioningRequest");
     }
 }
