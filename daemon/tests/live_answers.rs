@@ -289,17 +289,15 @@ fn a_job_with_reserved_quota_waits_for_its_provisioning_request() {
 fn provisioning_answer(edit: impl FnOnce(&mut Value)) -> WhyAnswer {
     let mut request = fixture("provisioningrequest-capacity-not-found.yaml");
     edit(&mut request);
-    let requests = [serde_json::from_value(request).unwrap()];
+    waiting_for(&[serde_json::from_value(request).unwrap()])
+}
+
+/// The bronze Job's answer while its Workload waits on its provisioning check, the namespace holding `requests`.
+fn waiting_for(requests: &[ProvisioningRequestRead]) -> WhyAnswer {
     let queues = ["tiergate-bronze".to_owned()];
     let workloads = [workload("workload-waiting-provisioning.yaml")];
-    answer_with_requests(
-        &fixture("job-train-bert.yaml"),
-        job_adapter(),
-        &bronze_labels(),
-        &queues,
-        &workloads,
-        &requests,
-    )
+    let job = fixture("job-train-bert.yaml");
+    answer_with_requests(&job, job_adapter(), &bronze_labels(), &queues, &workloads, requests)
 }
 
 fn set_condition(request: &mut Value, type_: &str, status: &str, reason: &str, message: &str) {
@@ -393,16 +391,7 @@ fn only_the_workloads_newest_request_counts() {
     foreign["metadata"]["ownerReferences"][0]["uid"] = json!("00000000-0000-4000-8000-000000000000");
     let requests: Vec<ProvisioningRequestRead> =
         [older, newer, foreign].into_iter().map(|request| serde_json::from_value(request).unwrap()).collect();
-    let queues = ["tiergate-bronze".to_owned()];
-    let workloads = [workload("workload-waiting-provisioning.yaml")];
-    let answer = answer_with_requests(
-        &fixture("job-train-bert.yaml"),
-        job_adapter(),
-        &bronze_labels(),
-        &queues,
-        &workloads,
-        &requests,
-    );
+    let answer = waiting_for(&requests);
     let Hold::WaitingForCheck { provisioning: Some(facts), .. } = &answer.hold else { panic!("{:?}", answer.hold) };
     assert_eq!(
         (facts.request.as_str(), facts.state),

@@ -131,7 +131,8 @@ async fn retire_one(ctx: &Context, wanted: &Wanted, orphan: Arc<LiveObject>) -> 
         }
         RetireAction::Stop { remaining } => {
             writes::apply_object(ctx, kind, &build_stop_body(orphan)).await?;
-            Outcome::Draining { stopped: migration(remaining), migration: migration(remaining), requeued }
+            let migration = migration(remaining);
+            Outcome::Draining { stopped: migration.clone(), migration, requeued }
         }
         RetireAction::Wait { remaining } => {
             Outcome::Draining { stopped: None, migration: migration(remaining), requeued }

@@ -521,17 +521,25 @@ async fn prune_deletes_only_objects_carrying_both_ownership_labels_local_queues_
     assert_eq!(pruned.body["reason"], "Pruned");
 }
 
-#[tokio::test]
-async fn tier_change_creates_the_new_queue_and_stops_the_occupied_old_one() {
+/// team-a, converged in gold, relabelled silver: the policy with its converged status, the live objects with
+/// gold's LocalQueue edited by `edit_queue` (its stop policy, its counts), and the snapshot after the relabel.
+fn team_a_gold_to_silver(edit_queue: impl Fn(&mut Value)) -> (TierPolicy, Vec<DynamicObject>, SharedSnapshot) {
     let before = snapshot_with(&[("team-a", "gold")]);
     let policy = with_converged_status(sample_policy(), &before);
     let mut live = converged_objects(&policy, &before);
     for object in &mut live {
         if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
-            object.data["status"] = json!({"pendingWorkloads": 1, "admittedWorkloads": 2, "reservingWorkloads": 2});
+            edit_queue(&mut object.data);
         }
     }
-    let after = snapshot_with(&[("team-a", "silver")]);
+    (policy, live, snapshot_with(&[("team-a", "silver")]))
+}
+
+#[tokio::test]
+async fn tier_change_creates_the_new_queue_and_stops_the_occupied_old_one() {
+    let (policy, live, after) = team_a_gold_to_silver(|queue| {
+        queue["status"] = json!({"pendingWorkloads": 1, "admittedWorkloads": 2, "reservingWorkloads": 2});
+    });
     let mut echo = echo_server(policy.clone());
     let (client, api) = MockApi::start(Box::new(move |call: &Call| match (call.method.as_str(), call.path.as_str()) {
         ("GET", TEAM_A_WORKLOADS) => (StatusCode::OK, workload_list(&[pending_workload("train", "uid-train")])),
@@ -597,16 +605,10 @@ fn workload_list(items: &[Value]) -> Value {
 /// relabel is answered 422 (as the API server answers a failed JSON Patch test); the Job listed by name carries
 /// `label_now`. The status's `notRequeued`.
 async fn requeue_answered_422(label_now: &str) -> Value {
-    let before = snapshot_with(&[("team-a", "gold")]);
-    let policy = with_converged_status(sample_policy(), &before);
-    let mut live = converged_objects(&policy, &before);
-    for object in &mut live {
-        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
-            object.data["spec"]["stopPolicy"] = json!("Hold");
-            object.data["status"] = json!({"admittedWorkloads": 1, "reservingWorkloads": 1});
-        }
-    }
-    let after = snapshot_with(&[("team-a", "silver")]);
+    let (policy, live, after) = team_a_gold_to_silver(|queue| {
+        queue["spec"]["stopPolicy"] = json!("Hold");
+        queue["status"] = json!({"admittedWorkloads": 1, "reservingWorkloads": 1});
+    });
     let mut echo = echo_server(policy.clone());
     let job = json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "team-a",
         "uid": "uid-train", "labels": {"kueue.x-k8s.io/queue-name": label_now}}});
@@ -640,16 +642,10 @@ async fn a_tenants_relabel_racing_the_requeue_is_left_alone_and_a_real_refusal_i
 
 #[tokio::test]
 async fn a_refused_requeue_is_reported_in_the_status_and_not_retried_on_every_reconcile() {
-    let before = snapshot_with(&[("team-a", "gold")]);
-    let policy = with_converged_status(sample_policy(), &before);
-    let mut live = converged_objects(&policy, &before);
-    for object in &mut live {
-        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
-            object.data["spec"]["stopPolicy"] = json!("Hold");
-            object.data["status"] = json!({"pendingWorkloads": 1});
-        }
-    }
-    let after = snapshot_with(&[("team-a", "silver")]);
+    let (policy, live, after) = team_a_gold_to_silver(|queue| {
+        queue["spec"]["stopPolicy"] = json!("Hold");
+        queue["status"] = json!({"pendingWorkloads": 1});
+    });
     let mut echo = echo_server(policy.clone());
     let (client, api) = MockApi::start(Box::new(move |call: &Call| match (call.method.as_str(), call.path.as_str()) {
         ("GET", TEAM_A_WORKLOADS) => (StatusCode::OK, workload_list(&[pending_workload("train", "uid-train")])),
@@ -678,15 +674,9 @@ async fn a_refused_requeue_is_reported_in_the_status_and_not_retried_on_every_re
 
 #[tokio::test]
 async fn drained_old_queue_is_deleted_with_preconditions() {
-    let before = snapshot_with(&[("team-a", "gold")]);
-    let policy = with_converged_status(sample_policy(), &before);
-    let mut live = converged_objects(&policy, &before);
-    for object in &mut live {
-        if KueueKind::of(object) == Some(KueueKind::LocalQueue) {
-            object.data["spec"]["stopPolicy"] = json!("Hold");
-        }
-    }
-    let after = snapshot_with(&[("team-a", "silver")]);
+    let (policy, live, after) = team_a_gold_to_silver(|queue| {
+        queue["spec"]["stopPolicy"] = json!("Hold");
+    });
     let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
     let ctx = context(client, after, stores_with(live), WriteGate::always_open());
     ctx.assume_kueue_discovered();

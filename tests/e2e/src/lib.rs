@@ -529,6 +529,40 @@ pub fn plain_gpu_job(
     }))?)
 }
 
+/// The file `relative` (e.g. `samples/spot-mix/policy.yaml`) of the repository above this crate (also from a
+/// worktree one level deeper).
+pub fn repository_file(relative: &str) -> Result<std::path::PathBuf, HarnessError> {
+    let manifest = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = manifest.ancestors().map(|dir| dir.join(relative)).find(|path| path.is_file());
+    Ok(found.ok_or_else(|| format!("no {relative} above {}", manifest.display()))?)
+}
+
+/// The Kueue Workload of Job `job` in `namespace` (the one the Job owns), as JSON.
+pub async fn job_workload(client: &Client, namespace: &str, job: &str) -> Option<serde_json::Value> {
+    let workloads: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &tiergate::live::fetch::workload_resource());
+    let list = workloads.list(&kube::api::ListParams::default()).await.ok()?;
+    let workload = list.items.into_iter().find(|workload| {
+        workload.metadata.owner_references.iter().flatten().any(|owner| owner.kind == "Job" && owner.name == job)
+    })?;
+    serde_json::to_value(workload).ok()
+}
+
+/// The status condition of type `type_` of an object as JSON.
+pub fn status_condition<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
+    object["status"]["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)
+}
+
+/// The status (`True`, `False`, `Unknown`) of an object's condition of type `type_`.
+pub fn condition_status<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a str> {
+    status_condition(object, type_)?["status"].as_str()
+}
+
+/// Whether a Workload (as JSON) is `Admitted=True`.
+pub fn is_admitted(workload: &serde_json::Value) -> bool {
+    condition_status(workload, "Admitted") == Some("True")
+}
+
 /// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.
 pub fn load_sample_workload<T: DeserializeOwned>(file: &str, namespace: &str) -> Result<T, HarnessError> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/workloads").join(file);

@@ -18,7 +18,7 @@
 //! autoscalers; each stops its autoscaler and deletes the nodes it grew, its namespaces and its policy.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
@@ -28,7 +28,6 @@ use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tiergate::cmd::build_live_answer;
-use tiergate::live::fetch::workload_resource;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::validation::validate_policy;
@@ -38,8 +37,9 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, SCHEDULER_SKIP_ENV, ensure, plain_gpu_job, random_name,
-    run_cluster_test, skip, start_tiergate, wait_for, wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, SCHEDULER_SKIP_ENV, condition_status, ensure, is_admitted,
+    job_workload, plain_gpu_job, random_name, repository_file, run_cluster_test, skip, start_tiergate,
+    status_condition, wait_for, wait_until_admitted_as,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -134,19 +134,12 @@ impl Run {
     }
 }
 
-/// `samples/spot-mix/policy.yaml`, found above this crate (also from a worktree).
-fn sample_path() -> Result<PathBuf, HarnessError> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let found = manifest.ancestors().map(|dir| dir.join(SAMPLE)).find(|path| path.is_file());
-    Ok(found.ok_or_else(|| format!("no {SAMPLE} above {}", manifest.display()))?)
-}
-
 /// The sample named `prefix`, its tiers, classes, cohorts and priority buckets renamed `<prefix>-<name>`, tiers
 /// chosen by [`E2E_TIER_LABEL`], each class's nodes also labelled [`POOL_LABEL`]: `<prefix>-<class>`. Everything
 /// else is the sample's as shipped (h100 `capacity: Autoscaled`, gold's best-effort-atomic provisioning), except
 /// gold's provisioning class when `provisioning_class` is given.
 fn build_policy(prefix: &str, provisioning_class: Option<&str>) -> Result<TierPolicy, HarnessError> {
-    let mut policy = tiergate::inputs::load_policy(Some(&sample_path()?))?;
+    let mut policy = tiergate::inputs::load_policy(Some(&repository_file(SAMPLE)?))?;
     let name = |base: &str| format!("{prefix}-{base}");
     policy.metadata.name = Some(prefix.to_owned());
     policy.spec.tier_label = E2E_TIER_LABEL.to_owned();
@@ -368,16 +361,6 @@ async fn create_job(client: &Client, namespace: &str, name: &str, pods: u32, gpu
     Ok(())
 }
 
-/// The Workload of Job `job` in `namespace`, as JSON.
-async fn workload_of(client: &Client, namespace: &str, job: &str) -> Option<Value> {
-    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &workload_resource());
-    let list = workloads.list(&ListParams::default()).await.ok()?;
-    let workload = list.items.into_iter().find(|workload| {
-        workload.metadata.owner_references.iter().flatten().any(|owner| owner.kind == "Job" && owner.name == job)
-    })?;
-    serde_json::to_value(workload).ok()
-}
-
 /// The newest ProvisioningRequest Kueue made for Workload `workload` in `namespace`, as JSON.
 async fn provisioning_request_of(client: &Client, namespace: &str, workload: &str) -> Option<Value> {
     let requests: Api<DynamicObject> =
@@ -396,18 +379,6 @@ async fn provisioning_request_of(client: &Client, namespace: &str, workload: &st
         })
         .max_by_key(|request| request.metadata.creation_timestamp.clone().map(|time| time.0))?;
     serde_json::to_value(newest).ok()
-}
-
-fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
-    object["status"]["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)
-}
-
-fn condition_status<'a>(object: &'a Value, type_: &str) -> Option<&'a str> {
-    condition(object, type_)?["status"].as_str()
-}
-
-fn is_admitted(workload: &Value) -> bool {
-    condition_status(workload, "Admitted") == Some("True")
 }
 
 /// `type=status (reason: message)` of each condition, one a line.
@@ -507,7 +478,7 @@ async fn mission_claim(live: &mut Live<'_>) -> Result<(), HarnessError> {
         let began = Instant::now();
         create_job(client, &namespace, &job, 1, 1).await?;
         let admitted = wait_for(&format!("Kueue to admit {job}"), GROWN, || async {
-            let workload = workload_of(client, &namespace, &job).await?;
+            let workload = job_workload(client, &namespace, &job).await?;
             is_admitted(&workload).then_some(workload)
         })
         .await?;
@@ -552,7 +523,7 @@ async fn admitted_after_provisioned(
     let mut seen_provisioned = false;
     let deadline = tokio::time::Instant::now() + GROWN;
     loop {
-        let workload = workload_of(client, namespace, job).await;
+        let workload = job_workload(client, namespace, job).await;
         let request = match &workload {
             Some(workload) => provisioning_request_of(client, namespace, str_of(&workload["metadata"]["name"])).await,
             None => None,
@@ -599,7 +570,7 @@ async fn admitted_after_provisioned(
 
 /// The RFC 3339 `lastTransitionTime` of condition `type_` (second precision, so ordering is `<=`).
 fn transition_time<'a>(object: &'a Value, type_: &str) -> Option<&'a str> {
-    condition(object, type_)?["lastTransitionTime"].as_str()
+    status_condition(object, type_)?["lastTransitionTime"].as_str()
 }
 
 /// 2. A gold Job of 2 × 1 GPU: its ProvisioningRequest grows the h100 group by both nodes in one decision, and the
@@ -671,11 +642,11 @@ async fn gold_too_large(live: &mut Live<'_>) -> Result<(), HarnessError> {
     let began = Instant::now();
     create_job(client, &namespace, job, 3, 1).await?;
     let answered = wait_for(&format!("the autoscaler to answer {job}'s ProvisioningRequest"), GROWN, || async {
-        let workload = workload_of(client, &namespace, job).await?;
+        let workload = job_workload(client, &namespace, job).await?;
         let request = provisioning_request_of(client, &namespace, str_of(&workload["metadata"]["name"])).await?;
         let answered = ["Provisioned", "Failed", "BookingExpired", "CapacityRevoked"]
             .iter()
-            .any(|type_| condition(&request, type_).is_some());
+            .any(|type_| status_condition(&request, type_).is_some());
         answered.then_some((workload, request))
     })
     .await?;
@@ -688,7 +659,7 @@ async fn gold_too_large(live: &mut Live<'_>) -> Result<(), HarnessError> {
         conditions_text(&request)
     );
     live.autoscaler.wait_for_more_loops(2, GROWN).await?;
-    let workload = workload_of(client, &namespace, job).await.ok_or("the Workload is gone")?;
+    let workload = job_workload(client, &namespace, job).await.ok_or("the Workload is gone")?;
     let request =
         provisioning_request_of(client, &namespace, str_of(&workload["metadata"]["name"])).await.unwrap_or(request);
     let after = live.autoscaler.group_sizes().await?;

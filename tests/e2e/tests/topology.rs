@@ -20,7 +20,6 @@ use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tiergate::cmd::build_live_answer;
-use tiergate::live::fetch::workload_resource;
 use tiergate::live::{KubectlConnection, connect};
 use tiergate::plan::class_flavor_name;
 use tiergate::policy::TierPolicy;
@@ -29,8 +28,8 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, plain_gpu_job, random_name, start_tiergate,
-    wait_for, wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, is_admitted, job_workload, plain_gpu_job,
+    random_name, start_tiergate, status_condition, wait_for, wait_until_admitted_as,
 };
 use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
 use tiergate_workloads::QUEUE_NAME_LABEL;
@@ -202,24 +201,6 @@ async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessEr
     wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 
-/// The Workload of Job `name` in `namespace`, as JSON.
-async fn workload_of(client: &Client, namespace: &str, job: &str) -> Option<Value> {
-    let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &workload_resource());
-    let list = workloads.list(&ListParams::default()).await.ok()?;
-    let workload = list.items.into_iter().find(|workload| {
-        workload.metadata.owner_references.iter().flatten().any(|owner| owner.kind == "Job" && owner.name == job)
-    })?;
-    serde_json::to_value(workload).ok()
-}
-
-fn condition<'a>(workload: &'a Value, type_: &str) -> Option<&'a Value> {
-    workload["status"]["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)
-}
-
-fn is_admitted(workload: &Value) -> bool {
-    condition(workload, "Admitted").is_some_and(|condition| condition["status"] == "True")
-}
-
 /// Pods per node of the first pod set's topology assignment (`None` when there is none).
 fn pods_per_node(workload: &Value) -> Option<BTreeMap<String, u64>> {
     let assignment = workload["status"]["admission"]["podSetAssignments"][0].get("topologyAssignment")?;
@@ -234,7 +215,7 @@ fn pods_per_node(workload: &Value) -> Option<BTreeMap<String, u64>> {
 
 /// The Workload's status, for a failure message.
 async fn last_status_text(client: &Client, namespace: &str, job: &str) -> String {
-    workload_of(client, namespace, job)
+    job_workload(client, namespace, job)
         .await
         .map_or("no Workload".to_owned(), |workload| workload["status"].to_string())
 }
@@ -273,7 +254,7 @@ async fn check_placements(
         .and_then(|annotations| annotations.get(PODSET_REQUIRED_TOPOLOGY_ANNOTATION));
     ensure(written == Some(&rack_label), || format!("gold-4 carries {written:?}, expected {RACK_LABEL}"))?;
     let gold_four = wait_for("Kueue to admit gold-4 with a topology assignment", SCHEDULED, || async {
-        let workload = workload_of(client, &run.gold, "gold-4").await?;
+        let workload = job_workload(client, &run.gold, "gold-4").await?;
         (is_admitted(&workload) && pods_per_node(&workload).is_some()).then_some(workload)
     })
     .await
@@ -293,15 +274,15 @@ async fn check_placements(
     let jobs: Api<Job> = Api::namespaced(client.clone(), &run.gold);
     jobs.delete("gold-4", &DeleteParams::foreground()).await?;
     wait_for("gold-4's Workload to be deleted", SCHEDULED, || async {
-        workload_of(client, &run.gold, "gold-4").await.is_none().then_some(())
+        job_workload(client, &run.gold, "gold-4").await.is_none().then_some(())
     })
     .await?;
 
     // Gold, 6 pods: no rack has 6 GPUs, so it waits, and Kueue says why.
     create_job(client, &run.gold, "gold-6", 6).await?;
     let message = wait_for("Kueue to leave gold-6 pending with a topology message", SCHEDULED, || async {
-        let workload = workload_of(client, &run.gold, "gold-6").await?;
-        let reserved = condition(&workload, "QuotaReserved")?;
+        let workload = job_workload(client, &run.gold, "gold-6").await?;
+        let reserved = status_condition(&workload, "QuotaReserved")?;
         let message = reserved["message"].as_str()?.to_owned();
         (reserved["status"] == "False" && message.to_ascii_lowercase().contains("topology")).then_some(message)
     })
@@ -317,7 +298,7 @@ async fn check_placements(
         "bronze-6 got a topology annotation although bronze has no rule".to_owned()
     })?;
     let bronze = wait_for("Kueue to admit bronze-6", SCHEDULED, || async {
-        let workload = workload_of(client, &run.bronze, "bronze-6").await?;
+        let workload = job_workload(client, &run.bronze, "bronze-6").await?;
         is_admitted(&workload).then_some(workload)
     })
     .await?;
@@ -330,7 +311,7 @@ async fn check_placements(
     let (_, table) = why(run, &run.bronze, "bronze-6").await?;
     let shown = nodes.keys().all(|node| table.contains(&format!("{HOSTNAME_LABEL}={node}")));
     ensure(shown, || format!("why does not show bronze-6's topology assignment {nodes:?}:\n{table}"))?;
-    let still = workload_of(client, &run.gold, "gold-6").await.ok_or("gold-6's Workload is gone")?;
+    let still = job_workload(client, &run.gold, "gold-6").await.ok_or("gold-6's Workload is gone")?;
     ensure(!is_admitted(&still), || "gold-6 was admitted although no rack holds 6 GPUs".to_owned())
 }
 

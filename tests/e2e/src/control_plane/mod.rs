@@ -93,13 +93,7 @@ pub fn shared_dir() -> Result<PathBuf, HarnessError> {
 /// The `deviceClassMappings` tiergate needs of Kueue for the repository's [`DRA_SAMPLE_POLICY`] (found above this
 /// crate, also from a worktree), so the plane's Kueue charges DRA claims as `tiergate check` expects it to.
 pub fn sample_device_class_mappings() -> Result<Vec<DeviceClassMapping>, HarnessError> {
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let path = manifest
-        .ancestors()
-        .map(|dir| dir.join(DRA_SAMPLE_POLICY))
-        .find(|path| path.is_file())
-        .ok_or_else(|| format!("no {DRA_SAMPLE_POLICY} above {}", manifest.display()))?;
-    let policy = tiergate::inputs::load_policy(Some(&path))?;
+    let policy = tiergate::inputs::load_policy(Some(&crate::repository_file(DRA_SAMPLE_POLICY)?))?;
     Ok(tiergate::plan::dra::kueue_device_class_mappings(&policy.spec))
 }
 
