@@ -550,19 +550,18 @@ fn degraded_policy() -> TierPolicy {
     policy
 }
 
+/// `status` of every tier of `policy` over the ClusterQueues `queues` (no other policy, cohort or pool).
+fn status_of(policy: &TierPolicy, queues: &[KueueClusterQueue]) -> tiergate::answers::StatusAnswer {
+    let inputs =
+        StatusInputs { policy, other_policies: &[], cluster_queues: queues, cohorts: &[], pools: &[], tier: None };
+    build_status_answer(&inputs).unwrap()
+}
+
 #[test]
 fn status_shows_each_tiers_usage_against_quota_per_flavor_counts_and_the_policys_last_error() {
     let policy = degraded_policy();
     let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(fixture("clusterqueue-bronze.yaml")).unwrap()];
-    let answer = build_status_answer(&StatusInputs {
-        policy: &policy,
-        other_policies: &[],
-        cluster_queues: &queues,
-        cohorts: &[],
-        pools: &[],
-        tier: None,
-    })
-    .unwrap();
+    let answer = status_of(&policy, &queues);
     assert_eq!(
         answer.to_table(),
         "\
@@ -598,15 +597,7 @@ fn status_counts_a_provisioning_tiers_workloads_that_wait_for_their_nodes() {
     let mut queue = fixture("clusterqueue-bronze.yaml");
     queue["status"]["admittedWorkloads"] = json!(5);
     let queues: Vec<KueueClusterQueue> = vec![serde_json::from_value(queue).unwrap()];
-    let inputs = StatusInputs {
-        policy: &policy,
-        other_policies: &[],
-        cluster_queues: &queues,
-        cohorts: &[],
-        pools: &[],
-        tier: None,
-    };
-    let answer = build_status_answer(&inputs).unwrap();
+    let answer = status_of(&policy, &queues);
     let counts: Vec<(&str, Option<i64>)> =
         answer.tiers.iter().map(|tier| (tier.tier.as_str(), tier.waiting_for_provisioning)).collect();
     assert_eq!(counts, [("gold", None), ("silver", None), ("bronze", Some(2))]);
