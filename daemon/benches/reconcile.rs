@@ -261,6 +261,7 @@ fn measure_cache_memory(policy: &TierPolicy) -> (f64, f64) {
         pods: vec![],
         replica_sets: vec![],
         claim_templates: vec![],
+        bindings: vec![],
         owners: None,
         synced: true,
     };

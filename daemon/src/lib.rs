@@ -19,4 +19,6 @@ pub mod scoring;
 pub mod telemetry;
 pub mod view;
 
-pub use tiergate_core::{check, inputs, labels, owners, placement, plan, policy, provisioning, request, validation};
+pub use tiergate_core::{
+    check, inputs, labels, owners, placement, plan, policy, provisioning, request, trust, validation,
+};

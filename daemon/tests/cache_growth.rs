@@ -118,6 +118,7 @@ fn snapshot_inputs(namespaces: Vec<Arc<NamespaceView>>, nodes: Vec<Arc<NodeView>
         pods: vec![],
         replica_sets: vec![],
         claim_templates: vec![],
+        bindings: vec![],
         owners: None,
         synced: true,
     }

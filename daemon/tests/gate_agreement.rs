@@ -506,3 +506,48 @@ fn generated_claims_get_the_same_verdict_from_both_gates() {
         assert!(denied >= 50 && admitted >= 5 && retargeted >= 5, "{denied} {admitted} {retargeted}");
     });
 }
+
+/// Issue 49: the two ways past the gate with the webhook down, through both gates. A Job written as a default
+/// operator's account in a namespace a tenant made (no ClusterRoleBinding binds it), asking a priority above
+/// bronze's ceiling; and a CPU pod bound by `nodeName` to another tier's GPU node. The webhook constrains or denies
+/// each, so the gate must refuse each as sent; the same Job from the installed operator is exempt in both.
+#[test]
+fn the_attacks_of_issue_49_get_the_same_verdict_from_both_gates() {
+    gate_support::with_big_stack(|| {
+        let account = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "ultra", "namespace": "ml-team-dev",
+                "labels": {"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": "gpu-ultra"}},
+            "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+                "nodeSelector": {"gpu.nvidia.com/class": "l4"},
+                "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}});
+        let mut forged = tenant_request(&job);
+        forged["userInfo"] = json!({"username": account, "groups": ["system:serviceaccounts", "system:authenticated"]});
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sneak", "namespace": "ml-team-dev"},
+            "spec": {"nodeName": "gpu-h100-node-1", "containers": [{"name": "main", "image": "cuda",
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}});
+        for (made_by_tenant, expect_exempt) in [(true, false), (false, true)] {
+            let mut view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+            view.namespaces.push(std::sync::Arc::new(tiergate::view::NamespaceView {
+                name: "jobset-system".to_owned(),
+                created: Some(100),
+                ..tiergate::view::NamespaceView::default()
+            }));
+            if !made_by_tenant {
+                view.bindings.push(tiergate::trust::BindingView {
+                    name: "jobset-manager-rolebinding".to_owned(),
+                    created: Some(100),
+                    service_accounts: vec![account.to_owned()],
+                });
+            }
+            let snapshot = build_static_snapshot(load_policy(None).unwrap(), view, Some("tiergate-system".into()));
+            let gate = CompiledGate::new(gate_of(snapshot.policy.as_ref().unwrap()));
+            let mut tally = Tally::default();
+            check_agreement("forged operator account", &forged, &snapshot, &gate, &mut tally);
+            check_agreement("pod naming a GPU node", &tenant_request(&pod), &snapshot, &gate, &mut tally);
+            assert_eq!(tally.exempt_controllers, usize::from(expect_exempt), "{tally:?}");
+            let refused = if expect_exempt { 1 } else { 2 };
+            assert_eq!(tally.gate_denied_as_sent, refused, "each attack refused as sent by the gate: {tally:?}");
+        }
+    });
+}

@@ -54,6 +54,8 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch"},
     ("", "events"): {"create", "patch"},
     ("events.k8s.io", "events"): {"create", "patch"},
+    # Which operators are installed (a default trusted controller needs a ClusterRoleBinding, issue 49).
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): {"list", "watch"},
     ("apps", "replicasets"): {"get", "list", "watch"},
     ("apps", "deployments"): {"get", "list", "watch"},
     # The owner index (issue 13): metadata-only watches of every kind whose pod templates tiergate checks.

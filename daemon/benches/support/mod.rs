@@ -73,5 +73,5 @@ pub fn many_namespaces(policy: &TierPolicy, count: usize) -> ClusterView {
             })
         })
         .collect();
-    ClusterView { namespaces, nodes: Vec::new(), claim_templates: Vec::new() }
+    ClusterView { namespaces, ..ClusterView::default() }
 }

@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use serde::Deserialize;
 
 use crate::labels::Labels;
 use crate::policy::TierPolicy;
+use crate::trust::BindingView;
 use crate::validation::PolicyError;
 use crate::validation::fields::unknown_fields;
 use crate::view::{ClusterView, NamespaceView, NodeView};
@@ -184,7 +186,13 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
                     name: namespace.metadata.name.unwrap_or_default(),
                     labels: namespace.metadata.labels.map(Labels::from).unwrap_or_default(),
                     terminating: namespace.metadata.deletion_timestamp.is_some(),
+                    created: namespace.metadata.creation_timestamp.map(|time| time.0.as_second()),
                 }));
+            }
+            Some("ClusterRoleBinding") => {
+                let binding: ClusterRoleBinding =
+                    serde_json::from_value(item).map_err(|error| parse_error(format!("items[{index}]: {error}")))?;
+                view.bindings.push(binding_view(&binding));
             }
             Some("Node") => {
                 let node: Node =
@@ -196,12 +204,30 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
             }
             other => {
                 return Err(parse_error(format!(
-                    "items[{index}] has kind {other:?}; only Namespace, Node and ResourceClaimTemplate are understood"
+                    "items[{index}] has kind {other:?}; only Namespace, Node, ResourceClaimTemplate and \
+                     ClusterRoleBinding are understood"
                 )));
             }
         }
     }
     Ok(view)
+}
+
+/// A ClusterRoleBinding as trust reads it: its name, when it was made, and the service accounts it binds as user
+/// names.
+pub fn binding_view(binding: &ClusterRoleBinding) -> BindingView {
+    let service_accounts = binding
+        .subjects
+        .iter()
+        .flatten()
+        .filter(|subject| subject.kind == "ServiceAccount")
+        .filter_map(|subject| Some(format!("system:serviceaccount:{}:{}", subject.namespace.as_deref()?, subject.name)))
+        .collect();
+    BindingView {
+        name: binding.metadata.name.clone().unwrap_or_default(),
+        created: binding.metadata.creation_timestamp.as_ref().map(|time| time.0.as_second()),
+        service_accounts,
+    }
 }
 
 /// The parts of a Node the translation and scorer use; allocatable quantities that are not whole numbers are

@@ -18,5 +18,6 @@ pub mod request;
 pub mod scoring;
 pub mod syntax;
 pub mod topology;
+pub mod trust;
 pub mod validation;
 pub mod view;

@@ -38,6 +38,7 @@ use self::names::{
 };
 use self::quota::{FlavorRole, FlavorSource, tier_quota};
 use crate::policy::{GpuClass, PlacementRule, PlacementStrategy, ProvisioningRetry, Tier, TierPolicy, TierPolicySpec};
+use crate::trust;
 use crate::view::{ClusterView, NamespaceView};
 
 /// Label every generated object carries.
@@ -449,9 +450,12 @@ pub fn tier_flavor_sources(spec: &TierPolicySpec, tier: &Tier) -> Vec<FlavorSour
     primary.into_iter().chain(rules).chain(fallbacks).collect()
 }
 
-/// The desired Kueue objects for `policy` in the cluster `view`.
+/// The desired Kueue objects for `policy` in the cluster `view`; a policy that names no `trustedControllers`
+/// trusts the operators the view's ClusterRoleBindings show installed (`trust`), as the daemon does.
 pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
-    let mut desired = desired_cluster_scoped(policy);
+    let installed = trust::find_installed_operators(&view.bindings, &view.namespaces_by_name());
+    let resolved = trust::resolve_trusted_controllers(policy, &installed);
+    let mut desired = desired_cluster_scoped(resolved.as_ref().unwrap_or(policy));
     for decision in namespace_queues(policy, view.namespaces.iter().map(AsRef::as_ref)) {
         match decision {
             NamespaceQueue::Queue(queue) => desired.local_queues.push(*queue),

@@ -460,6 +460,20 @@ pub enum ForeignClassAction {
     Allow,
 }
 
+/// What tiergate does with a pod, or a workload's pod template, in a tiered namespace that names its node in
+/// `spec.nodeName`: such a pod skips the scheduler, and with it the GPU classes' taints.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NodeNameAction {
+    /// Refuse it at CREATE, in the webhook and in the in-server gate alike: the gate cannot read a node's labels,
+    /// so with the webhook down it could not tell a GPU node from a CPU node. Exempt users and groups, and the
+    /// kubelets' mirror pods (`system:node:` users), are not refused.
+    #[default]
+    Deny,
+    /// The webhook looks up the node's class (another tier's class is refused, the tier's own confined); with the
+    /// webhook down, such a pod that asks for no GPU is stored (docs/admission.md, "Limits and known gaps").
+    CheckNodeClass,
+}
+
 /// What the webhook does with a `kueue.x-k8s.io/priority-class` label above the tier's ceiling (or naming no
 /// priority bucket).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -536,6 +550,10 @@ pub struct AdmissionSettings {
     /// Groups whose members may pick any GPU class.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub admin_groups: Vec<String>,
+    /// A pod or pod template in a tiered namespace that names its node in `spec.nodeName`: `Deny` (default) or
+    /// `CheckNodeClass`.
+    #[serde(default)]
+    pub pods_naming_nodes: NodeNameAction,
     /// `Open` (default): an internal error admits unchanged with a warning. `Closed`: it denies.
     #[serde(default)]
     pub failure_mode: FailureMode,
@@ -562,33 +580,32 @@ pub struct AdmissionSettings {
     /// The users that write workloads from templates tiergate already checked: the control plane's controllers,
     /// Kueue and the workload operators. Only they may create a workload's children (a CronJob's Jobs, a JobSet's
     /// Jobs) without the tier's queue label, and only their owner references are believed. Name exact users, never
-    /// a service account of a namespace a tenant controls. Unset: [`DEFAULT_TRUSTED_CONTROLLERS`]. Pods are
-    /// checked for GPU reach whoever writes them.
+    /// a service account of a namespace a tenant controls or could create. Unset: kube-controller-manager's
+    /// identities, and each of Kueue, JobSet, LeaderWorkerSet, AppWrapper and Kubeflow Trainer at its upstream
+    /// install namespace only while a ClusterRoleBinding (made no earlier than that namespace) binds its service
+    /// account. Pods are checked for GPU reach whoever writes them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trusted_controllers: Option<Vec<String>>,
 }
 
-/// The controllers trusted when a policy names none: kube-controller-manager (its own identity, and the
-/// per-controller service accounts it uses with `--use-service-account-credentials`), Kueue, and the operators of
-/// the workload kinds Kueue integrates, each at the namespace and service account of its upstream release install.
-pub const DEFAULT_TRUSTED_CONTROLLERS: &[&str] = &[
+/// The control plane's controllers, trusted by default wherever tiergate runs: kube-controller-manager (its own
+/// identity, and the per-controller service accounts it uses with `--use-service-account-credentials`). A tenant
+/// can make neither: the user is the control plane's certificate, and kube-system always exists.
+pub const CONTROL_PLANE_CONTROLLERS: &[&str] = &[
     "system:kube-controller-manager",
     "system:serviceaccount:kube-system:cronjob-controller",
     "system:serviceaccount:kube-system:job-controller",
     "system:serviceaccount:kube-system:generic-garbage-collector",
-    "system:serviceaccount:kueue-system:kueue-controller-manager",
-    "system:serviceaccount:jobset-system:jobset-controller-manager",
-    "system:serviceaccount:lws-system:lws-controller-manager",
-    "system:serviceaccount:appwrapper-system:appwrapper-controller-manager",
-    "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager",
 ];
 
 impl AdmissionSettings {
-    /// The trusted controllers in force: the policy's `trustedControllers`, or the defaults.
+    /// The trusted controllers in force: the policy's `trustedControllers`, or the control plane's. The daemon
+    /// and the offline commands serve a policy that names none with the installed operators written in
+    /// ([`crate::trust::with_trusted_controllers`]).
     pub fn trusted_controllers(&self) -> Vec<&str> {
         match &self.trusted_controllers {
             Some(users) => users.iter().map(String::as_str).collect(),
-            None => DEFAULT_TRUSTED_CONTROLLERS.to_vec(),
+            None => CONTROL_PLANE_CONTROLLERS.to_vec(),
         }
     }
 
@@ -596,7 +613,7 @@ impl AdmissionSettings {
     pub fn trusts_controller(&self, user: &str) -> bool {
         match &self.trusted_controllers {
             Some(users) => users.iter().any(|trusted| trusted == user),
-            None => DEFAULT_TRUSTED_CONTROLLERS.contains(&user),
+            None => CONTROL_PLANE_CONTROLLERS.contains(&user),
         }
     }
 }

@@ -28,6 +28,10 @@ pub struct NamespaceView {
     /// mutated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub terminating: bool,
+    /// `metadata.creationTimestamp`, in seconds since the epoch (which operator accounts are installed,
+    /// `trust`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<i64>,
 }
 
 /// A node: its labels, taints and allocatable extended resources (whole units, e.g. GPUs).
@@ -58,6 +62,55 @@ pub struct ClusterView {
     /// All nodes.
     #[serde(default)]
     pub nodes: Vec<Arc<NodeView>>,
+    /// ClusterRoleBindings that bind service accounts (a kubectl `List` may carry them; they tell which operators
+    /// are installed, `trust`).
+    #[serde(skip)]
+    pub bindings: Vec<BindingView>,
+}
+
+/// A ClusterRoleBinding as `trust` reads it: when it was made and the service accounts it binds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BindingView {
+    /// The binding's name (for reasons).
+    pub name: String,
+    /// `metadata.creationTimestamp` in seconds since the epoch (the API server always sets it; a cluster file may
+    /// leave it out).
+    pub created: Option<i64>,
+    /// The `ServiceAccount` subjects, as user names (`system:serviceaccount:<namespace>:<name>`).
+    pub service_accounts: Vec<String>,
+}
+
+/// The default operator accounts the platform has installed, and those a binding names but whose namespace is newer
+/// than every such binding (not trusted: reported, since a GitOps tool that applies cluster-scoped objects first
+/// makes exactly that).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstalledOperators {
+    pub(crate) accounts: BTreeSet<String>,
+    pub(crate) newer_namespaces: BTreeSet<String>,
+}
+
+impl InstalledOperators {
+    /// Whether `user` is an installed default operator account.
+    pub fn contains(&self, user: &str) -> bool {
+        self.accounts.contains(user)
+    }
+
+    /// The installed accounts, sorted.
+    pub fn accounts(&self) -> impl Iterator<Item = &str> {
+        self.accounts.iter().map(String::as_str)
+    }
+
+    /// Accounts a ClusterRoleBinding binds whose namespace was made after every such binding, sorted: not trusted.
+    pub fn bound_before_their_namespace(&self) -> impl Iterator<Item = &str> {
+        self.newer_namespaces.iter().map(String::as_str)
+    }
+}
+
+impl ClusterView {
+    /// The namespaces by name (shared, not copied).
+    pub fn namespaces_by_name(&self) -> BTreeMap<String, Arc<NamespaceView>> {
+        self.namespaces.iter().map(|namespace| (namespace.name.clone(), namespace.clone())).collect()
+    }
 }
 
 /// A live pod as the webhook's caches know it (for placement ledgers and co-location).
@@ -139,6 +192,9 @@ pub struct Snapshot {
     /// ResourceClaimTemplates by (namespace, name): the DeviceClasses their requests name, so a pod referencing
     /// one is judged by what it claims (a template written before its namespace joined a tier included).
     pub claim_templates: BTreeMap<(String, String), Arc<ClaimTemplateView>>,
+    /// The default operator accounts the platform has installed (`trust`); `policy` already trusts them when it
+    /// names no `trustedControllers`, and the reconciler gives the gate's parameters the same.
+    pub installed_operators: InstalledOperators,
     /// The daemon's own namespace (always excluded).
     pub own_namespace: Option<String>,
     /// True once every store behind this snapshot has synced; the webhook is not ready before.
@@ -163,6 +219,8 @@ impl Snapshot {
             namespaces: self.namespaces.values().cloned().collect(),
             nodes: self.nodes.values().cloned().collect(),
             claim_templates: self.claim_templates.values().cloned().collect(),
+            // The snapshot's policy already has the installed operators written in (`trust`).
+            bindings: Vec::new(),
         }
     }
 

@@ -94,10 +94,9 @@ pub fn build_live_snapshot(
         namespaces: vec![Arc::new(NamespaceView {
             name: namespace.to_owned(),
             labels: labels.into(),
-            terminating: false,
+            ..NamespaceView::default()
         })],
-        nodes: Vec::new(),
-        claim_templates: Vec::new(),
+        ..ClusterView::default()
     };
     let mut snapshot = build_static_snapshot(policy, view, None);
     snapshot.local_queues =

@@ -13,6 +13,7 @@ use kube::runtime::reflector::Lookup;
 use kube::runtime::watcher;
 
 use crate::labels::Labels;
+use crate::trust::BindingView;
 use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView};
 
 /// Annotation kubectl copies whole objects into; never kept in caches.
@@ -20,11 +21,12 @@ pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-app
 
 /// A decoded namespace as the core sees it (nothing is copied: the decoded fields move).
 pub fn build_namespace_view(namespace: NamespaceLite) -> NamespaceView {
-    let ObjectMeta { name, deletion_timestamp, .. } = namespace.metadata;
+    let ObjectMeta { name, creation_timestamp, deletion_timestamp, .. } = namespace.metadata;
     NamespaceView {
         name: name.unwrap_or_default(),
         labels: namespace.labels,
         terminating: deletion_timestamp.is_some(),
+        created: creation_timestamp.map(|time| time.0.as_second()),
     }
 }
 
@@ -165,6 +167,7 @@ macro_rules! impl_view_lookup {
 }
 
 impl_view_lookup!(NamespaceView, Namespace, |_view| None);
+impl_view_lookup!(BindingView, k8s_openapi::api::rbac::v1::ClusterRoleBinding, |_view| None);
 impl_view_lookup!(NodeView, Node, |_view| None);
 impl_view_lookup!(PodView, Pod, |pod| Some(Cow::Borrowed(pod.namespace.as_str())));
 impl_view_lookup!(ClaimTemplateView, k8s_openapi::api::resource::v1::ResourceClaimTemplate, |template| Some(
@@ -185,6 +188,8 @@ struct LeanMeta {
     #[serde(skip_serializing_if = "Option::is_none")]
     labels: Option<Labels>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    creation_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     deletion_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resource_version: Option<String>,
@@ -196,6 +201,7 @@ impl LeanMeta {
         let metadata = ObjectMeta {
             name: self.name,
             namespace: self.namespace,
+            creation_timestamp: self.creation_timestamp,
             deletion_timestamp: self.deletion_timestamp,
             resource_version: self.resource_version,
             ..ObjectMeta::default()
@@ -208,6 +214,7 @@ impl LeanMeta {
             name: metadata.name,
             namespace: metadata.namespace,
             labels: (!labels.is_empty()).then_some(labels),
+            creation_timestamp: metadata.creation_timestamp,
             deletion_timestamp: metadata.deletion_timestamp,
             resource_version: metadata.resource_version,
         }
@@ -221,11 +228,12 @@ struct LeanNamespace {
     metadata: LeanMeta,
 }
 
-/// A namespace as tiergate reads it (metadata-only watch): name, labels, deletion time, resourceVersion.
+/// A namespace as tiergate reads it (metadata-only watch): name, labels, creation and deletion times,
+/// resourceVersion.
 #[derive(Clone, Debug, Default, serde::Deserialize, serde::Serialize)]
 #[serde(from = "LeanNamespace", into = "LeanNamespace")]
 pub struct NamespaceLite {
-    /// Name, deletion time and resourceVersion only (the labels are in `labels`).
+    /// Name, creation and deletion times and resourceVersion only (the labels are in `labels`).
     pub metadata: ObjectMeta,
     /// The namespace's labels, interned.
     pub labels: Labels,

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
@@ -51,6 +52,7 @@ use self::owners::start_owner_watches;
 use self::snapshot::{SnapshotLoop, run_snapshot_loop};
 use self::stores::{ManagementReaders, Readers, wait_for_sync};
 use self::wiring::{Spawner, Trigger, strip_metadata, strip_to_labels};
+use crate::inputs::binding_view;
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
 use crate::policy::TierPolicy;
@@ -275,7 +277,8 @@ where
     futures::stream::once(chosen).flatten()
 }
 
-/// The management cluster's extra watches: TierPolicies, labelled pods, ReplicaSets and the owner kinds.
+/// The management cluster's extra watches: TierPolicies, labelled pods, ReplicaSets, ClusterRoleBindings and the
+/// owner kinds.
 fn start_management_watches(client: &Client, spawner: &Spawner) -> ManagementReaders {
     let policies = spawner.watch(
         "TierPolicy",
@@ -326,8 +329,16 @@ fn start_management_watches(client: &Client, spawner: &Spawner) -> ManagementRea
             })
         }),
     );
+    // Every ClusterRoleBinding change may trust or distrust an operator: the gate's parameters follow.
+    let bindings = spawner.watch(
+        "ClusterRoleBinding",
+        Trigger::Always,
+        Writer::default(),
+        watcher(Api::<ClusterRoleBinding>::all(client.clone()), watch_config())
+            .map_ok(|event| map_watch_event(event, |binding| Cached::new_view(binding_view(&binding)))),
+    );
     let owners = start_owner_watches(client, spawner, watch_config);
-    ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, owners }
+    ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, bindings, owners }
 }
 
 #[cfg(test)]

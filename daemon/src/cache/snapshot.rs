@@ -22,6 +22,7 @@ use super::stores::Readers;
 use crate::metrics::Metrics;
 use crate::owners::{OwnerIndex, OwnerRecord, OwnerStore, REPLICA_SET};
 use crate::policy::TierPolicy;
+use crate::trust::{BindingView, find_installed_operators, with_trusted_controllers};
 use crate::view::{
     ClaimTemplateView, NamespaceView, NodeView, PodView, SharedSnapshot, Snapshot, index_claim_templates,
 };
@@ -81,6 +82,7 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
             claim_templates: management
                 .map(|readers| unwrap_cached(readers.claim_templates.state()))
                 .unwrap_or_default(),
+            bindings: management.map(|readers| unwrap_cached(readers.bindings.state())).unwrap_or_default(),
             owners: management.map(|readers| readers.owners.store()),
             synced: state.synced.load(Ordering::Relaxed),
         };
@@ -126,6 +128,8 @@ pub struct SnapshotInputs<'a> {
     pub replica_sets: Vec<Arc<PartialObjectMeta<ReplicaSet>>>,
     /// ResourceClaimTemplates.
     pub claim_templates: Vec<Arc<ClaimTemplateView>>,
+    /// ClusterRoleBindings that bind service accounts.
+    pub bindings: Vec<Arc<BindingView>>,
     /// The live records of the owner kinds (Jobs, JobSets, Deployments, ...), if they are watched.
     pub owners: Option<Arc<OwnerStore>>,
     /// Whether every store has synced.
@@ -163,9 +167,12 @@ pub fn build_snapshot(inputs: &SnapshotInputs<'_>) -> Snapshot {
             Some((set.metadata.uid.clone()?, (set.metadata.namespace.clone()?, owner.name.clone())))
         })
         .collect();
+    let installed_operators = find_installed_operators(inputs.bindings.iter().map(AsRef::as_ref), &namespaces);
+    let policy = inputs.policies.iter().find(|policy| policy.name_any() == inputs.policy_name);
     Snapshot {
         owners: Some(Arc::new(build_owner_index(inputs))),
-        policy: inputs.policies.iter().find(|policy| policy.name_any() == inputs.policy_name).cloned(),
+        policy: policy.map(|policy| with_trusted_controllers(policy, &installed_operators)),
+        installed_operators,
         namespaces,
         nodes,
         local_queues,

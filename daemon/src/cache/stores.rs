@@ -14,6 +14,7 @@ use super::health::Signals;
 use super::live::{LiveObject, OwnedStores};
 use super::owners::OwnerTables;
 use crate::policy::TierPolicy;
+use crate::trust::BindingView;
 use crate::view::{ClaimTemplateView, NamespaceView, NodeView, PodView};
 
 /// Readers of every store the snapshot is folded from.
@@ -35,6 +36,8 @@ pub(crate) struct ManagementReaders {
     pub(crate) replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
     /// ResourceClaimTemplates (empty where the API server serves no `resource.k8s.io/v1`).
     pub(crate) claim_templates: Store<Cached<ClaimTemplateView>>,
+    /// ClusterRoleBindings that bind service accounts: which operators the platform installed (`trust`).
+    pub(crate) bindings: Store<Cached<BindingView>>,
     /// The owner-kind tables, filled once discovery has said which kinds are served.
     pub(crate) owners: OwnerTables,
 }
@@ -56,8 +59,10 @@ pub(crate) async fn wait_for_sync(
         Box::pin(async move { local_queues.wait_until_ready().await.is_ok() }),
     ];
     if let Some(management) = management {
-        let ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, owners } = management;
+        let ManagementReaders { policies, placed_pods, typed_pods, replica_sets, claim_templates, bindings, owners } =
+            management;
         waits.push(Box::pin(async move { claim_templates.wait_until_ready().await.is_ok() }));
+        waits.push(Box::pin(async move { bindings.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { policies.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { placed_pods.wait_until_ready().await.is_ok() }));
         waits.push(Box::pin(async move { typed_pods.wait_until_ready().await.is_ok() }));

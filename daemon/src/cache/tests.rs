@@ -340,6 +340,7 @@ fn snapshot_folds_stores_and_finds_the_named_policy() {
         pods: vec![pod.clone(), pod],
         replica_sets: vec![],
         claim_templates: vec![],
+        bindings: vec![],
         owners: None,
         synced: true,
     };

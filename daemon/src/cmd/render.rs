@@ -14,8 +14,26 @@ use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluste
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
+use crate::policy::TierPolicy;
+use crate::trust::find_installed_operators;
 use crate::validation::validate_policy;
 use crate::view::ClusterView;
+
+/// Says on stderr which operators a policy that names no `trustedControllers` trusts in the cluster file (the plan
+/// trusts the same, `trust`).
+fn note_installed_operators(policy: &TierPolicy, view: &ClusterView) {
+    if policy.spec.admission.trusted_controllers.is_some() {
+        return;
+    }
+    let installed = find_installed_operators(&view.bindings, &view.namespaces_by_name());
+    let operators: Vec<&str> = installed.accounts().collect();
+    eprintln!(
+        "note: spec.admission.trustedControllers is unset, so the gate trusts kube-controller-manager and the \
+         operators installed in the cluster file: [{}] (an operator counts as installed where a ClusterRoleBinding \
+         of the file binds its service account, e.g. from `kubectl get ns,nodes,clusterrolebindings -o yaml`)",
+        operators.join(", ")
+    );
+}
 
 /// Runs `tiergate render`.
 pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
@@ -30,6 +48,7 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
         return Ok(ExitCode::FAILURE);
     }
     let management = view.clone().unwrap_or_default();
+    note_installed_operators(&policy, &management);
     let mut worker_views: BTreeMap<String, ClusterView> = BTreeMap::new();
     for (name, path) in &args.worker_views {
         if policy.spec.cluster(name).is_none() {

@@ -234,8 +234,7 @@ mod tests {
                 labels: BTreeMap::from([("tenant.kubenexus.io/tier".to_owned(), "gold".to_owned())]).into(),
                 ..NamespaceView::default()
             })],
-            nodes: vec![],
-            claim_templates: vec![],
+            ..ClusterView::default()
         }
     }
 

@@ -53,6 +53,7 @@ use self::status::StatusInput;
 use crate::blockers::{BlockedReason, Blockers};
 use crate::metrics::{KindLabels, Metrics, ReasonLabels};
 use crate::policy::TierPolicy;
+use crate::trust::resolve_trusted_controllers;
 use crate::view::{NamespaceView, SharedSnapshot, Snapshot};
 
 /// How many applies of one kind are in flight at once. A cold start of 10,000 LocalQueues is otherwise 10,000
@@ -258,7 +259,20 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
     let mutating_served = ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == 1;
-    let (cluster_scoped, draining, retiring) = match desired_cluster_objects(policy) {
+    // A policy that names no trusted controllers trusts the operators installed now (`trust`): the gate's parameters
+    // say the same as the webhook, which decides from the snapshot's copy.
+    let resolved = resolve_trusted_controllers(policy, &snapshot.installed_operators);
+    if resolved.is_some() {
+        for account in snapshot.installed_operators.bound_before_their_namespace() {
+            tracing::warn!(
+                %account,
+                "an operator's ClusterRoleBinding is older than its namespace, so its account is not trusted (a \
+                 tenant could have made the namespace after the binding); if the platform installed it that way, name \
+                 it in the TierPolicy's spec.admission.trustedControllers"
+            );
+        }
+    }
+    let (cluster_scoped, draining, retiring) = match desired_cluster_objects(resolved.as_ref().unwrap_or(policy)) {
         Ok(mut objects) => {
             // Before Kubernetes 1.36 (or when discovery could not tell) the gate is its validating half only.
             if !mutating_served {

@@ -21,6 +21,8 @@ use tiergate_workloads::ADAPTERS;
 
 /// The outcome's condition for an object that asks no GPU (`variables.gpu` false: every validation holds).
 pub const NO_GPU: &str = "asks-for-a-gpu";
+/// How every validation judging GPU objects only begins.
+const GPU_SCOPED: &str = "!variables.gpu ||";
 /// The identity check that leaves trusted controllers' writes of workload kinds alone.
 pub const NOT_TRUSTED: &str = tiergate::plan::gate::program::NOT_TRUSTED;
 
@@ -376,23 +378,21 @@ fn run_with(
             continue;
         }
         let bound = bind_variables(&mut context, spec.variables.as_deref().unwrap_or_default(), value);
-        // Every validation is `!variables.gpu || ...`, and `gpu` starts with the identity checks: an exempt or
-        // trusted writer, or an object asking no GPU, is out of the policy's scope.
-        // A DRA claim asks no GPU through a pod spec: only the claim rule speaks for it.
-        if claim_plural.is_none() && bound.get("gpu") == Some(&Value::Bool(false)) {
-            let failed = tiergate::plan::gate::program::identity_checks()
-                .into_iter()
-                .find(|(_, expression)| evaluate(&context, expression) == Ok(false))
-                .map_or(NO_GPU, |(name, _)| name);
-            not_matched.get_or_insert_with(|| failed.to_owned());
-            continue;
-        }
+        // The GPU validations are `!variables.gpu || ...`, and `gpu` starts with the identity checks: an exempt or
+        // trusted writer, or an object asking no GPU, is out of their scope. A DRA claim asks no GPU through a pod
+        // spec: only the claim rule speaks for it. The rules not behind `gpu` (the claim rule, the node-name rule)
+        // are evaluated whatever `gpu` says.
+        let out_of_gpu_scope = claim_plural.is_none() && bound.get("gpu") == Some(&Value::Bool(false));
         let binding = binding_name.as_deref().unwrap_or_default();
         let policy_name = policy.metadata.name.as_deref().unwrap_or_default();
         let as_api_server = |message: String| {
             format!("ValidatingAdmissionPolicy '{policy_name}' with binding '{binding}' denied request: {message}")
         };
+        let denied_before = denials.len();
         for validation in spec.validations.iter().flatten() {
+            if out_of_gpu_scope && validation.expression.starts_with(GPU_SCOPED) {
+                continue;
+            }
             match evaluate(&context, &validation.expression) {
                 Ok(true) => {}
                 Ok(false) => denials.push(as_api_server(
@@ -406,6 +406,14 @@ fn run_with(
                 Err(error) => denials
                     .push(as_api_server(format!("validation failed to evaluate ({error}): {:?}", validation.message))),
             }
+        }
+        if out_of_gpu_scope && denials.len() == denied_before {
+            let failed = tiergate::plan::gate::program::identity_checks()
+                .into_iter()
+                .find(|(_, expression)| evaluate(&context, expression) == Ok(false))
+                .map_or(NO_GPU, |(name, _)| name);
+            not_matched.get_or_insert_with(|| failed.to_owned());
+            continue;
         }
         if denials.is_empty() {
             return GateOutcome::Admitted;

@@ -78,6 +78,13 @@ fn decide(request: &Request) -> Decision {
     decide_with(policy(), request, None)
 }
 
+/// The webhook under `podsNamingNodes: CheckNodeClass`, where it looks up the node a pod names.
+fn decide_checking_node_class(request: &Request) -> Decision {
+    let mut policy = policy();
+    policy.spec.admission.pods_naming_nodes = tiergate::policy::NodeNameAction::CheckNodeClass;
+    decide_with(policy, request, None)
+}
+
 /// The whole webhook path: real placement ledger and built-in scorer, as the server runs it.
 fn decide_pipeline(request: &Request) -> Decision {
     let metrics = Arc::new(Metrics::default());
@@ -275,17 +282,19 @@ fn bronze_pod_preferring_h100_by_affinity_is_confined_to_l4() {
 }
 
 #[test]
-fn bronze_pod_with_node_name_of_an_h100_node_is_refused() {
+fn bronze_pod_with_node_name_of_an_h100_node_is_refused_and_checking_the_node_names_its_class() {
     let request = create(&pod(BRONZE, json!({"containers": [cpu()], "nodeName": "gpu-h100-node-1"})));
-    let message = denied(&decide(&request), "foreign_gpu_class");
+    denied(&decide(&request), "pod_names_node");
+    let message = denied(&decide_checking_node_class(&request), "foreign_gpu_class");
     assert!(message.contains("nodeName gpu-h100-node-1 reaches node gpu-h100-node-1 of GPU class h100"), "{message}");
 }
 
 #[test]
-fn bronze_pod_with_node_name_of_its_own_l4_node_is_confined_to_l4() {
+fn bronze_pod_with_node_name_of_its_own_l4_node_is_refused_or_under_check_node_class_confined_to_l4() {
     let request =
         create(&pod(BRONZE, json!({"containers": [gpus("nvidia.com/gpu", "1")], "nodeName": "gpu-l4-node-1"})));
-    assert_confined_to_l4(&admitted_spec(&request, &decide(&request)));
+    denied(&decide(&request), "pod_names_node");
+    assert_confined_to_l4(&admitted_spec(&request, &decide_checking_node_class(&request)));
 }
 
 #[test]
@@ -609,10 +618,11 @@ fn bronze_pod_with_a_toleration_of_the_gpu_taint_value_present_is_confined_to_l4
 }
 
 #[test]
-fn bronze_pod_with_node_name_of_a_node_tiergate_does_not_know_is_confined_to_l4() {
+fn bronze_pod_with_node_name_of_a_node_tiergate_does_not_know_is_refused_or_under_check_node_class_confined() {
     let request = create(&pod(BRONZE, json!({"containers": [cpu()], "nodeName": "node-added-later"})));
+    denied(&decide(&request), "pod_names_node");
     // The kubelet enforces the nodeSelector on a pod bound by nodeName: an unknown node must carry the l4 labels.
-    assert_confined_to_l4(&admitted_spec(&request, &decide(&request)));
+    assert_confined_to_l4(&admitted_spec(&request, &decide_checking_node_class(&request)));
 }
 
 #[test]

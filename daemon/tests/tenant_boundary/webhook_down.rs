@@ -283,3 +283,227 @@ fn a_cron_jobs_job_template_naming_the_top_priority_is_denied_then_clamped_by_th
     assert_eq!(mutated["spec"]["jobTemplate"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"], "gpu-high");
     assert_eq!(gate(request_of("CREATE", &mutated, None)), GateOutcome::Admitted);
 }
+
+/// Issue 49, hole 1: the default operator accounts by name, in namespaces a tenant made.
+mod forged_operator_accounts {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+    use tiergate::admission::{AdmissionInputs, Verdict, build_static_snapshot, mutate, parse_review};
+    use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+    use tiergate::policy::TierPolicy;
+    use tiergate::trust::{
+        BindingView, DEFAULT_OPERATOR_ACCOUNTS, find_installed_operators, resolve_trusted_controllers,
+    };
+    use tiergate::view::{ClusterView, NamespaceView};
+
+    use super::{CLASS, gpu_spec, job, request_of};
+    use crate::gate_support::{GateOutcome, NOT_TRUSTED};
+    use crate::tenant::{denial, gate_in};
+
+    /// A Job in bronze's queue, suspended, on l4, asking Kueue for a priority above bronze's ceiling (gpu-high).
+    fn ultra_job() -> Value {
+        let labels =
+            json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": "gpu-ultra"});
+        let mut object = job(labels, gpu_spec(json!({"nodeSelector": {CLASS: "l4"}})));
+        object["spec"]["suspend"] = json!(true);
+        object
+    }
+
+    /// The sample cluster plus the operator's namespace made at `namespace_made` and, if given, a
+    /// ClusterRoleBinding of `account` made at `binding_made`.
+    fn cluster_with(account: &str, namespace_made: i64, binding_made: Option<i64>) -> ClusterView {
+        let mut view = parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap();
+        let namespace = account.split(':').nth(2).unwrap().to_owned();
+        view.namespaces.push(Arc::new(NamespaceView {
+            name: namespace,
+            created: Some(namespace_made),
+            ..NamespaceView::default()
+        }));
+        view.bindings.extend(binding_made.map(|made| BindingView {
+            name: "operator-manager-rolebinding".to_owned(),
+            created: Some(made),
+            service_accounts: vec![account.to_owned()],
+        }));
+        view
+    }
+
+    /// The policy as the daemon serves it in `view` (the installed operators written in).
+    fn served(view: &ClusterView) -> TierPolicy {
+        let namespaces = view.namespaces.iter().map(|namespace| (namespace.name.clone(), namespace.clone())).collect();
+        let installed = find_installed_operators(&view.bindings, &namespaces);
+        resolve_trusted_controllers(&load_policy(None).unwrap(), &installed).unwrap()
+    }
+
+    fn as_user(user: &str) -> Value {
+        let mut request = request_of("CREATE", &ultra_job(), None);
+        request["userInfo"]["username"] = json!(user);
+        request["userInfo"]["groups"] = json!(["system:serviceaccounts", "system:authenticated"]);
+        request
+    }
+
+    fn webhook_priority(view: ClusterView, request: &Value) -> Option<String> {
+        let snapshot = build_static_snapshot(load_policy(None).unwrap(), view, Some("tiergate-system".into()));
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let parsed = parse_review(body.to_string().as_bytes()).unwrap_or_else(|(_, error)| panic!("{error}"));
+        let decision = mutate(&parsed, &snapshot, &AdmissionInputs::default());
+        assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+        let mut patched = request["object"].clone();
+        json_patch::patch(&mut patched, &decision.patch).unwrap();
+        patched["metadata"]["labels"]["kueue.x-k8s.io/priority-class"].as_str().map(str::to_owned)
+    }
+
+    #[test]
+    fn every_default_operator_account_in_a_namespace_without_its_binding_is_judged_as_a_tenant() {
+        for account in DEFAULT_OPERATOR_ACCOUNTS {
+            // The tenant made the namespace and the account, and bound it in bronze: no ClusterRoleBinding.
+            let view = cluster_with(account, 100, None);
+            let message = denial(&gate_in(served(&view), view.clone(), as_user(account)));
+            assert!(message.contains("may name only a priority this tier may use"), "{account}: {message}");
+            assert_eq!(webhook_priority(view, &as_user(account)).as_deref(), Some("gpu-high"), "{account}");
+        }
+    }
+
+    #[test]
+    fn a_namespace_made_again_after_the_operator_left_does_not_inherit_its_binding() {
+        let account = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        let view = cluster_with(account, 300, Some(200));
+        let message = denial(&gate_in(served(&view), view.clone(), as_user(account)));
+        assert!(message.contains("may name only a priority this tier may use"), "{message}");
+        assert_eq!(webhook_priority(view, &as_user(account)).as_deref(), Some("gpu-high"));
+    }
+
+    #[test]
+    fn an_installed_operator_is_still_trusted_by_both_gates() {
+        let account = "system:serviceaccount:jobset-system:jobset-controller-manager";
+        let view = cluster_with(account, 100, Some(100));
+        let outcome = gate_in(served(&view), view.clone(), as_user(account));
+        assert_eq!(outcome, GateOutcome::NotMatched { condition: NOT_TRUSTED.to_owned() });
+        // A JobSet's child Job carries no queue label and runs unsuspended: from the installed operator it passes.
+        let child = job(json!({}), gpu_spec(json!({"nodeSelector": {CLASS: "l4"}})));
+        let mut request = request_of("CREATE", &child, None);
+        request["userInfo"]["username"] = json!(account);
+        assert_eq!(
+            gate_in(served(&view), view, request),
+            GateOutcome::NotMatched { condition: NOT_TRUSTED.to_owned() }
+        );
+    }
+}
+
+/// Issue 49, hole 2: a pod that names its node skips the scheduler and the GPU classes' taints.
+mod pods_naming_nodes {
+    use serde_json::{Value, json};
+    use tiergate::admission::{AdmissionInputs, Verdict, build_static_snapshot, mutate, parse_review};
+    use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
+    use tiergate::policy::{NodeNameAction, TierPolicy};
+
+    use super::{BRONZE, gpu_spec, job, request_of};
+    use crate::gate_support::{GateOutcome, NO_GPU};
+    use crate::tenant::{denial, denied, gate_in};
+
+    /// A CPU pod (no GPU resource, toleration or selector) bound to the h100 node, asking the runtime for every GPU.
+    fn cpu_pod_on_h100() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "sneak", "namespace": BRONZE},
+            "spec": {"nodeName": "gpu-h100-node-1", "containers": [{"name": "main", "image": "cuda",
+                "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]}})
+    }
+
+    fn policy_with(action: NodeNameAction) -> TierPolicy {
+        let mut policy = load_policy(None).unwrap();
+        policy.spec.admission.pods_naming_nodes = action;
+        policy
+    }
+
+    fn gate(policy: TierPolicy, request: Value) -> GateOutcome {
+        gate_in(policy, parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), request)
+    }
+
+    fn webhook(policy: TierPolicy, request: &Value) -> tiergate::admission::Decision {
+        let snapshot = build_static_snapshot(
+            policy,
+            parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(),
+            Some("tiergate-system".into()),
+        );
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
+        let parsed = parse_review(body.to_string().as_bytes()).unwrap_or_else(|(_, error)| panic!("{error}"));
+        mutate(&parsed, &snapshot, &AdmissionInputs::default())
+    }
+
+    #[test]
+    fn a_cpu_pod_naming_a_gpu_node_is_refused_by_both_gates() {
+        let request = request_of("CREATE", &cpu_pod_on_h100(), None);
+        let message = denial(&gate(policy_with(NodeNameAction::Deny), request.clone()));
+        assert!(message.contains("may not name its node in spec.nodeName"), "{message}");
+        assert!(message.contains("nodeSelector kubernetes.io/hostname"), "the fix: {message}");
+        let message = denied(&webhook(policy_with(NodeNameAction::Deny), &request), "pod_names_node");
+        assert!(message.contains("names node gpu-h100-node-1 in /spec/nodeName"), "{message}");
+        assert!(message.contains("podsNamingNodes: CheckNodeClass"), "{message}");
+    }
+
+    #[test]
+    fn a_node_naming_pod_is_refused_whatever_node_it_names_and_whoever_writes_it() {
+        // The gate cannot tell a GPU node from a CPU node; the webhook refuses the same, so the two agree.
+        let mut cpu_node = cpu_pod_on_h100();
+        cpu_node["spec"]["nodeName"] = json!("cpu-node-1");
+        for (writer, pod) in [
+            ("mallory", cpu_node.clone()),
+            ("system:serviceaccount:kube-system:job-controller", cpu_pod_on_h100()),
+            ("system:serviceaccount:kueue-system:kueue-controller-manager", cpu_pod_on_h100()),
+        ] {
+            let mut request = request_of("CREATE", &pod, None);
+            request["userInfo"]["username"] = json!(writer);
+            let message = denial(&gate(policy_with(NodeNameAction::Deny), request.clone()));
+            assert!(message.contains("may not name its node"), "{writer}: {message}");
+            denied(&webhook(policy_with(NodeNameAction::Deny), &request), "pod_names_node");
+        }
+    }
+
+    #[test]
+    fn a_workload_whose_template_names_a_node_is_refused_at_create() {
+        let object = job(json!({}), gpu_spec(json!({"nodeName": "gpu-l4-node-1"})));
+        let request = request_of("CREATE", &object, None);
+        let message = denial(&gate(policy_with(NodeNameAction::Deny), request.clone()));
+        assert!(message.contains("may not name its node"), "{message}");
+        let message = denied(&webhook(policy_with(NodeNameAction::Deny), &request), "pod_names_node");
+        assert!(message.contains("/spec/template/spec/nodeName"), "{message}");
+    }
+
+    #[test]
+    fn mirror_pods_admins_and_updates_of_bound_pods_pass() {
+        // A kubelet's mirror pod of a static pod on its own (bronze) node: the static pod runs whatever is stored.
+        let mut own_node = cpu_pod_on_h100();
+        own_node["spec"]["nodeName"] = json!("gpu-l4-node-1");
+        let mut mirror = request_of("CREATE", &own_node, None);
+        mirror["userInfo"]["username"] = json!("system:node:gpu-l4-node-1");
+        assert!(!gate(policy_with(NodeNameAction::Deny), mirror.clone()).is_denied());
+        assert!(!matches!(webhook(policy_with(NodeNameAction::Deny), &mirror).verdict, Verdict::Deny { .. }));
+
+        let mut admin_policy = policy_with(NodeNameAction::Deny);
+        admin_policy.spec.admission.admin_users = vec!["mallory".to_owned()];
+        let request = request_of("CREATE", &cpu_pod_on_h100(), None);
+        assert!(!gate(admin_policy.clone(), request.clone()).is_denied());
+        assert!(!matches!(webhook(admin_policy, &request).verdict, Verdict::Deny { .. }));
+
+        // A bound pod's label update: its nodeName came from the scheduler and cannot change.
+        let mut bound = cpu_pod_on_h100();
+        bound["spec"]["nodeName"] = json!("cpu-node-1");
+        let mut relabelled = bound.clone();
+        relabelled["metadata"]["labels"] = json!({"team": "a"});
+        let update = request_of("UPDATE", &relabelled, Some(&bound));
+        assert!(!gate(policy_with(NodeNameAction::Deny), update.clone()).is_denied());
+        assert!(!matches!(webhook(policy_with(NodeNameAction::Deny), &update).verdict, Verdict::Deny { .. }));
+    }
+
+    #[test]
+    fn check_node_class_keeps_the_webhooks_node_lookup_and_the_gate_stores_a_cpu_pod() {
+        let request = request_of("CREATE", &cpu_pod_on_h100(), None);
+        let stored = gate(policy_with(NodeNameAction::CheckNodeClass), request.clone());
+        assert_eq!(stored, GateOutcome::NotMatched { condition: NO_GPU.to_owned() }, "the documented gap");
+        let message = denied(&webhook(policy_with(NodeNameAction::CheckNodeClass), &request), "foreign_gpu_class");
+        assert!(message.contains("gpu-h100-node-1"), "{message}");
+        let mut own = cpu_pod_on_h100();
+        own["spec"]["nodeName"] = json!("gpu-l4-node-1");
+        let decision = webhook(policy_with(NodeNameAction::CheckNodeClass), &request_of("CREATE", &own, None));
+        assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    }
+}

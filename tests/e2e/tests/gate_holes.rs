@@ -2,7 +2,9 @@
 //! down (none registered). A bronze tenant tries the three classes of holes found live: a service account of its
 //! other namespace (no `system:` identity is trusted for being one), a ReplicaSet and a ReplicationController whose
 //! controllers write GPU pods (pods are gated whoever writes them), and a pod `priorityClassName` that Kueue would
-//! take as the workload priority (the tier's default label goes on). Then: kube-controller-manager type-checks
+//! take as the workload priority (the tier's default label goes on); then issue 49's two: a default operator's
+//! service account in an install namespace the tenant made itself (trusted only once a ClusterRoleBinding binds it),
+//! and a CPU pod that names a GPU node in `nodeName`. Then: kube-controller-manager type-checks
 //! both generated policies clean within a minute and is idle again, and the sample's render is accepted as
 //! `kubectl apply` (client-side: the last-applied annotation) and server-side apply send it. Skipped (and passing)
 //! without a reachable cluster or Kueue's v1beta2 CRDs. See docs/admission.md ("The in-server gate").
@@ -11,15 +13,17 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, ReplicationController, ServiceAccount};
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ReplicationController, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use tiergate::plan::gate::gate_policy_name;
+use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::scoring::buckets::default_priority_class;
+use tiergate::trust::DEFAULT_OPERATOR_ACCOUNTS;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, build_prefixed_policy, ensure, prefixed, random_name, run_cluster_test,
     start_tiergate, tenant_client, wait_for,
@@ -48,6 +52,9 @@ async fn holes_of_issue_40_are_closed_the_gate_type_checks_clean_and_its_render_
 }
 
 struct Run {
+    policy: TierPolicy,
+    /// The priority buckets (name, value).
+    buckets: Vec<(String, i32)>,
     prefix: String,
     bronze: String,
     other: String,
@@ -71,7 +78,9 @@ async fn holes(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
     };
     let bronze_tier = policy.spec.tier(&tier).ok_or("no bronze tier")?;
     let default = default_priority_class(bronze_tier, &policy.spec.priority_buckets).ok_or("no default priority")?;
-    let run = Run { l4: class("l4")?, h100: class("h100")?, prefix, bronze, other, tier };
+    let buckets = policy.spec.priority_buckets.iter().map(|bucket| (bucket.name.clone(), bucket.value)).collect();
+    let run =
+        Run { l4: class("l4")?, h100: class("h100")?, policy: policy.clone(), buckets, prefix, bronze, other, tier };
     let result = attack(client, cleanup, &run, &default).await;
     daemon.stop().await;
     result
@@ -91,7 +100,7 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) ->
     .await?;
 
     // 1. A service account of the tenant's other namespace, bound in bronze: not a trusted controller.
-    let account = service_account_in(client, cleanup, &run.other, &run.bronze).await?;
+    let account = service_account_in(client, cleanup, &run.other, &run.bronze, "deployer").await?;
     for (what, body) in [
         ("Job selecting h100", job_body(&run.bronze, "sa-h100", json!({}), gpu_spec(h100.clone()))),
         ("Pod selecting h100", pod_body(&run.bronze, "sa-h100", gpu_spec(h100.clone()))),
@@ -173,17 +182,149 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) ->
     ensure(label.as_deref() == Some(default), || {
         format!("a Job whose pods name PriorityClass {high} was stored with priority label {label:?}, not {default}")
     })?;
+
+    forged_operator_account(client, cleanup, run, &tier_part).await?;
+    pod_naming_its_node(&tenant, run).await
+}
+
+/// Issue 49, hole 1: on a self-service platform the tenant creates a default operator's install namespace, the
+/// operator's service account in it, and binds it in bronze. A Job through it asking the top priority is refused
+/// with the webhook down; once a ClusterRoleBinding binds the account (the platform installed the operator), the
+/// same account writes a JobSet-style child Job (no queue label, unsuspended) unchecked, as the real operator must.
+async fn forged_operator_account(
+    client: &Client,
+    cleanup: &Cleanup,
+    run: &Run,
+    tier_part: &str,
+) -> Result<(), HarnessError> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut free = None;
+    for account in DEFAULT_OPERATOR_ACCOUNTS {
+        let Some((namespace, name)) =
+            account.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':'))
+        else {
+            continue;
+        };
+        if namespaces.get_opt(namespace).await?.is_none() {
+            free = Some((*account, namespace.to_owned(), name.to_owned()));
+            break;
+        }
+    }
+    let Some((account, home, name)) = free else {
+        println!(
+            "note: every default operator's install namespace exists in this cluster (operators installed), so the \
+             forged-account attack of issue 49 cannot be staged here; its unit tests cover it"
+        );
+        return Ok(());
+    };
+    // What the tenant does, on a platform that lets it create namespaces.
+    let namespace: Namespace = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": home}}))?;
+    namespaces.create(&PostParams::default(), &namespace).await?;
+    cleanup.track(ApiResource::erase::<Namespace>(&()), None, &home);
+    let forged = service_account_in(client, cleanup, &home, &run.bronze, &name).await?;
+    let bronze = policy_tier(run)?;
+    let top = run
+        .buckets
+        .iter()
+        .max_by_key(|(_, value)| *value)
+        .map(|(name, _)| name.clone())
+        .ok_or("the policy has no priority bucket")?;
+    ensure(bronze.max_priority_class.as_deref() != Some(top.as_str()), || "bronze may use the top bucket".to_owned())?;
+    let labels = json!({QUEUE_NAME_LABEL: format!("tiergate-{}", run.tier), PRIORITY_CLASS_LABEL: top});
+    let mut ultra = job_body(&run.bronze, "forged-ultra", labels, gpu_spec(json!({"nodeSelector": run.l4})));
+    ultra["spec"]["suspend"] = json!(true);
+    // Judged as the tenant's own Job: the mutating half holds the label to bronze's ceiling (the validating half
+    // alone, before Kubernetes 1.36, refuses it).
+    let what = format!("a Job above bronze's ceiling, as {account} in a namespace the tenant made");
+    match create_dynamic(&forged, &run.bronze, &ultra).await {
+        Ok(stored) => {
+            let label = stored["metadata"]["labels"][PRIORITY_CLASS_LABEL].as_str().map(str::to_owned);
+            ensure(label.is_some() && label == bronze.max_priority_class, || {
+                format!("{what}: stored with priority {label:?}, not bronze's ceiling {:?}", bronze.max_priority_class)
+            })?;
+            println!("issue 49: {what}: stored with its priority held to bronze's ceiling {label:?}");
+        }
+        outcome => refused_by_gate(&what, tier_part, outcome)?,
+    }
+    // The same account writing what an operator writes (a child Job with no queue label, unsuspended) gets the tier's
+    // queue and is suspended for Kueue: no run outside the tier's quota.
+    let child = job_body(&run.bronze, "operator-child", json!({}), gpu_spec(json!({"nodeSelector": run.l4})));
+    let what = format!("a Job without a queue, as {account} in a namespace the tenant made");
+    match create_dynamic(&forged, &run.bronze, &child).await {
+        Ok(stored) => {
+            let queue = stored["metadata"]["labels"][QUEUE_NAME_LABEL].as_str().map(str::to_owned);
+            let suspended = stored["spec"]["suspend"] == json!(true);
+            let expected = format!("tiergate-{}", run.tier);
+            ensure(queue.as_deref() == Some(expected.as_str()) && suspended, || {
+                format!("{what}: stored with queue {queue:?}, suspended {suspended}: it would run outside Kueue")
+            })?;
+            println!("issue 49: {what}: stored in {expected}, suspended for Kueue");
+        }
+        outcome => refused_by_gate(&what, tier_part, outcome)?,
+    }
+
+    // What the platform does when it installs the operator: a ClusterRoleBinding, which no tenant can make.
+    let binding_name = format!("{}-operator", run.prefix);
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": binding_name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": home}]}))?;
+    Api::<ClusterRoleBinding>::all(client.clone()).create(&PostParams::default(), &binding).await?;
+    cleanup.track(ApiResource::erase::<ClusterRoleBinding>(&()), None, &binding_name);
+    let child = job_body(&run.bronze, "installed-child", json!({}), gpu_spec(json!({"nodeSelector": run.l4})));
+    let installed_at = Instant::now();
+    // Left exactly as written: no queue label, not suspended (the gate's policies skip a trusted writer).
+    wait_for("the installed operator's child Job to pass the gate as written", ENFORCEMENT, || async {
+        let object: DynamicObject = serde_json::from_value(child.clone()).ok()?;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(forged.clone(), &run.bronze, &ApiResource::erase::<Job>(&()));
+        let params = PostParams { dry_run: true, ..PostParams::default() };
+        let stored = serde_json::to_value(api.create(&params, &object).await.ok()?).ok()?;
+        let queued = stored["metadata"]["labels"].get(QUEUE_NAME_LABEL).is_some();
+        (!queued && stored["spec"]["suspend"] != json!(true)).then_some(())
+    })
+    .await?;
+    println!(
+        "issue 49: {account} trusted {:.1} s after the platform's ClusterRoleBinding appeared",
+        installed_at.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
-/// A service account of `home`, given `edit` in `target` (as a tenant owning both sets it up), as a client.
+/// Issue 49, hole 2: a CPU pod bound by `nodeName` to a GPU node skips the scheduler and the classes' taints; with the
+/// webhook down the gate refuses every node-naming pod in a tiered namespace. The fix it names (a hostname
+/// nodeSelector) is stored.
+async fn pod_naming_its_node(tenant: &Client, run: &Run) -> Result<(), HarnessError> {
+    let sneak = json!({"nodeName": format!("{}-h100-node", run.prefix), "containers": [{"name": "main",
+        "image": "registry.k8s.io/pause:3.10", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]});
+    let outcome = create_dynamic(tenant, &run.bronze, &pod_body(&run.bronze, "sneak", sneak)).await;
+    match outcome {
+        Ok(stored) => {
+            return Err(format!("a CPU pod naming a GPU node was stored with the webhook down: {stored}").into());
+        }
+        Err(error) => {
+            let message = error.to_string();
+            ensure(message.contains("may not name its node"), || {
+                format!("refused without the rule's message: {message}")
+            })?;
+        }
+    }
+    let by_selector = json!({"nodeSelector": {"kubernetes.io/hostname": format!("{}-cpu-node", run.prefix)},
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]});
+    create_dynamic(tenant, &run.bronze, &pod_body(&run.bronze, "by-hostname", by_selector)).await?;
+    Ok(())
+}
+
+/// A service account `name` of `home`, given `edit` in `target` (as a tenant owning both sets it up), as a client.
 async fn service_account_in(
     client: &Client,
     cleanup: &Cleanup,
     home: &str,
     target: &str,
+    name: &str,
 ) -> Result<Client, HarnessError> {
-    let name = "deployer";
     let account: ServiceAccount =
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}))?;
     Api::<ServiceAccount>::namespaced(client.clone(), home).create(&PostParams::default(), &account).await?;
@@ -223,6 +364,10 @@ fn refused_by_gate(what: &str, tier_part: &str, outcome: Result<Value, HarnessEr
             ensure(message.contains(tier_part), || format!("{what}: refused without the gate's message: {message}"))
         }
     }
+}
+
+fn policy_tier(run: &Run) -> Result<&tiergate::policy::Tier, HarnessError> {
+    Ok(run.policy.spec.tier(&run.tier).ok_or("no bronze tier")?)
 }
 
 fn gpu_spec(extra: Value) -> Value {

@@ -9,6 +9,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::Value;
+pub(super) use tiergate_kueue::HOSTNAME_LABEL;
 
 use super::classes::{Selection, selection};
 use super::patch::Lookup;
@@ -23,8 +24,9 @@ use crate::view::{NodeView, Snapshot};
 /// these vendors (NICs, FPGAs) are not GPUs; they reach GPU nodes only through the routes below.
 pub const VENDOR_GPU_RESOURCE_PREFIXES: &[&str] =
     &["nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/"];
-/// Node label every kubelet sets to its node's hostname.
-const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// The user-name prefix of kubelets (`system:node:<node>`), which write the mirror pods of their static pods: the
+/// node authorizer lets a kubelet name only its own node, and a static pod runs whatever the API server stores.
+pub const MIRROR_POD_WRITER_PREFIX: &str = "system:node:";
 /// The node field a `matchFields` expression may select on.
 const NODE_NAME_FIELD: &str = "metadata.name";
 
@@ -248,10 +250,15 @@ fn node_expressions(spec: &Value) -> Vec<(String, String, String, Vec<String>)> 
     expressions
 }
 
+/// The node the pod spec `spec` is bound to by `nodeName` (skipping the scheduler), if any.
+pub(super) fn named_node(spec: &Value) -> Option<&str> {
+    spec.get("nodeName").and_then(Value::as_str).filter(|name| !name.is_empty())
+}
+
 /// Nodes `spec` names: `nodeName`, and `In` on the hostname label or the `metadata.name` field.
 fn named_nodes(spec: &Value) -> Vec<(String, String)> {
     let mut nodes: Vec<(String, String)> = Vec::new();
-    if let Some(name) = spec.get("nodeName").and_then(Value::as_str).filter(|name| !name.is_empty()) {
+    if let Some(name) = named_node(spec) {
         nodes.push(("nodeName".to_owned(), name.to_owned()));
     }
     let field_key = format!("field:{NODE_NAME_FIELD}");

@@ -21,7 +21,7 @@ mod update;
 mod violation;
 
 pub use crate::request::{Request, metadata_of, owner_references};
-pub use boundary::VENDOR_GPU_RESOURCE_PREFIXES;
+pub use boundary::{MIRROR_POD_WRITER_PREFIX, VENDOR_GPU_RESOURCE_PREFIXES};
 pub use decision::{AdmissionInputs, Decision, DecisionLabel, Verdict};
 pub use error::MutateError;
 pub use lean::{LeanError, lean_request};

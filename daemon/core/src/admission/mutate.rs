@@ -15,7 +15,7 @@ use tiergate_workloads::{
     unknown_owner_kind,
 };
 
-use super::boundary::{self, Reach, TierBounds, Violation};
+use super::boundary::{self, HOSTNAME_LABEL, MIRROR_POD_WRITER_PREFIX, Reach, TierBounds, Violation};
 use super::claims;
 use super::classes::{Selection, TierContext, describe, selection, tier_classes, toleration_values};
 use super::decision::{AdmissionInputs, Decision, Verdict};
@@ -29,7 +29,7 @@ use super::priority::{PriorityFix, is_admin, priority_fix};
 use super::topology::build_topology_outcome;
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, JsonEntries, PlacementOutcome};
-use crate::policy::{FailureMode, GpuClass, UnknownKindAction};
+use crate::policy::{FailureMode, GpuClass, NodeNameAction, UnknownKindAction};
 use crate::request::{Request, owner_references};
 use crate::scoring::buckets::check_priority_ceiling;
 use crate::scoring::features::JOB_TYPE_LABEL;
@@ -235,6 +235,9 @@ fn decide(
         return work.finish(request, placed, "no_tier", why);
     };
     let context = TierContext { request, snapshot, policy, tier, namespace, classes: tier_classes(policy, tier)? };
+    if let Some(denial) = work.node_name_denial(&context) {
+        return Ok(denial);
+    }
     let labels_before = work.after.lookup("/metadata/labels").cloned();
     if let Some(denial) = work.apply_priority_fix(&context)? {
         return Ok(denial);
@@ -647,6 +650,41 @@ impl Work<'_> {
             return None;
         }
         Some(self.boundary_denial(context, &found, false))
+    }
+
+    /// A CREATE whose pod or pod template names its node in `spec.nodeName`, under `podsNamingNodes: Deny`:
+    /// refused whatever the node, as the in-server gate refuses it (it cannot read the node's labels). Exempt
+    /// users and groups and the kubelets' mirror pods pass; an UPDATE is not judged here (a pod's `nodeName` is
+    /// immutable, and the pods of a template given one later are each refused when they are created).
+    fn node_name_denial(&self, context: &TierContext<'_>) -> Option<Decision> {
+        let request = context.request;
+        let requester = request.user_info.username.as_deref().unwrap_or_default();
+        if context.policy.admission.pods_naming_nodes != NodeNameAction::Deny
+            || request.operation != Operation::Create
+            || requester.starts_with(MIRROR_POD_WRITER_PREFIX)
+            || is_admin(context.policy, request, context.namespace)
+        {
+            return None;
+        }
+        let (pointer, node) = self.templates.iter().find_map(|template| {
+            let node = self.before.lookup(&template.spec).and_then(boundary::named_node)?;
+            Some((template.spec.as_str(), node))
+        })?;
+        let message = format!(
+            "{} {}/{} names node {node} in {pointer}/nodeName, in tier {} (namespace {}): a pod that names its node \
+             skips the scheduler and the GPU classes' taints, and tiergate refuses it in tiered namespaces whether or \
+             not its webhook answers. Fix: select the node with nodeSelector {HOSTNAME_LABEL}: {node} instead (a GPU \
+             pod is then confined to the tier's classes [{}]), or ask the platform team (spec.admission.\
+             podsNamingNodes: CheckNodeClass, or an admin namespace).",
+            self.adapter.kind,
+            context.namespace,
+            object_name(self.before),
+            context.tier.name,
+            context.namespace,
+            context.class_names(),
+        );
+        let verdict = Verdict::Deny { reason: "pod_names_node", message: message.clone() };
+        Some(Decision::unchanged(self.adapter.kind, verdict, vec![message]))
     }
 
     /// An UPDATE that gives a template a route to GPU nodes where tiergate may not patch the template (a Pod's

@@ -5,10 +5,12 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::policy::TierPolicy;
+use crate::trust::{find_installed_operators, with_trusted_controllers};
 use crate::view::{ClusterView, Snapshot, index_claim_templates};
 
 /// A synced snapshot of `policy` and `view`, as if the daemon had reconciled it: every namespace whose tier label
-/// names a tier (and is not excluded) has that tier's LocalQueue.
+/// names a tier (and is not excluded) has that tier's LocalQueue, and a policy that names no `trustedControllers`
+/// trusts the operators the view's ClusterRoleBindings show installed (`trust`).
 pub fn build_static_snapshot(policy: TierPolicy, view: ClusterView, own_namespace: Option<String>) -> Snapshot {
     let local_queues: BTreeSet<(String, String)> = view
         .namespaces
@@ -19,9 +21,12 @@ pub fn build_static_snapshot(policy: TierPolicy, view: ClusterView, own_namespac
             Some((namespace.name.clone(), tier.local_queue()))
         })
         .collect();
+    let namespaces = view.namespaces_by_name();
+    let installed = find_installed_operators(&view.bindings, &namespaces);
     Snapshot {
-        policy: Some(Arc::new(policy)),
-        namespaces: view.namespaces.into_iter().map(|namespace| (namespace.name.clone(), namespace)).collect(),
+        policy: Some(with_trusted_controllers(&Arc::new(policy), &installed)),
+        installed_operators: installed,
+        namespaces,
         nodes: view.nodes.into_iter().map(|node| (node.name.clone(), node)).collect(),
         local_queues,
         claim_templates: index_claim_templates(view.claim_templates),

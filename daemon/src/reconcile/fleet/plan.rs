@@ -76,7 +76,7 @@ mod tests {
 
     fn namespace(name: &str, tier: &str) -> (String, Arc<NamespaceView>) {
         let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
-        (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, terminating: false }))
+        (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, ..NamespaceView::default() }))
     }
 
     fn management(policy: Option<Arc<crate::policy::TierPolicy>>) -> SharedSnapshot {

@@ -72,7 +72,7 @@ fn management_snapshot(policy: TierPolicy) -> Snapshot {
         .into_iter()
         .map(|(name, tier)| {
             let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
-            (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, terminating: false }))
+            (name.to_owned(), Arc::new(NamespaceView { name: name.to_owned(), labels, ..NamespaceView::default() }))
         })
         .collect();
     Snapshot { policy: Some(Arc::new(policy)), namespaces, synced: true, ..Snapshot::default() }
@@ -326,7 +326,7 @@ async fn a_fleet_of_workers_over_a_thousand_namespaces_converges_and_reports_its
         .map(|index| {
             let (name, tier) = (format!("team-{index:04}"), ["gold", "silver", "bronze"][index % 3]);
             let labels = BTreeMap::from([(TIER.to_owned(), tier.to_owned())]).into();
-            (name.clone(), Arc::new(NamespaceView { name, labels, terminating: false }))
+            (name.clone(), Arc::new(NamespaceView { name, labels, ..NamespaceView::default() }))
         })
         .collect();
     let management = FakeCluster::start(vec![], false, false);

@@ -86,7 +86,10 @@ mod tests {
             .iter()
             .map(|(name, labels)| {
                 let labels = labels.iter().map(|(key, value)| ((*key).to_owned(), (*value).to_owned())).collect();
-                ((*name).to_owned(), Arc::new(NamespaceView { name: (*name).to_owned(), labels, terminating: false }))
+                (
+                    (*name).to_owned(),
+                    Arc::new(NamespaceView { name: (*name).to_owned(), labels, ..NamespaceView::default() }),
+                )
             })
             .collect()
     }

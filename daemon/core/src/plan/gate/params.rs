@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::admission::VENDOR_GPU_RESOURCE_PREFIXES;
-use crate::policy::{CeilingAction, DraClaimAction, ForeignClassAction, Tier, TierPolicySpec};
+use crate::policy::{CeilingAction, DraClaimAction, ForeignClassAction, NodeNameAction, Tier, TierPolicySpec};
 use crate::scoring::buckets::{CeilingCheck, check_priority_ceiling, default_priority_class, priority_ceiling};
 
 /// What the gate's policies read about the tiers, written by tiergate from the served TierPolicy.
@@ -73,6 +73,9 @@ pub struct TierGateParametersSpec {
     /// naming one outside its tier's `deviceClasses` is refused whatever `claimsDenied` says.
     #[serde(default)]
     pub known_device_classes: Vec<String>,
+    /// `podsNamingNodes: Deny`: a pod or pod template that names its node in `spec.nodeName` is refused at CREATE.
+    #[serde(default)]
+    pub node_names_denied: bool,
     /// `priorityAboveCeiling: Clamp`: a priority above the ceiling is lowered (else it is refused).
     #[serde(default)]
     pub priority_clamped: bool,
@@ -213,6 +216,7 @@ pub fn build_gate_parameters(spec: &TierPolicySpec, labels: &BTreeMap<String, St
                 })
                 .chain(admission.shared_device_classes.iter().cloned()),
         ),
+        node_names_denied: admission.pods_naming_nodes == NodeNameAction::Deny,
         priority_clamped: admission.priority_above_ceiling == CeilingAction::Clamp,
         tier_queues: sorted(spec.tiers.iter().map(Tier::local_queue)),
         priority_buckets: sorted(spec.priority_buckets.iter().map(|bucket| bucket.name.clone())),

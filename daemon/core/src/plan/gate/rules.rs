@@ -211,3 +211,8 @@ pub(crate) fn chooses_class(spec: &str, depth: usize) -> String {
 pub(crate) fn names_priority_class(spec: &str) -> String {
     format!("(has({spec}.priorityClassName) && {spec}.priorityClassName != '')")
 }
+
+/// CEL: the spec names its node in `nodeName` (`admission::boundary::named_node`).
+pub(crate) fn names_node(spec: &str) -> String {
+    format!("(has({spec}.nodeName) && {spec}.nodeName != '')")
+}

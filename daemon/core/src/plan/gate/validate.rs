@@ -10,12 +10,18 @@ use k8s_openapi::api::admissionregistration::v1::{
 };
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
+use tiergate_kueue::HOSTNAME_LABEL;
+
+use crate::admission::MIRROR_POD_WRITER_PREFIX;
+
 use super::cel::{all_of, literal, pointer_path};
 use super::program::{
     Kinds, OBJECT, OLD_OBJECT, asks_gpu, by_kind, common_variables, identity_checks, outside_asks_gpu, usable_queue,
     variable,
 };
-use super::rules::{F, asks_only_tier_resources, claim_within_tier, confined, names_priority_class, reaches_gpu};
+use super::rules::{
+    F, P, asks_only_tier_resources, claim_within_tier, confined, names_node, names_priority_class, reaches_gpu,
+};
 use super::{GATE_FAILURE_POLICY, gate_match_resources, param_kind};
 
 /// DRA's API group (ResourceClaims, ResourceClaimTemplates).
@@ -52,6 +58,7 @@ fn variables() -> Vec<Variable> {
         variable("kept", by_kind(&templates_kept, "false")),
         variable("free", format!("variables.queued && {F}.classLeftToKueue")),
         variable("claim", format!("request.kind.kind == 'ResourceClaim' ? {OBJECT}.spec : {OBJECT}.spec.spec")),
+        variable("namesNode", format!("variables.specs.exists(g, g.exists(s, {}))", names_node("s"))),
     ]);
     variables
 }
@@ -67,6 +74,28 @@ fn with_claims(mut constraints: MatchResources) -> MatchResources {
         resource_names: None,
     });
     constraints
+}
+
+/// The node-name rule (`podsNamingNodes: Deny`, `admission::mutate` `node_name_denial`): at CREATE, no pod or pod
+/// template names its node in `spec.nodeName`, whoever writes it but the exempt users and groups, a trusted
+/// controller writing a kind other than a Pod, and the kubelets' mirror pods. Not `variables.gpu`: the gate cannot
+/// read the node's labels, so a pod that asks for no GPU is refused too (issue 49).
+fn node_name_validation() -> Validation {
+    let [(_, not_exempt), (_, not_trusted)] = identity_checks();
+    Validation {
+        expression: format!(
+            "!{P}.nodeNamesDenied || request.operation != 'CREATE' || !variables.namesNode || !({not_exempt}) || \
+             !({not_trusted}) || request.userInfo.username.startsWith('{MIRROR_POD_WRITER_PREFIX}')"
+        ),
+        message: Some(format!(
+            "a pod in a tiered namespace may not name its node in spec.nodeName (it would skip the scheduler and the \
+             GPU classes' taints, and the API server cannot check the node's GPU class): select the node with \
+             nodeSelector {HOSTNAME_LABEL} instead, or ask the platform team (TierPolicy \
+             spec.admission.podsNamingNodes: CheckNodeClass, or an admin namespace)"
+        )),
+        reason: Some("Forbidden".to_owned()),
+        message_expression: None,
+    }
 }
 
 /// The claim rule, whoever writes the claim (kube-controller-manager makes a pod's claims from its templates, so a
@@ -149,7 +178,7 @@ fn validations() -> Vec<Validation> {
         reason: Some("Forbidden".to_owned()),
         message_expression: None,
     })
-    .chain(std::iter::once(claim_validation()))
+    .chain([claim_validation(), node_name_validation()])
     .collect()
 }
 
