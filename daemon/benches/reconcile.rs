@@ -99,7 +99,7 @@ fn stores(objects: Vec<DynamicObject>) -> OwnedStores {
 /// The cluster and policy status a converged reconcile leaves behind.
 fn converged(policy: &TierPolicy, namespaces: usize) -> (Vec<DynamicObject>, TierPolicy) {
     let view = snapshot(namespaces, None).load().cluster_view();
-    let set = build_desired_set(policy, desired_objects(policy, &view).unwrap_or_default()).unwrap_or_default();
+    let set = build_desired_set(policy, desired_objects(policy, &view).unwrap_or_default(), None).unwrap_or_default();
     let mut counts = BTreeMap::new();
     let objects = set
         .objects
@@ -132,8 +132,12 @@ async fn timed_reconcile(
     live: OwnedStores,
 ) -> (f64, BTreeMap<String, u64>) {
     let (client, calls) = start_mock(policy);
-    let settings =
-        ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned(), mutating_gate: false };
+    let settings = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "bench".to_owned(),
+        mutating_gate: false,
+        gate_owner: None,
+    };
     let ctx = Context::new(client, settings, snapshot, live, WriteGate::always_open(), Arc::new(Metrics::new()));
     ctx.assume_kueue_discovered();
     let started = Instant::now();
@@ -152,8 +156,12 @@ async fn reconcile_peak_heap(
     live: OwnedStores,
 ) -> f64 {
     let (client, _calls) = start_mock(policy);
-    let settings =
-        ReconcilerSettings { policy_name: "default".to_owned(), identity: "bench".to_owned(), mutating_gate: false };
+    let settings = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "bench".to_owned(),
+        mutating_gate: false,
+        gate_owner: None,
+    };
     let ctx = Context::new(client, settings, snapshot, live, WriteGate::always_open(), Arc::new(Metrics::new()));
     ctx.assume_kueue_discovered();
     let profiler = dhat::Profiler::builder().testing().trim_backtraces(Some(1)).build();

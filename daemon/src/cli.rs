@@ -323,6 +323,13 @@ pub struct RunArgs {
         value_name = "true|false"
     )]
     pub mutating_gate: bool,
+    /// The MutatingWebhookConfiguration that owns the in-server gate (the chart passes its own registration): the
+    /// gate's policies, bindings and parameters carry an owner reference to it, so Kubernetes' garbage collector
+    /// removes them with it (`helm uninstall`); while it does not exist no gate is applied (one left is pruned),
+    /// and the gate is pruned when the served TierPolicy is deleted. Unset: the TierPolicy owns the gate like every
+    /// other object it makes, and the gate stays until the policy is deleted.
+    #[arg(long, env = "TIERGATE_GATE_OWNER")]
+    pub gate_owner: Option<String>,
     /// Name of the leader-election Lease in `--namespace`.
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
     pub lease_name: String,

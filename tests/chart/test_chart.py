@@ -449,10 +449,23 @@ def test_self_managed_certificates_grant_only_their_own_secret_and_webhook_confi
     assert named == {"secrets": [secret_name], "mutatingwebhookconfigurations": [webhook_name]}
 
 
-def test_cert_manager_mode_needs_no_secret_or_webhook_configuration_rights(rendered) -> None:
-    for role in of_kind(rendered("cert-manager"), "ClusterRole") + of_kind(rendered("cert-manager"), "Role"):
+def test_cert_manager_mode_needs_no_secret_rights_and_only_reads_its_webhook_configuration(rendered) -> None:
+    objects = rendered("cert-manager")
+    webhook_name = only(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    for role in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
         for rule in role["rules"]:
-            assert not {"secrets", "mutatingwebhookconfigurations"} & set(rule["resources"])
+            assert "secrets" not in rule["resources"]
+            if "mutatingwebhookconfigurations" in rule["resources"]:
+                # The registration owns the in-server gate (--gate-owner): read, never patched by tiergate here.
+                assert rule["verbs"] == ["get"] and rule["resourceNames"] == [webhook_name], rule
+
+
+def test_the_gate_is_owned_by_this_releases_webhook_configuration(rendered) -> None:
+    for values in ("defaults", "cert-manager"):
+        objects = rendered(values)
+        webhook_name = only(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+        args = only(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--gate-owner={webhook_name}" in args, args
 
 
 def test_bindings_grant_the_roles_to_the_service_account(rendered) -> None:

@@ -166,6 +166,19 @@ impl KueueKind {
         )
     }
 
+    /// Whether the kind is part of the in-server gate (its parameters, policies and bindings): owned by the webhook
+    /// registration under `--gate-owner`.
+    pub fn is_gate(self) -> bool {
+        matches!(
+            self,
+            Self::TierGateParameters
+                | Self::ValidatingAdmissionPolicy
+                | Self::ValidatingAdmissionPolicyBinding
+                | Self::MutatingAdmissionPolicy
+                | Self::MutatingAdmissionPolicyBinding
+        )
+    }
+
     /// Whether the kind is the gate's mutating half (applied only where the API server serves it).
     pub fn is_mutating_half(self) -> bool {
         matches!(self, Self::MutatingAdmissionPolicy | Self::MutatingAdmissionPolicyBinding)

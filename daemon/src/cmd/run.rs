@@ -62,6 +62,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
             mutating_gate: args.mutating_gate,
             policy_choice,
             certificate: Some(webhook.tls_cert.clone()),
+            gate_owner: args.gate_owner.clone(),
         },
         metrics.clone(),
         &shutdown,
@@ -107,6 +108,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
         }),
     };
     draining.store(true, Ordering::Relaxed);
+    // Leadership goes first: the next replica reconciles while this one still answers reviews during the drain.
+    reconciler.step_down();
     if failure.is_none() {
         tokio::time::sleep(DRAIN_GRACE).await;
     }

@@ -25,8 +25,9 @@ const MIN_RECONCILE_INTERVAL: Duration = Duration::from_secs(1);
 /// Runs the controller until `shutdown`: the policy watch plus a reconcile of every policy whenever `changes`
 /// reports a new snapshot (namespaces, nodes, owned Kueue objects), at most once per [`MIN_RECONCILE_INTERVAL`].
 pub async fn run_controller(ctx: Arc<Context>, changes: watch::Receiver<u64>, shutdown: CancellationToken) {
+    let gate_pruner = prune_gate_of_a_deleted_policy(ctx.clone(), changes.clone(), shutdown.clone());
     let policies: Api<TierPolicy> = Api::all(ctx.client.clone());
-    Controller::new(policies, watcher::Config::default().any_semantic())
+    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
         .with_config(controller::Config::default().concurrency(1))
         .reconcile_all_on(throttled_changes(changes, MIN_RECONCILE_INTERVAL))
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -36,8 +37,28 @@ pub async fn run_controller(ctx: Arc<Context>, changes: watch::Receiver<u64>, sh
                 Ok(_) | Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {}
                 Err(error) => tracing::warn!(%error, "the TierPolicy watch failed; retrying with backoff"),
             }
-        })
-        .await;
+        });
+    tokio::join!(controller, gate_pruner);
+}
+
+/// Under `--gate-owner`, prunes the in-server gate after each snapshot change that finds the served policy gone
+/// (the controller reconciles only policies that exist); returns at once without `--gate-owner`.
+async fn prune_gate_of_a_deleted_policy(ctx: Arc<Context>, changes: watch::Receiver<u64>, shutdown: CancellationToken) {
+    if ctx.settings.gate_owner.is_none() {
+        return;
+    }
+    let triggers = throttled_changes(changes, MIN_RECONCILE_INTERVAL);
+    tokio::pin!(triggers);
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            next = triggers.next() => if next.is_none() { return },
+        }
+        if let Err(error) = super::gate_owner::prune_gate_without_policy(&ctx).await {
+            tracing::warn!(%error, reason = error.reason(), "failed to prune the in-server gate of a deleted policy");
+        }
+    }
 }
 
 /// One item per change of `changes`, at most one per `interval`: a change after a quiet spell at once, the changes

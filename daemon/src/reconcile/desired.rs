@@ -110,8 +110,14 @@ pub fn policy_problems(policy: &TierPolicy) -> Vec<String> {
 }
 
 /// The translation's objects, stamped as owned by `policy` and sorted in apply order.
-pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Result<DesiredSet, DesiredError> {
-    let stamp = Stamp::of(policy);
+/// `gate_owner`, when given, owns the in-server gate's objects instead of the policy (`--gate-owner`: the webhook
+/// registration, so the garbage collector removes the gate with it).
+pub fn build_desired_set(
+    policy: &TierPolicy,
+    objects: Vec<DynamicObject>,
+    gate_owner: Option<&OwnerReference>,
+) -> Result<DesiredSet, DesiredError> {
+    let stamp = Stamp { gate_owner: gate_owner.cloned(), ..Stamp::of(policy) };
     let mut stamped =
         objects.into_iter().map(|object| stamp.build_stamped(object)).collect::<Result<Vec<_>, DesiredError>>()?;
     stamped.sort_by_key(|desired| desired.kind);
@@ -122,7 +128,7 @@ pub fn build_desired_set(policy: &TierPolicy, objects: Vec<DynamicObject>) -> Re
 /// `policy_name` and the hash label but no owner reference: the worker does not know the policy's uid, and its
 /// garbage collector would delete an object owned by an unknown uid. Sorted in apply order.
 pub fn build_worker_desired_set(policy_name: &str, objects: Vec<DynamicObject>) -> Result<DesiredSet, DesiredError> {
-    let stamp = Stamp { labels: build_ownership_labels(policy_name), owner: None };
+    let stamp = Stamp { labels: build_ownership_labels(policy_name), owner: None, gate_owner: None };
     let mut stamped =
         objects.into_iter().map(|object| stamp.build_stamped(object)).collect::<Result<Vec<_>, DesiredError>>()?;
     stamped.sort_by_key(|desired| desired.kind);
@@ -134,6 +140,8 @@ pub fn build_worker_desired_set(policy_name: &str, objects: Vec<DynamicObject>) 
 struct Stamp {
     labels: std::collections::BTreeMap<String, String>,
     owner: Option<OwnerReference>,
+    /// The owner of the gate's objects, when not `owner`.
+    gate_owner: Option<OwnerReference>,
 }
 
 impl Stamp {
@@ -141,6 +149,7 @@ impl Stamp {
         Self {
             labels: build_ownership_labels(policy.meta().name.as_deref().unwrap_or_default()),
             owner: build_owner_reference(policy),
+            gate_owner: None,
         }
     }
 
@@ -153,7 +162,11 @@ impl Stamp {
             });
         };
         object.metadata.labels.get_or_insert_default().extend(self.labels.clone());
-        if let Some(owner) = &self.owner {
+        let owner = match &self.gate_owner {
+            Some(gate_owner) if kind.is_gate() => Some(gate_owner),
+            _ => self.owner.as_ref(),
+        };
+        if let Some(owner) = owner {
             object.metadata.owner_references = Some(vec![owner.clone()]);
         }
         object.metadata.labels.get_or_insert_default().remove(APPLIED_HASH_LABEL);
@@ -243,7 +256,7 @@ mod tests {
         assert!(SAMPLE_POLICY.contains("TierPolicy"));
         let policy = load_policy(None).unwrap();
         let objects = desired_objects(&policy, &sample_view()).unwrap();
-        let set = build_desired_set(&policy, objects).unwrap();
+        let set = build_desired_set(&policy, objects, None).unwrap();
         let kinds: Vec<KueueKind> = set.objects.iter().map(|desired| desired.kind).collect();
         let mut sorted = kinds.clone();
         sorted.sort();

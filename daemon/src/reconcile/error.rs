@@ -46,6 +46,17 @@ pub enum ReconcileError {
         /// Cause.
         source: kube::Error,
     },
+    /// Reading the webhook registration that owns the in-server gate (`--gate-owner`) failed.
+    #[error(
+        "failed to read MutatingWebhookConfiguration {name}, which owns the in-server gate (--gate-owner): {source}; \
+         grant get on it (the chart does) or leave --gate-owner unset"
+    )]
+    ReadGateOwner {
+        /// The registration's name.
+        name: String,
+        /// Cause.
+        source: kube::Error,
+    },
     /// Deleting an orphan failed.
     #[error("failed to delete {kind} {name}: {source}")]
     DeleteObject {
@@ -89,6 +100,7 @@ impl ReconcileError {
             Self::ApplyObject { .. } => "apply_object",
             Self::ApplyConflict { .. } => "apply_conflict",
             Self::ReadObject { .. } => "read_object",
+            Self::ReadGateOwner { .. } => "read_gate_owner",
             Self::DeleteObject { .. } => "delete_object",
             Self::WriteStatus { .. } => "write_status",
             Self::BuildDesired(error) => error.reason(),
@@ -118,6 +130,7 @@ impl ReconcileError {
             Self::DiscoverKueue(_) => return Some(BlockedReason::KueueMissing),
             Self::ApplyObject { source, .. }
             | Self::ReadObject { source, .. }
+            | Self::ReadGateOwner { source, .. }
             | Self::DeleteObject { source, .. }
             | Self::WriteStatus { source, .. } => source,
             Self::ApplyConflict { .. } | Self::BuildDesired(_) | Self::Unapplied { .. } => {

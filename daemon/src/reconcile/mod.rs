@@ -13,6 +13,7 @@ pub mod drain;
 mod error;
 mod events;
 pub mod fleet;
+mod gate_owner;
 pub mod lease;
 pub mod migration;
 pub mod monitor;
@@ -86,6 +87,9 @@ pub struct ReconcilerSettings {
     pub identity: String,
     /// Apply the gate's MutatingAdmissionPolicies where the API server serves them (`--mutating-gate`).
     pub mutating_gate: bool,
+    /// The MutatingWebhookConfiguration that owns the in-server gate (`--gate-owner`): the gate is applied only
+    /// while it exists, owned by it, and pruned when the served policy is gone.
+    pub gate_owner: Option<String>,
 }
 
 /// Everything a reconcile reads and writes through. Cheap to share behind an `Arc`.
@@ -261,6 +265,14 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     let mutating_served = ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == 1;
     // A policy that names no trusted controllers trusts the operators installed now (`trust`): the gate's parameters
     // say the same as the webhook, which decides from the snapshot's copy.
+    let gate_owner = gate_owner::resolve_gate_owner(ctx).await?;
+    if let gate_owner::GateOwner::Missing(name) = &gate_owner {
+        tracing::warn!(
+            registration = %name,
+            "the webhook registration that owns the in-server gate (--gate-owner) does not exist: no gate is applied, \
+             and one left is pruned (the gate backs up a registered webhook; helm uninstall removes both)"
+        );
+    }
     let resolved = resolve_trusted_controllers(policy, &snapshot.installed_operators);
     if resolved.is_some() {
         for account in snapshot.installed_operators.bound_before_their_namespace() {
@@ -278,6 +290,9 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             if !mutating_served {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
             }
+            if matches!(gate_owner, gate_owner::GateOwner::Missing(_)) {
+                objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_gate));
+            }
             let draining = carry_draining_flavors(ctx, &mut objects, "management");
             let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
             drain::count_retiring_queues(&mut objects, &retiring);
@@ -287,7 +302,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
                     "counting what a retired ClusterQueue's workloads hold against the queues its namespaces feed now"
                 );
             }
-            (build_desired_set(policy, objects)?, draining, retiring.len())
+            (build_desired_set(policy, objects, gate_owner.reference())?, draining, retiring.len())
         }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };

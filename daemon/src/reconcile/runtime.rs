@@ -47,6 +47,8 @@ pub struct ReconcilerOptions {
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, watched for a missing or expired certificate.
     pub certificate: Option<PathBuf>,
+    /// The MutatingWebhookConfiguration that owns the in-server gate (`--gate-owner`).
+    pub gate_owner: Option<String>,
 }
 
 /// The running caches, Lease loop and controller.
@@ -58,10 +60,19 @@ pub struct RunningReconciler {
     pub gate: Arc<WriteGate>,
     /// Why this replica is not doing its job, if anything keeps it from it.
     pub blockers: Arc<Blockers>,
+    /// Cancelled to give up leadership while the caches and the webhook keep serving.
+    leadership: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl RunningReconciler {
+    /// Gives the Lease up now (the gate closes, the Lease is released) while the caches, and with them the webhook,
+    /// keep serving: on SIGTERM the next replica takes over within its retry period instead of waiting out this
+    /// one's drain (issue 48 measured 13.3 s when the Lease was released only after the drain).
+    pub fn step_down(&self) {
+        self.leadership.cancel();
+    }
+
     /// Waits for the Lease loop (which releases the Lease) and the controller to finish after cancellation.
     pub async fn stopped(self) {
         for task in self.tasks {
@@ -105,12 +116,13 @@ pub fn start_reconciler(
     let lease = LeaseConfig::new(options.lease_name.clone(), options.namespace.clone(), options.identity.clone())
         .serving(options.policy_name.clone())
         .creating_namespace(options.create_lease_namespace);
+    let leadership = shutdown.child_token();
     let lease_task = tokio::spawn(run_lease(
         client.clone(),
         lease,
         gate.clone(),
         (metrics.clone(), blockers.clone()),
-        shutdown.clone(),
+        leadership.clone(),
     ));
     let fleet_settings = FleetSettings {
         policy_name: options.policy_name.clone(),
@@ -126,6 +138,7 @@ pub fn start_reconciler(
             policy_name: options.policy_name.clone(),
             identity: options.identity,
             mutating_gate: options.mutating_gate,
+            gate_owner: options.gate_owner,
         },
         caches.snapshot.clone(),
         caches.owned.clone(),
@@ -164,6 +177,7 @@ pub fn start_reconciler(
         snapshot,
         gate,
         blockers,
+        leadership,
         tasks: vec![controller_task, fleet_task, lease_task, monitor_task, log_task],
     }
 }

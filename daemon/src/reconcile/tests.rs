@@ -178,13 +178,18 @@ fn applied_objects(policy: &TierPolicy, snapshot: &SharedSnapshot) -> Vec<Dynami
 /// The objects a converged cluster holds for `policy` over `snapshot`.
 fn converged_objects(policy: &TierPolicy, snapshot: &SharedSnapshot) -> Vec<DynamicObject> {
     let objects = applied_objects(policy, snapshot);
-    build_desired_set(policy, objects).unwrap().objects.into_iter().map(|desired| as_live(desired.object)).collect()
+    build_desired_set(policy, objects, None)
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|desired| as_live(desired.object))
+        .collect()
 }
 
 /// `policy` with the status a converged reconcile leaves on it.
 fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> TierPolicy {
     let objects = applied_objects(&policy, snapshot);
-    let set = build_desired_set(&policy, objects).unwrap();
+    let set = build_desired_set(&policy, objects, None).unwrap();
     let mut object_counts = BTreeMap::new();
     for object in &set.objects {
         *object_counts.entry(object.kind.name().to_owned()).or_insert(0) += 1;
@@ -203,8 +208,12 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
 }
 
 fn context(client: kube::Client, snapshot: SharedSnapshot, live: OwnedStores, gate: Arc<WriteGate>) -> Arc<Context> {
-    let settings =
-        ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned(), mutating_gate: false };
+    let settings = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "test".to_owned(),
+        mutating_gate: false,
+        gate_owner: None,
+    };
     Context::new(client, settings, snapshot, live, gate, Arc::new(Metrics::new()))
 }
 

@@ -592,6 +592,18 @@ impl InProcessDaemon {
     /// placement ledger kept in step with the pod cache and both halves of the in-server gate (as `tiergate run`
     /// wires it by default).
     pub fn start(client: &Client, policy_name: &str, namespace: &str, lease_name: &str) -> Self {
+        Self::start_owned_by(client, policy_name, namespace, lease_name, None)
+    }
+
+    /// [`Self::start`], with the in-server gate owned by the MutatingWebhookConfiguration `gate_owner`
+    /// (`--gate-owner`, as the chart runs it) instead of the TierPolicy.
+    pub fn start_owned_by(
+        client: &Client,
+        policy_name: &str,
+        namespace: &str,
+        lease_name: &str,
+        gate_owner: Option<&str>,
+    ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let ledger = Arc::new(PlacementLedger::new(metrics.clone()));
         let shutdown = CancellationToken::new();
@@ -609,6 +621,7 @@ impl InProcessDaemon {
             mutating_gate: true,
             policy_choice: None,
             certificate: None,
+            gate_owner: gate_owner.map(str::to_owned),
         };
         let running = start_reconciler(client, options, metrics.clone(), &shutdown);
         Self { metrics, ledger, running, shutdown }
@@ -633,6 +646,11 @@ impl InProcessDaemon {
             ledger: self.ledger.clone(),
             metrics: self.metrics.clone(),
         }
+    }
+
+    /// Gives the Lease up while the caches keep serving, as `tiergate run` does on SIGTERM.
+    pub fn step_down(&self) {
+        self.running.step_down();
     }
 
     /// Whether the caches have synced and this daemon holds the Lease.

@@ -300,6 +300,7 @@ impl Supervisor {
             policy_name: self.settings.policy_name.clone(),
             identity: self.settings.identity.clone(),
             mutating_gate: false,
+            gate_owner: None,
         };
         let worker = Worker::new(name.to_owned(), client, cache, plan, settings, self.inputs.gate.clone(), metrics);
         let running = start_worker(worker, self.inputs.changes.clone(), &self.stop);

@@ -314,8 +314,12 @@ fn worker(
     };
     let metrics = Arc::new(Metrics::new());
     let cache = ClusterCache::start(&fake.client, settings, metrics.clone(), shutdown);
-    let reconciler =
-        ReconcilerSettings { policy_name: "default".to_owned(), identity: "test".to_owned(), mutating_gate: false };
+    let reconciler = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "test".to_owned(),
+        mutating_gate: false,
+        gate_owner: None,
+    };
     Worker::new(name.to_owned(), fake.client.clone(), cache, plan, reconciler, gate, metrics)
 }
 
