@@ -176,8 +176,9 @@ pub struct RenderArgs {
     /// MutatingAdmissionPolicies), `validate-only` for older API servers, which do not serve MutatingAdmissionPolicy.
     #[arg(long = "gate", env = "TIERGATE_GATE", value_enum, default_value_t = GateArg::ValidateAndMutate)]
     pub gate: GateArg,
-    /// Print only the fragment of Kueue's Configuration the policy's DRA classes need
-    /// (`resources.deviceClassMappings`), instead of the objects. Without it the fragment goes to stderr.
+    /// Print only what Kueue's Configuration needs from the policy, instead of the objects: the DRA classes'
+    /// `resources.deviceClassMappings` and, where tiers share fairly among their tenants, `admissionFairSharing`.
+    /// Without it these go to stderr.
     #[arg(long = "kueue-config", env = "TIERGATE_KUEUE_CONFIG")]
     pub kueue_config: bool,
 }

@@ -256,7 +256,7 @@ fn sample_objects_of(name: &str) -> Vec<Value> {
 
 /// The objects of every sample.
 fn all_sample_objects() -> Vec<Value> {
-    ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology", "org-tree"]
+    ["kubenexus", "spot-mix", "shared-quota", "fleet", "topology", "org-tree", "tenant-sharing"]
         .into_iter()
         .flat_map(sample_objects_of)
         .collect()

@@ -175,9 +175,20 @@ pub struct ClusterQueueSpec {
     /// Fair-sharing weight within the cohort (used when Kueue's fair sharing is enabled).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fair_sharing: Option<FairSharing>,
+    /// Admission fair sharing among the queue's LocalQueues (tenants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission_scope: Option<AdmissionScope>,
 }
 
-/// `fairSharing` of a ClusterQueue or Cohort.
+/// `admissionScope` of a ClusterQueue: how it orders its pending workloads among its LocalQueues.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionScope {
+    /// `UsageBasedAdmissionFairSharing` or `NoAdmissionFairSharing`.
+    pub admission_mode: String,
+}
+
+/// `fairSharing` of a ClusterQueue, Cohort or LocalQueue.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FairSharing {
@@ -323,6 +334,9 @@ pub struct LocalQueueSpec {
     /// `Hold` or `HoldAndDrain` stops the queue (used while a namespace moves tier).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_policy: Option<StopPolicy>,
+    /// The tenant's weight in its ClusterQueue's admission fair sharing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fair_sharing: Option<FairSharing>,
 }
 
 /// `WorkloadPriorityClass` (cluster-scoped); it has no `spec`, its fields sit at the top level.
@@ -586,7 +600,11 @@ mod tests {
 
     #[test]
     fn stop_policy_uses_kueue_spelling() {
-        let spec = LocalQueueSpec { cluster_queue: "q".into(), stop_policy: Some(StopPolicy::HoldAndDrain) };
+        let spec = LocalQueueSpec {
+            cluster_queue: "q".into(),
+            stop_policy: Some(StopPolicy::HoldAndDrain),
+            fair_sharing: None,
+        };
         assert_eq!(serde_json::to_value(&spec).unwrap(), json!({"clusterQueue": "q", "stopPolicy": "HoldAndDrain"}));
     }
 

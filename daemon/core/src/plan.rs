@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod gate;
 pub mod names;
 pub mod quota;
+pub mod tenants;
 pub mod topology;
 
 use std::collections::BTreeMap;
@@ -463,6 +464,10 @@ pub fn desired(policy: &TierPolicy, view: &ClusterView) -> Desired {
         }
     }
     desired.notes.extend(topology::missing_level_notes(&policy.spec, view.nodes.iter().map(AsRef::as_ref)));
+    desired.notes.extend(view.namespaces.iter().filter_map(|namespace| {
+        let tier = policy.spec.tier_of(&namespace.labels)?;
+        tenants::local_queue_fair_sharing(&policy.spec, tier, &namespace.name, &namespace.labels).1
+    }));
     desired
 }
 
@@ -507,7 +512,11 @@ pub fn namespace_queues<'a>(
                 labels: Some(labels.clone()),
                 ..ObjectMeta::default()
             },
-            spec: LocalQueueSpec { cluster_queue: cluster_queue_name(&tier.name), stop_policy: None },
+            spec: LocalQueueSpec {
+                cluster_queue: cluster_queue_name(&tier.name),
+                stop_policy: None,
+                fair_sharing: tenants::local_queue_fair_sharing(spec, tier, &namespace.name, &namespace.labels).0,
+            },
         })))
     })
 }
@@ -716,6 +725,7 @@ fn build_cluster_queue_spec(spec: &TierPolicySpec, tier: &Tier) -> ClusterQueueS
         admission_checks_strategy: None,
         stop_policy: None,
         fair_sharing: cohorts::build_fair_sharing(tier),
+        admission_scope: tenants::admission_scope(tier),
     }
 }
 

@@ -84,6 +84,68 @@ pub struct TierPolicySpec {
     /// `cohort` is a flat, implicit Kueue cohort. See docs/configuration.md "Cohort tree".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cohorts: Vec<CohortNode>,
+    /// How the tenants of a tier with `tenantFairSharing: true` share it: Kueue's admission fair sharing (one
+    /// `admissionFairSharing` block in Kueue's Configuration for the whole cluster) and each tenant's weight.
+    /// See docs/configuration.md "Fair sharing among a tier's tenants".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_fair_sharing: Option<TenantFairSharing>,
+}
+
+/// Kueue's admission fair sharing among the LocalQueues (tenants) of a ClusterQueue (tier): pending workloads are
+/// ordered by their LocalQueue's decayed past usage divided by its weight.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantFairSharing {
+    /// How long until past usage counts half (Kueue `usageHalfLifeTime`, a Go duration such as `168h`); not zero.
+    #[serde(default = "default_usage_half_life")]
+    pub usage_half_life: String,
+    /// How often Kueue samples usage (Kueue `usageSamplingInterval`, a Go duration such as `5m`); not zero.
+    #[serde(default = "default_usage_sampling_interval")]
+    pub usage_sampling_interval: String,
+    /// How much one unit of each resource counts towards usage (Kueue `resourceWeights`: per GPU, per CPU core,
+    /// per byte of memory), over tiergate's defaults: every GPU resource of the policy's classes 1, `cpu` 0.01,
+    /// `memory` and `ephemeral-storage` 0 (Kueue weighs a resource it is given no weight for 1 per unit).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub resource_weights: BTreeMap<String, f64>,
+    /// A namespace label whose value is the tenant's weight (a positive decimal such as `2` or `0.5`). Tenants must
+    /// not be able to edit their namespace's labels (docs/admission.md). Weighs before `weights`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_label: Option<String>,
+    /// Tenants' weights by namespace labels, the first matching entry winning (list the most specific first);
+    /// a namespace matching none, without `weightLabel`, weighs 1.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub weights: Vec<TenantWeight>,
+}
+
+/// The weight of the tenants whose namespaces carry `namespaceLabels`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantWeight {
+    /// Labels a namespace must all carry (with these values).
+    pub namespace_labels: BTreeMap<String, String>,
+    /// The weight: a positive decimal (`2`, `0.5`); a tenant of weight 2 gets about twice the admissions of one of
+    /// weight 1 while both have work queued.
+    pub weight: String,
+}
+
+impl Default for TenantFairSharing {
+    fn default() -> Self {
+        Self {
+            usage_half_life: default_usage_half_life(),
+            usage_sampling_interval: default_usage_sampling_interval(),
+            resource_weights: BTreeMap::new(),
+            weight_label: None,
+            weights: Vec::new(),
+        }
+    }
+}
+
+fn default_usage_half_life() -> String {
+    "168h".to_owned()
+}
+
+fn default_usage_sampling_interval() -> String {
+    "5m".to_owned()
 }
 
 /// A worker cluster, in the shape of a Kueue v0.19.2 MultiKueueCluster: a name and where its kubeconfig is.
@@ -271,6 +333,12 @@ pub struct Tier {
     /// classes' `topologyLevels`; absent: Kueue places them anywhere.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology: Option<TopologyRule>,
+    /// Share the tier fairly among its tenants (namespaces): Kueue admits the pending workload of the tenant with
+    /// the least decayed past usage per weight first, instead of by priority and creation time alone. Off by
+    /// default (FIFO within a priority): it needs `admissionFairSharing` in Kueue's Configuration, which
+    /// `tiergate render --kueue-config` prints (`spec.tenantFairSharing`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tenant_fair_sharing: bool,
 }
 
 /// One topology level of a GPU class: a short name people use and the node label that holds it.

@@ -13,6 +13,7 @@ pub mod fleet;
 pub use crate::syntax as names;
 pub mod quantity;
 pub mod quota;
+mod tenants;
 pub mod topology;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -196,6 +197,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     topology::check_topology(spec, problems);
     cohorts::check_cohorts(spec, problems);
     dra::check_dra(spec, problems);
+    tenants::check_tenant_fair_sharing(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

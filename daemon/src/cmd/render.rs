@@ -14,6 +14,7 @@ use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluste
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
+use crate::plan::tenants::kueue_admission_fair_sharing;
 use crate::policy::TierPolicy;
 use crate::trust::find_installed_operators;
 use crate::validation::validate_policy;
@@ -72,9 +73,19 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
         }
     }
     let fragment = kueue_configuration_fragment(&kueue_device_class_mappings(&policy.spec));
+    let fair_sharing = kueue_admission_fair_sharing(&policy.spec).map(|block| {
+        format!(
+            "# Kueue's Configuration: add at its top level, then restart Kueue (the tiers sharing fairly among their \
+             tenants need it; without it Kueue orders their queues first come, first served).\n{block}"
+        )
+    });
     if args.kueue_config {
-        let text = fragment
-            .unwrap_or_else(|| "# the policy has no DRA class: Kueue needs no deviceClassMappings\n".to_owned());
+        let text = match (&fragment, &fair_sharing) {
+            (None, None) => "# the policy has no DRA class and no tier sharing fairly among its tenants: Kueue needs \
+                             nothing from tiergate in its Configuration\n"
+                .to_owned(),
+            _ => [fragment.clone(), fair_sharing.clone()].into_iter().flatten().collect::<Vec<_>>().join(""),
+        };
         std::io::stdout().lock().write_all(text.as_bytes())?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -97,8 +108,8 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     eprint!("{}", crate::plan::quota::quota_summary(&policy.spec));
     eprint!("{}", crate::plan::cohorts::cohort_summary(&policy.spec));
     eprint!("{}", gate_summary(&build_gate(&policy, &crate::plan::owned_labels(&policy)), mode));
-    if let Some(fragment) = fragment {
-        eprint!("{fragment}");
+    for block in [fragment, fair_sharing].into_iter().flatten() {
+        eprint!("{block}");
     }
     let text = match args.output {
         OutputFormat::Yaml => fleet.to_yaml_stream()?,

@@ -14,6 +14,7 @@ mod policy_mistakes;
 mod quota_cap;
 mod requeue;
 mod tenant;
+mod tenant_sharing;
 mod topology;
 mod webhook_down;
 mod webhook_limits;

@@ -139,6 +139,7 @@ mod tests {
             quota_shares: Default::default(),
             dispatch: None,
             topology: None,
+            tenant_fair_sharing: false,
         }
     }
 

@@ -88,7 +88,8 @@ pub fn framework_webhook_kind(group: &str, version: &str, kind: &str, resource: 
 }
 
 /// The manager configuration: webhooks served on loopback from `cert_dir`, health on `health_port`, no leader
-/// election, no metrics listener, no internal certificate management, the given frameworks, fair sharing on, and
+/// election, no metrics listener, no internal certificate management, the given frameworks, fair sharing on (among
+/// ClusterQueues and Cohorts, and among a ClusterQueue's LocalQueues where it asks), and
 /// `resources.deviceClassMappings` when `device_class_mappings` has any.
 pub fn build_manager_config(
     webhook_port: u16,
@@ -111,6 +112,11 @@ pub fn build_manager_config(
         // Fair sharing on (v1beta2: the block's presence enables it), so the cohort_tree suite sees tiers' and
         // cohorts' weights at work; Kueue's default strategies. Without cohorts it changes nothing.
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
+        // Admission fair sharing among a ClusterQueue's LocalQueues (issue 50), as `tiergate render --kueue-config`
+        // prints it, sampled every second so the tenant_sharing suite sees usage within a cycle; it applies only to
+        // ClusterQueues with `admissionScope`, so the other suites' queues keep Kueue's default order.
+        "admissionFairSharing": {"usageHalfLifeTime": "1h", "usageSamplingInterval": "1s",
+            "resourceWeights": {"nvidia.com/gpu": 1, "cpu": 0.01, "memory": 0, "ephemeral-storage": 0}},
     });
     // Kueue charges a DRA claim's devices to the resource its DeviceClass is mapped to, and ignores them otherwise.
     if !device_class_mappings.is_empty()

@@ -1,0 +1,206 @@
+//! End-to-end: fair sharing among a tier's tenants (issue 50) on a real API server with Kueue v0.19.2 configured
+//! with `admissionFairSharing` (the throwaway plane configures it as `tiergate render --kueue-config` prints it).
+//! bronze has quota for 4 one-GPU Jobs; tenant A submits 12, then tenant B submits 4 (and more later). One admitted
+//! Job at a time is finished (deleted, as the other suites do: the Jobs' pods never need a node) and the tenant of
+//! the next admission recorded. With `tenantFairSharing: true` B's Jobs take the first free slots instead of
+//! waiting behind A's backlog, and with B at weight 2 (its namespace's weight label) B gets about twice A's share
+//! of admissions while both have work queued; with it off, the same run is first come, first served (so the test
+//! can fail). Shares are printed, never timed. Skipped (and passing) without a reachable cluster or Kueue's
+//! v1beta2 CRDs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use kube::core::DynamicObject;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tiergate::policy::TierPolicy;
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, ensure, is_admitted, one_gpu_job, random_name, run_cluster_test,
+    start_tiergate, wait_for, wait_for_local_queue,
+};
+
+/// Kueue objects after the policy is applied, and a Workload admitted after quota frees up.
+const CONVERGE: Duration = Duration::from_secs(60);
+/// The namespace label the sample policy reads a tenant's weight from.
+const WEIGHT_LABEL: &str = "tiergate.io/tenant-weight";
+/// The node label of the suite's GPU class (never one a real node carries); its value is the class name.
+const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+/// bronze's GPUs: four one-GPU Jobs at a time.
+const SLOTS: usize = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_burst_never_starves_the_other_tenants_of_its_tier() {
+    let test = "a_tenants_burst_never_starves_the_other_tenants_of_its_tier";
+    let scenarios = async |client: &Client, cleanup: &Cleanup| {
+        let fair = run_order(client, cleanup, true).await?;
+        let fifo = run_order(client, cleanup, false).await?;
+        println!("tenant_sharing: fair sharing on, admissions in order: {}", fair.join(" "));
+        println!("tenant_sharing: fair sharing off, admissions in order: {}", fifo.join(" "));
+        check_orders(&fair, &fifo)
+    };
+    if let Err(error) = run_cluster_test(test, scenarios).await {
+        panic!("{error}");
+    }
+}
+
+/// With fair sharing on, B's first admission comes before A's fifth and B, with no usage and weight 2, takes most
+/// of the first free slots; with it off, A, whose Jobs came first, takes most of them (Kueue's BestEffortFIFO
+/// order, not strictly FIFO: a B Job may slip in). The contrast is what makes the test able to fail.
+fn check_orders(fair: &[String], fifo: &[String]) -> Result<(), HarnessError> {
+    let position = |order: &[String], tenant: &str, nth: usize| {
+        order.iter().enumerate().filter(|(_, who)| who.as_str() == tenant).nth(nth).map(|(index, _)| index)
+    };
+    let b_first = position(fair, "B", 0).ok_or("B was never admitted with fair sharing on")?;
+    let a_fifth = position(fair, "A", 4).unwrap_or(usize::MAX);
+    ensure(b_first < a_fifth, || format!("fair sharing on: B's first admission came after A's fifth: {fair:?}"))?;
+    let first_slots =
+        |order: &[String], tenant: &str| order.iter().take(8).filter(|who| who.as_str() == tenant).count();
+    let (fair_a, fair_b) = (first_slots(fair, "A"), first_slots(fair, "B"));
+    let (fifo_a, fifo_b) = (first_slots(fifo, "A"), first_slots(fifo, "B"));
+    println!(
+        "tenant_sharing: of the first 8 free slots, fair sharing on gave B (weight 2, no usage) {fair_b} and A (4 \
+         Jobs running, 8 queued first) {fair_a}; off, B {fifo_b} and A {fifo_a}"
+    );
+    ensure(fair_b > fair_a, || format!("fair sharing on: B did not take most of the first free slots: {fair:?}"))?;
+    ensure(fifo_a > fifo_b, || format!("fair sharing off: A's earlier Jobs did not come first: {fifo:?}"))
+}
+
+/// Fills bronze from tenant A, queues tenant B behind it, then finishes one admitted Job at a time and records the
+/// tenant of each next admission; returns that order (after the first four, which are all A's).
+async fn run_order(client: &Client, cleanup: &Cleanup, fair: bool) -> Result<Vec<String>, HarnessError> {
+    let prefix = random_name("e2e-share");
+    let policy = sharing_policy(&prefix, fair)?;
+    let system = format!("{prefix}-system");
+    let (a, b) = (format!("{prefix}-a"), format!("{prefix}-b"));
+    let tier = format!("{prefix}-bronze");
+    let labels_a: [(&str, &str); 1] = [(E2E_TIER_LABEL, tier.as_str())];
+    let labels_b: [(&str, &str); 2] = [(E2E_TIER_LABEL, tier.as_str()), (WEIGHT_LABEL, "2")];
+    let daemon = start_tiergate(client, cleanup, &policy, &system, &[(&a, &labels_a), (&b, &labels_b)]).await?;
+    let result = drive(client, &policy, &a, &b, &tier).await;
+    daemon.stop().await;
+    result
+}
+
+async fn drive(
+    client: &Client,
+    policy: &TierPolicy,
+    a: &str,
+    b: &str,
+    tier: &str,
+) -> Result<Vec<String>, HarnessError> {
+    let bronze = policy.spec.tier(tier).ok_or("no bronze tier")?;
+    let queue = bronze.local_queue();
+    let class = bronze.gpu_class.clone();
+    wait_for_local_queue(client, a, &queue, CONVERGE).await?;
+    wait_for_local_queue(client, b, &queue, CONVERGE).await?;
+    let mut jobs: Vec<(String, String)> = Vec::new();
+    for index in 0..12 {
+        jobs.push((a.to_owned(), submit(client, a, &format!("a-{index:02}"), &queue, &class).await?));
+    }
+    // A holds all four slots before B submits anything.
+    wait_for("A's first four Jobs admitted", CONVERGE, || async {
+        (admitted(client, &jobs).await.ok()?.len() == SLOTS).then_some(())
+    })
+    .await?;
+    for index in 0..8 {
+        jobs.push((b.to_owned(), submit(client, b, &format!("b-{index:02}"), &queue, &class).await?));
+    }
+    let mut order = Vec::new();
+    let mut finished: Vec<(String, String)> = Vec::new();
+    // Finish the oldest admitted Job, then wait for the one Kueue admits in its place, until 12 admissions later.
+    for _ in 0..12 {
+        let running = admitted(client, &jobs).await?;
+        let oldest = running.first().cloned().ok_or("no admitted Job to finish")?;
+        delete_job(client, &oldest.0, &oldest.1).await?;
+        finished.push(oldest.clone());
+        let before: Vec<(String, String)> = running.into_iter().filter(|job| *job != oldest).collect();
+        let next = wait_for("the next admission", CONVERGE, || async {
+            let now = admitted(client, &jobs).await.ok()?;
+            now.into_iter().find(|job| !before.contains(job) && !finished.contains(job))
+        })
+        .await?;
+        order.push(if next.0 == a { "A".to_owned() } else { "B".to_owned() });
+    }
+    for (namespace, name) in &jobs {
+        delete_job(client, namespace, name).await?;
+    }
+    Ok(order)
+}
+
+/// The Jobs of `jobs` whose Workload Kueue admitted, in the order of the list.
+async fn admitted(client: &Client, jobs: &[(String, String)]) -> Result<Vec<(String, String)>, HarnessError> {
+    let mut found = Vec::new();
+    let workloads_of = |namespace: &str| {
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &tiergate::live::fetch::workload_resource())
+    };
+    let mut namespaces: Vec<&str> = jobs.iter().map(|(namespace, _)| namespace.as_str()).collect();
+    namespaces.dedup();
+    let mut admitted_owners: Vec<(String, String)> = Vec::new();
+    for namespace in namespaces {
+        for workload in workloads_of(namespace).list(&Default::default()).await?.items {
+            let value = serde_json::to_value(&workload)?;
+            if !is_admitted(&value) {
+                continue;
+            }
+            for owner in workload.owner_references().iter().filter(|owner| owner.kind == "Job") {
+                admitted_owners.push((namespace.to_owned(), owner.name.clone()));
+            }
+        }
+    }
+    for job in jobs {
+        if admitted_owners.contains(job) {
+            found.push(job.clone());
+        }
+    }
+    Ok(found)
+}
+
+/// A suspended one-GPU Job in `queue`, confined to the tier's class as sent (the suite is about Kueue's order, so
+/// nothing waits on the gate's mutating half).
+async fn submit(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    queue: &str,
+    class: &str,
+) -> Result<String, HarnessError> {
+    let mut job: Job = one_gpu_job(namespace, name, queue)?;
+    if let Some(spec) = job.spec.as_mut().and_then(|spec| spec.template.spec.as_mut()) {
+        spec.node_selector = Some([(CLASS_LABEL.to_owned(), class.to_owned())].into());
+    }
+    Api::<Job>::namespaced(client.clone(), namespace).create(&PostParams::default(), &job).await?;
+    Ok(name.to_owned())
+}
+
+async fn delete_job(client: &Client, namespace: &str, name: &str) -> Result<(), HarnessError> {
+    let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Background), ..DeleteParams::default() };
+    match Api::<Job>::namespaced(client.clone(), namespace).delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// One tier, bronze, with quota for four one-GPU Jobs, its tenants sharing it fairly (or not), weights from the
+/// namespace label [`WEIGHT_LABEL`].
+fn sharing_policy(prefix: &str, fair: bool) -> Result<TierPolicy, HarnessError> {
+    let name = |part: &str| format!("{prefix}-{part}");
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [{"name": name("l4"), "nodeLabels": {CLASS_LABEL: name("l4")}}],
+            "priorityBuckets": [{"name": name("default"), "minScore": 0, "value": 100}],
+            "scoring": {"enabled": false},
+            "tenantFairSharing": {"usageHalfLife": "1h", "usageSamplingInterval": "1s",
+                "weightLabel": WEIGHT_LABEL},
+            "tiers": [{"name": name("bronze"), "gpuClass": name("l4"), "tenantFairSharing": fair,
+                "quotas": {"nvidia.com/gpu": {"nominal": SLOTS.to_string()}, "cpu": {"nominal": "16"},
+                    "memory": {"nominal": "64Gi"}}}],
+        }
+    }))?)
+}
