@@ -49,6 +49,9 @@ pub enum BlockedReason {
     /// Kueue's Configuration does not map every DRA class's DeviceClass to the class's resource (or cannot be read),
     /// so Kueue does not charge those claims to the tiers' quota.
     KueueDraMappingMissing,
+    /// Kueue's Configuration lacks the `admissionFairSharing` the policy's sharing tiers need (or it differs, or
+    /// cannot be read), so their tenants are ordered first come, first served.
+    KueueFairSharingMissing,
     /// The webhook's serving certificate file is missing or unreadable.
     CertificateMissing,
     /// The webhook's serving certificate has expired.
@@ -66,7 +69,7 @@ pub enum Severity {
 
 impl BlockedReason {
     /// Every reason, in a fixed order (the gauges are registered for each, 0 or 1).
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::LeaseNamespaceMissing,
         Self::LeaseForbidden,
         Self::LeaseConflict,
@@ -81,6 +84,7 @@ impl BlockedReason {
         Self::ReconcileFailing,
         Self::WorkerUnreachable,
         Self::KueueDraMappingMissing,
+        Self::KueueFairSharingMissing,
         Self::CertificateMissing,
         Self::CertificateExpired,
     ];
@@ -102,6 +106,7 @@ impl BlockedReason {
             Self::ReconcileFailing => "reconcile_failing",
             Self::WorkerUnreachable => "worker_unreachable",
             Self::KueueDraMappingMissing => "kueue_dra_mapping_missing",
+            Self::KueueFairSharingMissing => "kueue_fair_sharing_missing",
             Self::CertificateMissing => "certificate_missing",
             Self::CertificateExpired => "certificate_expired",
         }
@@ -126,6 +131,10 @@ impl BlockedReason {
             Self::KueueDraMappingMissing => {
                 "Kueue does not charge the policy's DRA claims to the tiers' quota: its deviceClassMappings lack a DRA \
                  class"
+            }
+            Self::KueueFairSharingMissing => {
+                "a tier shares fairly among its tenants, but Kueue's admissionFairSharing is missing or differs: \
+                 its tenants are ordered first come, first served"
             }
             Self::CertificateMissing => "the webhook cannot serve: its certificate file is missing",
             Self::CertificateExpired => "the webhook's certificate has expired: the API server refuses it",
@@ -179,6 +188,11 @@ impl BlockedReason {
                  (`kubectl -n kueue-system rollout restart deployment/kueue-controller-manager`); a read answered \
                  403 needs get on that ConfigMap (the chart's Role grants it)"
             }
+            Self::KueueFairSharingMissing => {
+                "add the admissionFairSharing block `tiergate render --kueue-config` prints at the top level of key \
+                 controller_manager_config.yaml of ConfigMap kueue-manager-config in Kueue's namespace \
+                 (--kueue-namespace), then restart Kueue; or set the tiers' tenantFairSharing to false"
+            }
             Self::CertificateMissing => {
                 "with cert-manager, check the Certificate (`kubectl describe certificate`); with \
                  --self-managed-certs, read the certificate loop's log lines"
@@ -196,7 +210,8 @@ impl BlockedReason {
             | Self::WorkerUnreachable
             | Self::ReconcileFailing
             | Self::LeaseConflict
-            | Self::KueueDraMappingMissing => Severity::Warn,
+            | Self::KueueDraMappingMissing
+            | Self::KueueFairSharingMissing => Severity::Warn,
             _ => Severity::Error,
         }
     }

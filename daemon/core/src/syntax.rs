@@ -1,5 +1,5 @@
 //! The name and label syntax Kubernetes accepts (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`,
-//! `IsQualifiedName`, `IsValidLabelValue`), as predicates; pure.
+//! `IsQualifiedName`, `IsValidLabelValue`), and Go's duration syntax (Kueue's Configuration), as predicates; pure.
 
 /// What a DNS-1123 label looks like, for error messages.
 pub const DNS_LABEL_RULE: &str =
@@ -77,6 +77,31 @@ pub fn condition_reason(snake: &str) -> String {
         .collect()
 }
 
+/// A Go duration (`time.ParseDuration`: one or more decimal numbers, each with a unit of ns, us, µs, ms, s, m or h,
+/// e.g. `168h`, `1h30m`, `1.5s`) in whole nanoseconds, or `None` when `text` is not one.
+pub fn go_duration_nanos(text: &str) -> Option<u128> {
+    const UNITS: [(&str, f64); 7] =
+        [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9), ("m", 60e9), ("h", 3600e9)];
+    if text == "0" {
+        return Some(0);
+    }
+    let mut rest = text;
+    let mut total = 0.0_f64;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let (unit, scale) =
+            UNITS.iter().filter(|(unit, _)| rest.starts_with(unit)).max_by_key(|(unit, _)| unit.len())?;
+        rest = &rest[unit.len()..];
+        total += number * scale;
+    }
+    total.is_finite().then_some(total as u128)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,5 +139,18 @@ mod tests {
         assert!(is_dns_subdomain("check-capacity.autoscaling.x-k8s.io"));
         assert!(!is_dns_subdomain("a..b"));
         assert!(!is_dns_subdomain("A.b"));
+    }
+
+    #[test]
+    fn go_durations_parse_as_go_parses_them() {
+        assert_eq!(go_duration_nanos("168h"), Some(168 * 3600 * 1_000_000_000));
+        assert_eq!(go_duration_nanos("1h30m"), Some(5400 * 1_000_000_000));
+        assert_eq!(go_duration_nanos("1.5s"), Some(1_500_000_000));
+        assert_eq!(go_duration_nanos("250ms"), Some(250_000_000));
+        assert_eq!(go_duration_nanos("0"), Some(0));
+        assert_eq!(go_duration_nanos("0s"), Some(0));
+        for bad in ["", "7d", "1 h", "h", "5", "-5m", "1.2.3s"] {
+            assert_eq!(go_duration_nanos(bad), None, "{bad}");
+        }
     }
 }

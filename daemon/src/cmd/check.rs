@@ -1,7 +1,8 @@
 //! `tiergate check`: reads a policy and nodepools, prints which pools can host each tier, and exits non-zero
 //! unless every tier matches exactly one pool per GPU class (and placement rule). With `--fleet`, each tier that
 //! dispatches is checked against each of its workers' own nodepools files instead. With `--kubeconfig` and DRA
-//! classes, Kueue's Configuration must also map each class's DeviceClass (`reconcile::monitor::kueue_config`).
+//! classes, Kueue's Configuration must also map each class's DeviceClass, and with tiers sharing among their tenants
+//! hold the `admissionFairSharing` they need (`reconcile::monitor::kueue_config`).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -14,8 +15,12 @@ use crate::inputs::{load_policy, read_file};
 use crate::live::pools::fetch_live_pools;
 use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::kueue_device_class_mappings;
+use crate::plan::tenants::any_tier_shares;
 use crate::policy::TierPolicySpec;
-use crate::reconcile::monitor::kueue_config::{KueueMappingCheck, build_kueue_mapping_check, read_kueue_configuration};
+use crate::reconcile::monitor::kueue_config::{
+    KueueFairSharingCheck, KueueMappingCheck, build_kueue_fair_sharing_check, build_kueue_mapping_check,
+    read_kueue_configuration,
+};
 use crate::validation::validate_policy;
 
 /// Runs `tiergate check`.
@@ -25,9 +30,9 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
         eprintln!("{errors}");
         return Ok(ExitCode::FAILURE);
     }
-    let (live_pools, kueue) = match fetch_live_inputs(&args, &policy.spec)? {
-        Some(live) => (Some(live.pools), live.kueue_check),
-        None => (None, None),
+    let (live_pools, kueue, sharing) = match fetch_live_inputs(&args, &policy.spec)? {
+        Some(live) => (Some(live.pools), live.kueue_check, live.fair_sharing_check),
+        None => (None, None, None),
     };
     let passed = if args.fleet {
         run_fleet(&args, &policy.spec, live_pools)?
@@ -40,7 +45,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     if let Some(kueue) = &kueue {
         print!("{}", kueue.to_text());
     }
-    let passed = passed && kueue.as_ref().is_none_or(KueueMappingCheck::passed);
+    if let Some(sharing) = &sharing {
+        print!("{}", sharing.to_text());
+    }
+    let passed = passed
+        && kueue.as_ref().is_none_or(KueueMappingCheck::passed)
+        && sharing.as_ref().is_none_or(KueueFairSharingCheck::passed);
     Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -50,6 +60,8 @@ struct LiveInputs {
     pools: Vec<NodePool>,
     /// Kueue's `deviceClassMappings` against the policy's DRA classes (`None` without DRA classes).
     kueue_check: Option<KueueMappingCheck>,
+    /// Kueue's `admissionFairSharing` against the policy's sharing tiers (`None` when no tier shares).
+    fair_sharing_check: Option<KueueFairSharingCheck>,
 }
 
 /// Connects once (with `--kubeconfig`) and reads the live pools and, when the policy has DRA classes, Kueue's
@@ -62,15 +74,20 @@ fn fetch_live_inputs(args: &CheckArgs, spec: &TierPolicySpec) -> Result<Option<L
     let (pools, kueue_read) = runtime.block_on(async {
         let (client, _) = connect(&connection).await?;
         let pools = fetch_live_pools(&client).await?;
-        let kueue_read =
-            if needed.is_empty() { None } else { Some(read_kueue_configuration(&client, &args.kueue_namespace).await) };
+        let kueue_read = if needed.is_empty() && !any_tier_shares(spec) {
+            None
+        } else {
+            Some(read_kueue_configuration(&client, &args.kueue_namespace).await)
+        };
         Ok::<_, LiveError>((pools, kueue_read))
     })?;
     if pools.is_empty() {
         return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
     }
+    let fair_sharing_check =
+        kueue_read.as_ref().and_then(|read| build_kueue_fair_sharing_check(&args.kueue_namespace, spec, read));
     let kueue_check = kueue_read.and_then(|read| build_kueue_mapping_check(&args.kueue_namespace, needed, &read));
-    Ok(Some(LiveInputs { pools, kueue_check }))
+    Ok(Some(LiveInputs { pools, kueue_check, fair_sharing_check }))
 }
 
 /// The pools `tiergate check` matches against: those of `--nodepools`, then the `live` ones.

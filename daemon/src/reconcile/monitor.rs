@@ -19,9 +19,10 @@ use crate::blockers::{BlockedReason, Blockers};
 use crate::cache::kinds::KueueKind;
 use crate::cache::{ClusterCache, WatchFailure};
 use crate::plan::dra::{DeviceClassMapping, kueue_device_class_mappings};
+use crate::plan::tenants::{any_tier_shares, kueue_admission_fair_sharing};
 use crate::reconcile::fleet::health::FleetHealth;
 use crate::reconcile::worker::health::WorkerHealth;
-use kueue_config::{build_kueue_mapping_check, read_kueue_configuration};
+use kueue_config::{build_kueue_fair_sharing_check, build_kueue_mapping_check, read_kueue_configuration};
 
 /// How often the monitor looks.
 const PERIOD: Duration = Duration::from_secs(2);
@@ -29,8 +30,8 @@ const PERIOD: Duration = Duration::from_secs(2);
 /// Kueue is restarted, so one GET per replica every 30 s; a policy edit that changes the mappings reads at once.
 const KUEUE_CONFIG_PERIOD: Duration = Duration::from_secs(30);
 
-/// The last read of Kueue's Configuration: when, in which namespace, for which needed mappings.
-pub type KueueLastRead = (tokio::time::Instant, String, Vec<DeviceClassMapping>);
+/// The last read of Kueue's Configuration: when, in which namespace, for which needed mappings and fair-sharing block.
+pub type KueueLastRead = (tokio::time::Instant, String, (Vec<DeviceClassMapping>, Option<String>));
 
 /// What the monitor watches.
 pub struct MonitorInputs {
@@ -92,6 +93,7 @@ pub async fn check_once(inputs: &MonitorInputs) {
     let snapshot = inputs.cache.snapshot.load();
     let served = snapshot.policy.is_some();
     let needed = snapshot.policy.as_ref().map(|policy| kueue_device_class_mappings(&policy.spec)).unwrap_or_default();
+    let sharing = snapshot.policy.as_ref().filter(|policy| any_tier_shares(&policy.spec)).cloned();
     let synced = snapshot.synced;
     drop(snapshot);
     if synced {
@@ -109,14 +111,15 @@ pub async fn check_once(inputs: &MonitorInputs) {
     if let Some(path) = &inputs.certificate {
         check_certificate(blockers, path).await;
     }
-    // Last: this read may wait for the API server. Without a DRA class (or a served policy) Kueue's Configuration
-    // is not tiergate's concern, and nothing is read.
-    let kueue = if needed.is_empty() {
-        None
+    // Last: this read may wait for the API server. Without a DRA class or a tier sharing among its tenants (or a
+    // served policy) Kueue's Configuration is not tiergate's concern, and nothing is read.
+    let (mappings, fair_sharing) = if needed.is_empty() && sharing.is_none() {
+        (None, None)
     } else {
+        let wanted = (needed.clone(), sharing.as_ref().and_then(|policy| kueue_admission_fair_sharing(&policy.spec)));
         let due = match inputs.kueue_last_read.lock() {
             Ok(last) => last.as_ref().is_none_or(|(at, namespace, seen)| {
-                at.elapsed() >= KUEUE_CONFIG_PERIOD || *namespace != inputs.kueue_namespace || *seen != needed
+                at.elapsed() >= KUEUE_CONFIG_PERIOD || *namespace != inputs.kueue_namespace || *seen != wanted
             }),
             Err(_) => true,
         };
@@ -124,14 +127,18 @@ pub async fn check_once(inputs: &MonitorInputs) {
             return;
         }
         let read = read_kueue_configuration(&inputs.client, &inputs.kueue_namespace).await;
-        let detail = build_kueue_mapping_check(&inputs.kueue_namespace, needed.clone(), &read)
+        let mappings =
+            build_kueue_mapping_check(&inputs.kueue_namespace, needed, &read).and_then(|check| check.blocker_detail());
+        let fair_sharing = sharing
+            .and_then(|policy| build_kueue_fair_sharing_check(&inputs.kueue_namespace, &policy.spec, &read))
             .and_then(|check| check.blocker_detail());
         if let Ok(mut last) = inputs.kueue_last_read.lock() {
-            *last = Some((tokio::time::Instant::now(), inputs.kueue_namespace.clone(), needed));
+            *last = Some((tokio::time::Instant::now(), inputs.kueue_namespace.clone(), wanted));
         }
-        detail
+        (mappings, fair_sharing)
     };
-    blockers.update(BlockedReason::KueueDraMappingMissing, kueue);
+    blockers.update(BlockedReason::KueueDraMappingMissing, mappings);
+    blockers.update(BlockedReason::KueueFairSharingMissing, fair_sharing);
 }
 
 /// Reads the serving certificate file and sets or clears `certificate_missing` and `certificate_expired`.

@@ -15,10 +15,11 @@ use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tiergate::blockers::BlockedReason;
 use tiergate::policy::TierPolicy;
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, ensure, is_admitted, one_gpu_job, random_name, run_cluster_test,
-    start_tiergate, wait_for, wait_for_local_queue,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, is_admitted, one_gpu_job,
+    random_name, run_cluster_test, start_tiergate, wait_for, wait_for_local_queue,
 };
 
 /// Kueue objects after the policy is applied, and a Workload admitted after quota frees up.
@@ -77,8 +78,20 @@ async fn run_order(client: &Client, cleanup: &Cleanup, fair: bool) -> Result<Vec
     let tier = format!("{prefix}-bronze");
     let labels_a: [(&str, &str); 1] = [(E2E_TIER_LABEL, tier.as_str())];
     let labels_b: [(&str, &str); 2] = [(E2E_TIER_LABEL, tier.as_str()), (WEIGHT_LABEL, "2")];
-    let daemon = start_tiergate(client, cleanup, &policy, &system, &[(&a, &labels_a), (&b, &labels_b)]).await?;
-    let result = drive(client, &policy, &a, &b, &tier).await;
+    // Fair sharing on: the policy first asks Kueue for another half-life than the plane's Kueue has (1h), which
+    // `tiergate run` reports as the kueue_fair_sharing_missing blocker; the policy then matches and it clears.
+    let mut first = policy.clone();
+    if fair && let Some(sharing) = first.spec.tenant_fair_sharing.as_mut() {
+        sharing.usage_half_life = "2h".to_owned();
+    }
+    let daemon = start_tiergate(client, cleanup, &first, &system, &[(&a, &labels_a), (&b, &labels_b)]).await?;
+    let result = async {
+        if fair {
+            check_kueue_configuration_blocker(client, &daemon, &policy).await?;
+        }
+        drive(client, &policy, &a, &b, &tier).await
+    }
+    .await;
     daemon.stop().await;
     result
 }
@@ -127,6 +140,30 @@ async fn drive(
         delete_job(client, namespace, name).await?;
     }
     Ok(order)
+}
+
+/// The daemon names Kueue's half-life (1h in the plane) against the policy's 2h, then, with the policy matching,
+/// clears the blocker.
+async fn check_kueue_configuration_blocker(
+    client: &Client,
+    daemon: &InProcessDaemon,
+    policy: &TierPolicy,
+) -> Result<(), HarnessError> {
+    let blockers = daemon.blockers();
+    let detail = wait_for("the kueue_fair_sharing_missing blocker", CONVERGE, || async {
+        blockers.active().into_iter().find(|blocker| blocker.reason == BlockedReason::KueueFairSharingMissing)
+    })
+    .await?
+    .detail;
+    ensure(detail.contains("usageHalfLifeTime is \"1h\", the policy says \"2h\""), || {
+        format!("the blocker does not name the half-life: {detail}")
+    })?;
+    println!("tenant_sharing: with the policy asking 2h, tiergate run reported: {detail}");
+    apply_policy(client, policy).await?;
+    wait_for("the blocker to clear once the policy matches Kueue", CONVERGE, || async {
+        (!blockers.is_active(BlockedReason::KueueFairSharingMissing)).then_some(())
+    })
+    .await
 }
 
 /// The Jobs of `jobs` whose Workload Kueue admitted, in the order of the list.

@@ -14,6 +14,7 @@ use tiergate_kueue::{AdmissionScope, FairSharing};
 
 use crate::labels::Labels;
 use crate::policy::{TenantFairSharing, Tier, TierPolicySpec};
+use crate::syntax::go_duration_nanos;
 
 /// Kueue's admission mode for a tier whose tenants share it fairly.
 pub const USAGE_BASED: &str = "UsageBasedAdmissionFairSharing";
@@ -119,6 +120,73 @@ pub fn kueue_admission_fair_sharing(spec: &TierPolicySpec) -> Option<String> {
     Some(text)
 }
 
+/// The `admissionFairSharing` block of a live Kueue Configuration, as Kueue reads it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LiveFairSharing {
+    /// `usageHalfLifeTime`.
+    #[serde(default)]
+    pub usage_half_life_time: String,
+    /// `usageSamplingInterval`.
+    #[serde(default)]
+    pub usage_sampling_interval: String,
+    /// `resourceWeights` (Kueue weighs a resource missing here 1 per unit).
+    #[serde(default)]
+    pub resource_weights: BTreeMap<String, f64>,
+}
+
+/// The `admissionFairSharing` block of Kueue's Configuration document `configuration` (`None`: it has none, and
+/// Kueue orders every queue first come, first served); `Err` with the YAML problem when it is not a Configuration.
+pub fn parse_kueue_admission_fair_sharing(configuration: &str) -> Result<Option<LiveFairSharing>, String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(rename_all = "camelCase")]
+    struct Configuration {
+        #[serde(default)]
+        admission_fair_sharing: Option<LiveFairSharing>,
+    }
+    let parsed: Configuration = serde_saphyr::from_str(configuration).map_err(|error| error.to_string())?;
+    Ok(parsed.admission_fair_sharing)
+}
+
+/// How Kueue's live `admissionFairSharing` (`live`) differs from what the policy's sharing tiers need: one line each
+/// (empty: they share as the policy says, or no tier shares).
+pub fn fair_sharing_differences(spec: &TierPolicySpec, live: Option<&LiveFairSharing>) -> Vec<String> {
+    let sharing_tiers: Vec<&str> =
+        spec.tiers.iter().filter(|tier| tier.tenant_fair_sharing).map(|tier| tier.name.as_str()).collect();
+    if sharing_tiers.is_empty() {
+        return Vec::new();
+    }
+    let Some(live) = live else {
+        return vec![format!(
+            "Kueue's Configuration has no admissionFairSharing, so tiers {} are first come, first served",
+            sharing_tiers.join(", ")
+        )];
+    };
+    let wanted = settings(spec);
+    let mut differences = Vec::new();
+    for (field, have, want) in [
+        ("usageHalfLifeTime", &live.usage_half_life_time, &wanted.usage_half_life),
+        ("usageSamplingInterval", &live.usage_sampling_interval, &wanted.usage_sampling_interval),
+    ] {
+        let same = match (go_duration_nanos(have), go_duration_nanos(want)) {
+            (Some(have), Some(want)) => have == want,
+            _ => have == want,
+        };
+        if !same {
+            differences.push(format!("admissionFairSharing.{field} is {have:?}, the policy says {want:?}"));
+        }
+    }
+    for (resource, want) in resource_weights(spec) {
+        let have = live.resource_weights.get(&resource).copied();
+        if have != Some(want) {
+            let shown = have.map_or_else(|| "unset (Kueue weighs it 1 per unit)".to_owned(), |have| have.to_string());
+            differences
+                .push(format!("admissionFairSharing.resourceWeights[{resource}] is {shown}, the policy says {want}"));
+        }
+    }
+    differences
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +261,34 @@ mod tests {
         assert!(block.contains("    nvidia.com/gpu: 1\n") && block.contains("    cpu: 0.01\n"), "{block}");
         assert!(block.contains("    memory: 0\n"), "unweighed, bytes of memory would outweigh every GPU: {block}");
         assert!(block.contains("    ephemeral-storage: 0\n"), "{block}");
+    }
+
+    #[test]
+    fn kueues_live_block_is_compared_field_by_field() {
+        let mut policy = load_policy(None).unwrap();
+        assert_eq!(fair_sharing_differences(&policy.spec, None), Vec::<String>::new(), "no tier shares: no concern");
+        policy.spec.tiers[2].tenant_fair_sharing = true;
+        let missing = fair_sharing_differences(&policy.spec, None);
+        assert_eq!(
+            missing,
+            ["Kueue's Configuration has no admissionFairSharing, so tiers bronze are first come, first served"]
+        );
+        let printed = kueue_admission_fair_sharing(&policy.spec).unwrap();
+        let live = parse_kueue_admission_fair_sharing(&printed).unwrap().unwrap();
+        assert_eq!(
+            fair_sharing_differences(&policy.spec, Some(&live)),
+            Vec::<String>::new(),
+            "what render prints fits"
+        );
+        let same_time = LiveFairSharing { usage_half_life_time: "10080m".to_owned(), ..live.clone() };
+        assert_eq!(fair_sharing_differences(&policy.spec, Some(&same_time)), Vec::<String>::new(), "168h is 10080m");
+        let mut off = live;
+        off.usage_sampling_interval = "1m".to_owned();
+        off.resource_weights.remove("memory");
+        let differences = fair_sharing_differences(&policy.spec, Some(&off)).join("\n");
+        assert!(differences.contains("usageSamplingInterval is \"1m\", the policy says \"5m\""), "{differences}");
+        assert!(differences.contains("resourceWeights[memory] is unset (Kueue weighs it 1 per unit)"), "{differences}");
+        assert_eq!(parse_kueue_admission_fair_sharing("apiVersion: v1\n").unwrap(), None);
+        assert!(parse_kueue_admission_fair_sharing("admissionFairSharing: [").is_err());
     }
 }

@@ -6,7 +6,7 @@
 //! at once and a zero weight would starve a tenant forever.
 
 use super::Problems;
-use super::names::{QUALIFIED_NAME_RULE, is_qualified_name};
+use super::names::{QUALIFIED_NAME_RULE, go_duration_nanos, is_qualified_name};
 use crate::plan::tenants::is_positive_decimal;
 use crate::policy::TierPolicySpec;
 
@@ -90,31 +90,6 @@ pub(super) fn check_tenant_fair_sharing(spec: &TierPolicySpec, problems: &mut Pr
     }
 }
 
-/// A Go duration (`time.ParseDuration`: one or more decimal numbers, each with a unit of ns, us, µs, ms, s, m or h,
-/// e.g. `168h`, `1h30m`, `1.5s`) in whole nanoseconds, or `None` when `text` is not one.
-pub fn go_duration_nanos(text: &str) -> Option<u128> {
-    const UNITS: [(&str, f64); 7] =
-        [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9), ("m", 60e9), ("h", 3600e9)];
-    if text == "0" {
-        return Some(0);
-    }
-    let mut rest = text;
-    let mut total = 0.0_f64;
-    if rest.is_empty() {
-        return None;
-    }
-    while !rest.is_empty() {
-        let number_end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        let number: f64 = rest[..number_end].parse().ok()?;
-        rest = &rest[number_end..];
-        let (unit, scale) =
-            UNITS.iter().filter(|(unit, _)| rest.starts_with(unit)).max_by_key(|(unit, _)| unit.len())?;
-        rest = &rest[unit.len()..];
-        total += number * scale;
-    }
-    total.is_finite().then_some(total as u128)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,19 +102,6 @@ mod tests {
         let mut problems = Problems::default();
         check_tenant_fair_sharing(&spec, &mut problems);
         problems.0.iter().map(|problem| format!("{}: {} ({})", problem.path, problem.problem, problem.fix)).collect()
-    }
-
-    #[test]
-    fn go_durations_parse_as_go_parses_them() {
-        assert_eq!(go_duration_nanos("168h"), Some(168 * 3600 * 1_000_000_000));
-        assert_eq!(go_duration_nanos("1h30m"), Some(5400 * 1_000_000_000));
-        assert_eq!(go_duration_nanos("1.5s"), Some(1_500_000_000));
-        assert_eq!(go_duration_nanos("250ms"), Some(250_000_000));
-        assert_eq!(go_duration_nanos("0"), Some(0));
-        assert_eq!(go_duration_nanos("0s"), Some(0));
-        for bad in ["", "7d", "1 h", "h", "5", "-5m", "1.2.3s"] {
-            assert_eq!(go_duration_nanos(bad), None, "{bad}");
-        }
     }
 
     #[test]
