@@ -552,8 +552,15 @@ fn degraded_policy() -> TierPolicy {
 
 /// `status` of every tier of `policy` over the ClusterQueues `queues` (no other policy, cohort or pool).
 fn status_of(policy: &TierPolicy, queues: &[KueueClusterQueue]) -> tiergate::answers::StatusAnswer {
-    let inputs =
-        StatusInputs { policy, other_policies: &[], cluster_queues: queues, cohorts: &[], pools: &[], tier: None };
+    let inputs = StatusInputs {
+        policy,
+        other_policies: &[],
+        cluster_queues: queues,
+        cohorts: &[],
+        pools: &[],
+        local_queues: &[],
+        tier: None,
+    };
     build_status_answer(&inputs).unwrap()
 }
 
@@ -626,6 +633,7 @@ fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
         cluster_queues: &queues,
         cohorts: &[],
         pools: &pools,
+        local_queues: &[],
         tier: Some("bronze"),
     };
     let answer = build_status_answer(&inputs).unwrap();
@@ -758,15 +766,19 @@ async fn status_reads_the_policy_and_its_owned_cluster_queues_with_gets_and_list
         _ => not_found(),
     };
     let (fetched, calls) =
-        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("default")).await }).await;
+        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("default"), false).await })
+            .await;
     let fetched = fetched.unwrap();
     assert!(calls.iter().all(|call| call.method == "GET"), "{calls:?}");
     assert_eq!(calls.len(), 3);
     assert_eq!(fetched.cluster_queues[0].status.pending_workloads, Some(3));
     assert!(fetched.other_policies.is_empty());
     let (missing, _) =
-        with_mock_api(not_found_for_all, |client| async move { fetch_status_inputs(&client, Some("default")).await })
-            .await;
+        with_mock_api(
+            not_found_for_all,
+            |client| async move { fetch_status_inputs(&client, Some("default"), false).await },
+        )
+        .await;
     assert!(missing.unwrap_err().to_string().contains("--policy-name"));
 }
 
@@ -791,7 +803,8 @@ async fn status_of_a_policy_no_instance_serves_says_so_and_names_the_one_served(
         _ => not_found(),
     };
     let (fetched, _) =
-        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("fleet")).await }).await;
+        with_mock_api(responder, |client| async move { fetch_status_inputs(&client, Some("fleet"), false).await })
+            .await;
     let fetched = fetched.unwrap();
     let answer = build_status_answer(&StatusInputs {
         policy: &fetched.policy,
@@ -799,6 +812,7 @@ async fn status_of_a_policy_no_instance_serves_says_so_and_names_the_one_served(
         cluster_queues: &fetched.cluster_queues,
         cohorts: &fetched.cohorts,
         pools: &[],
+        local_queues: &[],
         tier: None,
     })
     .unwrap();
@@ -819,7 +833,8 @@ async fn status_without_a_policy_name_reads_the_only_policy_and_a_missing_one_na
         "/apis/kueue.x-k8s.io/v1beta2/clusterqueues" => list("ClusterQueue", vec![]),
         _ => not_found(),
     };
-    let (fetched, _) = with_mock_api(only, |client| async move { fetch_status_inputs(&client, None).await }).await;
+    let (fetched, _) =
+        with_mock_api(only, |client| async move { fetch_status_inputs(&client, None, false).await }).await;
     assert_eq!(fetched.unwrap().policy.metadata.name.as_deref(), Some("spot-mix"));
     let several = |call: &Call| match call.path.as_str() {
         "/apis/tiergate.io/v1alpha1/tierpolicies" => {
@@ -827,7 +842,8 @@ async fn status_without_a_policy_name_reads_the_only_policy_and_a_missing_one_na
         }
         _ => not_found(),
     };
-    let (missing, _) = with_mock_api(several, |client| async move { fetch_status_inputs(&client, None).await }).await;
+    let (missing, _) =
+        with_mock_api(several, |client| async move { fetch_status_inputs(&client, None, false).await }).await;
     let error = missing.unwrap_err().to_string();
     assert!(error.contains("TierPolicy default") && error.contains("fleet, spot-mix"), "{error}");
 }

@@ -232,6 +232,79 @@ pub struct ClusterQueueStatus {
     pub fair_sharing: Option<FairSharingStatus>,
 }
 
+/// A Kueue LocalQueue as `status` reads it: one tenant of a tier.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct KueueLocalQueue {
+    /// Name and namespace.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Its ClusterQueue and fair-sharing weight.
+    #[serde(default)]
+    pub spec: LocalQueueSpecRead,
+    /// Counts, usage and Kueue's record of past usage.
+    #[serde(default)]
+    pub status: LocalQueueStatusRead,
+}
+
+/// `LocalQueue.spec` fields read.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueSpecRead {
+    /// The ClusterQueue it submits to.
+    #[serde(default)]
+    pub cluster_queue: String,
+    /// The tenant's weight in admission fair sharing.
+    #[serde(default)]
+    pub fair_sharing: Option<WeightRead>,
+}
+
+/// A `fairSharing` with a weight.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct WeightRead {
+    /// The weight, as written.
+    #[serde(default)]
+    pub weight: Option<serde_json::Value>,
+}
+
+/// `LocalQueue.status` fields read.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueStatusRead {
+    /// Workloads waiting for quota.
+    #[serde(default)]
+    pub pending_workloads: Option<i64>,
+    /// Admitted workloads.
+    #[serde(default)]
+    pub admitted_workloads: Option<i64>,
+    /// Admitted workloads' usage per flavor.
+    #[serde(default)]
+    pub flavors_usage: Vec<FlavorUsage>,
+    /// Kueue's fair-sharing state of the queue.
+    #[serde(default)]
+    pub fair_sharing: Option<LocalQueueFairSharing>,
+}
+
+/// `LocalQueue.status.fairSharing`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalQueueFairSharing {
+    /// Admission fair sharing's record of the queue's past usage.
+    #[serde(default)]
+    pub admission_fair_sharing_status: Option<AdmissionFairSharingStatus>,
+}
+
+/// The decayed past usage Kueue orders a sharing ClusterQueue's tenants by.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionFairSharingStatus {
+    /// Per resource, as written.
+    #[serde(default)]
+    pub consumed_resources: std::collections::BTreeMap<String, serde_json::Value>,
+    /// When Kueue last updated it.
+    #[serde(default)]
+    pub last_update: Option<String>,
+}
+
 /// A Kueue Cohort as `status` reads it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct KueueCohort {

@@ -340,6 +340,7 @@ mod tests {
             cluster_queues: &queues,
             cohorts: &[],
             pools: &[],
+            local_queues: &[],
             tier: None,
         };
         let answer = crate::answers::build_status_answer(&inputs).unwrap();

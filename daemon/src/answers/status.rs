@@ -1,21 +1,25 @@
 //! The answer to `kubectl tiergate status [--tier T]`: per tier, its ClusterQueue's usage against quota per
 //! flavor, pending and admitted workload counts, borrowing, the nodepool each flavor maps to, and the
 //! TierPolicy's status conditions with the last error; with a cohort tree, what each tier lends, its weighted
-//! share, and one row per cohort ([`super::sharing`]); pure, built from recorded objects.
+//! share, and one row per cohort ([`super::sharing`]); with `--tier`, one row per tenant (its LocalQueue's weight,
+//! workloads, GPUs and, where the tier shares among its tenants, Kueue's decayed usage per weight); pure, built from
+//! recorded objects.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
 use super::kueue::KueueCohort;
-use super::kueue::{KueueClusterQueue, quantity_text};
+use super::kueue::{KueueClusterQueue, KueueLocalQueue, quantity_text};
 use super::sharing::{CohortStatus, amount_text, build_cohort_statuses, lent_by_tier};
 use super::table::render_table;
 use crate::check::{NodePool, pool_rejection};
 use crate::plan::names::cluster_queue_name;
+use crate::plan::tenants::resource_weights;
 use crate::plan::tier_flavors;
-use crate::policy::TierPolicy;
+use crate::policy::{GpuClass, Tier, TierPolicy, TierPolicySpec};
 use crate::reconcile::status::SERVED;
+use crate::validation::quantity::parse_quantity;
 
 /// What `status` is built from.
 #[derive(Debug)]
@@ -30,6 +34,8 @@ pub struct StatusInputs<'a> {
     pub cohorts: &'a [KueueCohort],
     /// Live nodepools (Karpenter NodePools, node groups); empty when they could not be listed.
     pub pools: &'a [NodePool],
+    /// The tiers' LocalQueues (one per tenant namespace; read with `--tier`, else empty).
+    pub local_queues: &'a [KueueLocalQueue],
     /// Only this tier, when given.
     pub tier: Option<&'a str>,
 }
@@ -123,6 +129,30 @@ pub struct TierStatus {
     pub weighted_share: Option<i64>,
     /// Usage against quota per flavor and resource.
     pub flavors: Vec<FlavorStatus>,
+    /// One row per tenant (the tier's LocalQueues), with `--tier`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantStatus>,
+}
+
+/// One tenant of a tier: its namespace's LocalQueue.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantStatus {
+    /// The namespace.
+    pub namespace: String,
+    /// Its fair-sharing weight (`1` when unset).
+    pub weight: String,
+    /// Workloads waiting for quota.
+    pub pending_workloads: i64,
+    /// Admitted workloads.
+    pub admitted_workloads: i64,
+    /// GPUs its admitted workloads use (the tier's classes' resources).
+    pub gpus_in_use: String,
+    /// Kueue's decayed past usage, weighted by resource and divided by the tenant's weight: the lower, the sooner
+    /// its next workload is admitted (absent where the tier does not share among its tenants or Kueue has not
+    /// sampled it yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_per_weight: Option<f64>,
 }
 
 /// One flavor and resource of a tier.
@@ -208,6 +238,7 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
                     .and_then(|status| status.fair_sharing.as_ref())
                     .and_then(|fair| fair.weighted_share),
                 flavors,
+                tenants: build_tenant_rows(&policy.spec, tier, &queue_name, inputs.local_queues),
             }
         })
         .collect();
@@ -228,6 +259,63 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
         tiers,
         cohorts: build_cohort_statuses(&policy.spec, inputs.cluster_queues, inputs.cohorts),
     })
+}
+
+/// The tier's tenants, by namespace: each LocalQueue of `local_queues` submitting to `queue_name`.
+fn build_tenant_rows(
+    spec: &TierPolicySpec,
+    tier: &Tier,
+    queue_name: &str,
+    local_queues: &[KueueLocalQueue],
+) -> Vec<TenantStatus> {
+    let classes: Vec<&GpuClass> = tier.gpu_class_names().filter_map(|name| spec.gpu_class(name)).collect();
+    let weights = resource_weights(spec);
+    let mut rows: Vec<TenantStatus> = local_queues
+        .iter()
+        .filter(|queue| queue.spec.cluster_queue == queue_name)
+        .map(|queue| {
+            let weight = queue
+                .spec
+                .fair_sharing
+                .as_ref()
+                .map(|fair| quantity_text(fair.weight.as_ref()))
+                .filter(|weight| !weight.is_empty())
+                .unwrap_or_else(|| "1".to_owned());
+            let gpus: f64 = queue
+                .status
+                .flavors_usage
+                .iter()
+                .flat_map(|flavor| &flavor.resources)
+                .filter(|resource| classes.iter().any(|class| class.counts_resource(&resource.name)))
+                .filter_map(|resource| parse_quantity(&quantity_text(resource.total.as_ref())))
+                .map(|quantity| quantity.value)
+                .sum();
+            let consumed =
+                queue.status.fair_sharing.as_ref().and_then(|fair| fair.admission_fair_sharing_status.as_ref());
+            let usage_per_weight = consumed.filter(|_| tier.tenant_fair_sharing).map(|consumed| {
+                let usage: f64 = consumed
+                    .consumed_resources
+                    .iter()
+                    .filter_map(|(resource, amount)| {
+                        let value = parse_quantity(&quantity_text(Some(amount)))?.value;
+                        Some(weights.get(resource).copied().unwrap_or(1.0) * value)
+                    })
+                    .sum();
+                let weight = parse_quantity(&weight).map_or(1.0, |weight| weight.value);
+                if weight > 0.0 { usage / weight } else { f64::INFINITY }
+            });
+            TenantStatus {
+                namespace: queue.metadata.namespace.clone().unwrap_or_default(),
+                weight,
+                pending_workloads: queue.status.pending_workloads.unwrap_or_default(),
+                admitted_workloads: queue.status.admitted_workloads.unwrap_or_default(),
+                gpus_in_use: format!("{gpus}"),
+                usage_per_weight,
+            }
+        })
+        .collect();
+    rows.sort_by(|left, right| left.namespace.cmp(&right.namespace));
+    rows
 }
 
 /// Whether a tiergate instance writes `policy`'s status: only the instance serving a policy writes it, and it
@@ -363,6 +451,30 @@ impl StatusAnswer {
             &flavor_rows,
         ));
         out.push('\n');
+        let tenant_rows: Vec<Vec<String>> = self
+            .tiers
+            .iter()
+            .flat_map(|tier| {
+                tier.tenants.iter().map(move |tenant| {
+                    vec![
+                        tier.tier.clone(),
+                        tenant.namespace.clone(),
+                        tenant.weight.clone(),
+                        tenant.pending_workloads.to_string(),
+                        tenant.admitted_workloads.to_string(),
+                        tenant.gpus_in_use.clone(),
+                        tenant.usage_per_weight.map(|usage| format!("{usage:.2}")).unwrap_or_default(),
+                    ]
+                })
+            })
+            .collect();
+        if !tenant_rows.is_empty() {
+            out.push_str(&render_table(
+                &["TIER", "TENANT", "WEIGHT", "PENDING", "ADMITTED", "GPUS", "USAGE/WEIGHT"],
+                &tenant_rows,
+            ));
+            out.push('\n');
+        }
         if !self.cohorts.is_empty() {
             let cohort_rows: Vec<Vec<String>> = self
                 .cohorts
@@ -404,5 +516,60 @@ impl StatusAnswer {
             let _ = writeln!(out, "  last error: {error}");
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local_queue(namespace: &str, weight: Option<&str>, consumed_gpus: &str, in_use: &str) -> KueueLocalQueue {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "tiergate-bronze", "namespace": namespace},
+            "spec": {"clusterQueue": "tiergate-bronze", "fairSharing": weight.map(|weight| serde_json::json!({"weight": weight}))},
+            "status": {"pendingWorkloads": 3, "admittedWorkloads": 1,
+                "flavorsUsage": [{"name": "l4", "resources": [{"name": "nvidia.com/gpu", "total": in_use},
+                    {"name": "memory", "total": "64Gi"}]}],
+                "fairSharing": {"weightedShare": 0, "admissionFairSharingStatus": {
+                    "consumedResources": {"nvidia.com/gpu": consumed_gpus, "memory": "512Gi", "cpu": "100"},
+                    "lastUpdate": "2026-11-27T10:00:00Z"}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_sharing_tier_lists_each_tenant_with_its_weight_gpus_and_usage_per_weight() {
+        let text = include_str!("../../../samples/tenant-sharing/policy.yaml");
+        let policy = crate::inputs::parse_policy(text, "samples/tenant-sharing/policy.yaml").unwrap();
+        let queues = [
+            local_queue("team-b", Some("2"), "8", "1"),
+            local_queue("team-a", None, "8", "2"),
+            KueueLocalQueue {
+                spec: tiergate_kueue::read::LocalQueueSpecRead {
+                    cluster_queue: "tiergate-gold".to_owned(),
+                    ..Default::default()
+                },
+                ..local_queue("ml-prod", None, "0", "0")
+            },
+        ];
+        let inputs = StatusInputs {
+            policy: &policy,
+            other_policies: &[],
+            cluster_queues: &[],
+            cohorts: &[],
+            pools: &[],
+            local_queues: &queues,
+            tier: Some("bronze"),
+        };
+        let answer = build_status_answer(&inputs).unwrap();
+        let tenants = &answer.tiers[0].tenants;
+        assert_eq!(tenants.iter().map(|tenant| tenant.namespace.as_str()).collect::<Vec<_>>(), ["team-a", "team-b"]);
+        // 8 GPUs weigh 8, 100 cores 1, memory nothing: 9 per weight 1, 4.5 per weight 2.
+        assert_eq!(tenants[0].usage_per_weight, Some(9.0));
+        assert_eq!((tenants[1].weight.as_str(), tenants[1].usage_per_weight), ("2", Some(4.5)));
+        assert_eq!((tenants[0].gpus_in_use.as_str(), tenants[0].pending_workloads), ("2", 3), "only GPUs count");
+        let table = answer.to_table();
+        assert!(table.contains("TENANT") && table.contains("USAGE/WEIGHT"), "{table}");
+        assert!(table.contains("team-b") && table.contains("4.50"), "{table}");
     }
 }

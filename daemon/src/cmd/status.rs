@@ -14,7 +14,7 @@ use crate::live::{KubectlConnection, connect, fetch_live_pools, fetch_status_inp
 pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
     let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
     let (client, _) = connect(&connection).await?;
-    let fetched = fetch_status_inputs(&client, args.policy_name.as_deref()).await?;
+    let fetched = fetch_status_inputs(&client, args.policy_name.as_deref(), args.tier.is_some()).await?;
     // Nodepools name where each flavor lands; without the rights to list them, the class labels stand in.
     let pools = match fetch_live_pools(&client).await {
         Ok(pools) => pools,
@@ -29,6 +29,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
         cluster_queues: &fetched.cluster_queues,
         cohorts: &fetched.cohorts,
         pools: &pools,
+        local_queues: &fetched.local_queues,
         tier: args.tier.as_deref(),
     })?;
     print!("{}", render_answer(&answer, args.output, answer.to_table())?);

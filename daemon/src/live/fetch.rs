@@ -13,7 +13,7 @@ use tiergate_workloads::WorkloadAdapter;
 
 use super::LiveError;
 use crate::admission::claims::claim_template_view;
-use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueWorkload};
+use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueLocalQueue, KueueWorkload};
 use crate::answers::provisioning::ProvisioningRequestRead;
 use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
 pub use crate::cache::kinds::{adapter_resource, provisioning_request_resource, workload_resource};
@@ -50,6 +50,8 @@ pub struct StatusFetched {
     pub cluster_queues: Vec<KueueClusterQueue>,
     /// The policy's Cohorts (selected by the ownership labels, like the ClusterQueues).
     pub cohorts: Vec<KueueCohort>,
+    /// The policy's LocalQueues, one per tenant namespace (listed only when asked: `status --tier`).
+    pub local_queues: Vec<KueueLocalQueue>,
 }
 
 /// Gets the workload, its namespace, the TierPolicy, and lists the namespace's LocalQueues and Workloads.
@@ -150,8 +152,13 @@ async fn fetch_claim_templates(
 }
 
 /// Lists the TierPolicies (when allowed), gets the one asked for (`--policy-name`, else the only one, else
-/// `default`) and lists its ClusterQueues (selected by tiergate's ownership labels).
-pub async fn fetch_status_inputs(client: &kube::Client, policy_name: Option<&str>) -> Result<StatusFetched, LiveError> {
+/// `default`) and lists its ClusterQueues (selected by tiergate's ownership labels), and its LocalQueues when
+/// `tenants` (one LIST across namespaces, by the same labels).
+pub async fn fetch_status_inputs(
+    client: &kube::Client,
+    policy_name: Option<&str>,
+    tenants: bool,
+) -> Result<StatusFetched, LiveError> {
     let api = Api::<TierPolicy>::all(client.clone());
     // Listing is optional (the `get`-only role of older charts): without it there is no "only one" and no note
     // naming the served policy.
@@ -187,7 +194,21 @@ pub async fn fetch_status_inputs(client: &kube::Client, policy_name: Option<&str
             cohorts.list(&params).await.map_err(|source| LiveError::List { what: "Cohorts".to_owned(), source })?;
         decode_all(cohorts.items, "Cohort")?
     };
-    Ok(StatusFetched { policy, other_policies, cluster_queues: decode_all(queues.items, "ClusterQueue")?, cohorts })
+    let local_queues = if tenants {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::LocalQueue.api_resource());
+        let list =
+            api.list(&params).await.map_err(|source| LiveError::List { what: "LocalQueues".to_owned(), source })?;
+        decode_all(list.items, "LocalQueue")?
+    } else {
+        Vec::new()
+    };
+    Ok(StatusFetched {
+        policy,
+        other_policies,
+        cluster_queues: decode_all(queues.items, "ClusterQueue")?,
+        cohorts,
+        local_queues,
+    })
 }
 
 fn decode_all<T: DeserializeOwned>(items: Vec<DynamicObject>, kind: &str) -> Result<Vec<T>, LiveError> {

@@ -386,13 +386,14 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
 async fn status_shows(client: &Client, run: &Run, expected: &[(&str, &str, &str)]) -> Result<String, HarnessError> {
     let h100 = run.name("h100");
     wait_for("status to show what each tier borrows and lends", SCHEDULED, || async {
-        let fetched = fetch_status_inputs(client, Some(&run.prefix)).await.ok()?;
+        let fetched = fetch_status_inputs(client, Some(&run.prefix), false).await.ok()?;
         let answer = build_status_answer(&StatusInputs {
             policy: &fetched.policy,
             other_policies: &fetched.other_policies,
             cluster_queues: &fetched.cluster_queues,
             cohorts: &fetched.cohorts,
             pools: &[],
+            local_queues: &[],
             tier: None,
         })
         .ok()?;

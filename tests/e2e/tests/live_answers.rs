@@ -110,13 +110,14 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
 
     // `status --tier bronze` shows the Job's usage in the tier's ClusterQueue.
     let usage = wait_for("the bronze ClusterQueue to report the Job's usage", CONVERGE, || async {
-        let fetched = fetch_status_inputs(&live, Some(&prefix)).await.ok()?;
+        let fetched = fetch_status_inputs(&live, Some(&prefix), false).await.ok()?;
         let inputs = StatusInputs {
             policy: &fetched.policy,
             other_policies: &fetched.other_policies,
             cluster_queues: &fetched.cluster_queues,
             cohorts: &fetched.cohorts,
             pools: &[],
+            local_queues: &[],
             tier: Some(&tier),
         };
         let answer = build_status_answer(&inputs).ok()?;

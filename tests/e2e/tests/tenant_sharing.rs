@@ -15,7 +15,9 @@ use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::json;
+use tiergate::answers::{StatusInputs, build_status_answer};
 use tiergate::blockers::BlockedReason;
+use tiergate::live::fetch_status_inputs;
 use tiergate::policy::TierPolicy;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, is_admitted, one_gpu_job,
@@ -89,7 +91,11 @@ async fn run_order(client: &Client, cleanup: &Cleanup, fair: bool) -> Result<Vec
         if fair {
             check_kueue_configuration_blocker(client, &daemon, &policy).await?;
         }
-        drive(client, &policy, &a, &b, &tier).await
+        let order = drive(client, &policy, &a, &b, &tier).await?;
+        if fair {
+            check_status_lists_the_tenants(client, &prefix, &tier, &a, &b).await?;
+        }
+        Ok(order)
     }
     .await;
     daemon.stop().await;
@@ -140,6 +146,41 @@ async fn drive(
         delete_job(client, namespace, name).await?;
     }
     Ok(order)
+}
+
+/// `kubectl tiergate status --tier bronze` lists both tenants with their weights and Kueue's usage per weight.
+async fn check_status_lists_the_tenants(
+    client: &Client,
+    prefix: &str,
+    tier: &str,
+    a: &str,
+    b: &str,
+) -> Result<(), HarnessError> {
+    let answer = wait_for("status to show both tenants' usage", CONVERGE, || async {
+        let fetched = fetch_status_inputs(client, Some(prefix), true).await.ok()?;
+        let answer = build_status_answer(&StatusInputs {
+            policy: &fetched.policy,
+            other_policies: &[],
+            cluster_queues: &fetched.cluster_queues,
+            cohorts: &[],
+            pools: &[],
+            local_queues: &fetched.local_queues,
+            tier: Some(tier),
+        })
+        .ok()?;
+        let tenants = &answer.tiers.first()?.tenants;
+        let usage = |namespace: &str| tenants.iter().find(|tenant| tenant.namespace == namespace)?.usage_per_weight;
+        (usage(a).is_some() && usage(b).is_some()).then_some(answer)
+    })
+    .await?;
+    let tenants = &answer.tiers[0].tenants;
+    let weight =
+        |namespace: &str| tenants.iter().find(|tenant| tenant.namespace == namespace).map(|t| t.weight.clone());
+    ensure(weight(a).as_deref() == Some("1") && weight(b).as_deref() == Some("2"), || {
+        format!("status shows weights {:?} and {:?}, not 1 and 2", weight(a), weight(b))
+    })?;
+    println!("tenant_sharing: kubectl tiergate status --tier bronze:\n{}", answer.to_table());
+    Ok(())
 }
 
 /// The daemon names Kueue's half-life (1h in the plane) against the policy's 2h, then, with the policy matching,
