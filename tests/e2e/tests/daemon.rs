@@ -50,7 +50,9 @@ async fn get_object(client: &Client, kind: KueueKind, namespace: Option<&str>, n
     api_for(client, kind, namespace).get_opt(name).await.ok().flatten()
 }
 
-/// Every owned object of the policy, with its resourceVersion.
+/// Every owned object of the policy, with what a write of tiergate's would change: its generation, labels,
+/// annotations, owners and body without `status`. Not the resourceVersion: Kueue rewrites every LocalQueue's status
+/// each `admissionFairSharing.usageSamplingInterval` (a second in the throwaway plane), which no tiergate write is.
 async fn owned_versions(client: &Client, policy: &str) -> Result<BTreeMap<String, String>, HarnessError> {
     let mut versions = BTreeMap::new();
     let params = ListParams::default().labels(&build_ownership_selector(policy));
@@ -63,7 +65,13 @@ async fn owned_versions(client: &Client, policy: &str) -> Result<BTreeMap<String
         };
         for object in listed {
             let key = format!("{} {}/{}", kind.name(), object.namespace().unwrap_or_default(), object.name_any());
-            versions.insert(key, object.resource_version().unwrap_or_default());
+            let mut body = object.data.clone();
+            if let Some(map) = body.as_object_mut() {
+                map.remove("status");
+            }
+            let written = serde_json::json!({"generation": object.metadata.generation, "labels": object.metadata.labels,
+                "annotations": object.metadata.annotations, "owners": object.metadata.owner_references, "body": body});
+            versions.insert(key, written.to_string());
         }
     }
     Ok(versions)
@@ -169,7 +177,7 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessE
     let writes = restarted.metric_sum("tiergate_api_writes_total");
     let after = owned_versions(client, &names.policy).await?;
     if writes != 0.0 || before != after {
-        return Err(format!("restart made {writes} writes; resourceVersions before {before:?} after {after:?}").into());
+        return Err(format!("restart made {writes} writes; owned objects before {before:?} after {after:?}").into());
     }
 
     // 5. Deleting the policy prunes everything it owned (owner references -> garbage collector).

@@ -158,8 +158,11 @@ async fn uninstall(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessErro
         })
         .await?;
 
-        // Installed again: the gate comes back, owned by the new registration.
+        // Installed again: the gate comes back, owned by the new registration, at the next reconcile (a real
+        // reinstall starts new replicas, whose first reconcile it is; here the namespace is relabelled again).
         create_registration(&registrations, &registration).await?;
+        let relabel = json!({"metadata": {"labels": {"e2e.tiergate.io/nudge": "2"}}});
+        namespaces.patch(&bronze, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&relabel)).await?;
         wait_until_refused(&tenant, "the gate to refuse again after a reinstall", SETTLE, &probe, &refusal).await?;
         // The TierPolicy deleted while tiergate runs: the daemon prunes the gate (the policy does not own it).
         Api::<TierPolicy>::all(client.clone()).delete(&name, &DeleteParams::background()).await?;

@@ -2,13 +2,15 @@
 //! suites read (`KUBECONFIG`, the worker's kubeconfig, the webhook host) to FILE, and stops it, removing its
 //! directory, on SIGTERM, SIGINT or when its parent exits. Without the binaries it writes `TIERGATE_E2E_SKIP`
 //! with the reason instead and exits 0; without the optional kube-scheduler it starts the rest and writes
-//! `TIERGATE_E2E_SCHEDULER_SKIP` with the reason. Does I/O.
+//! `TIERGATE_E2E_SCHEDULER_SKIP` with the reason; with a real node it writes `TIERGATE_E2E_NODE` (its name),
+//! without one `TIERGATE_E2E_NODE_SKIP` with the reason. Does I/O.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use tiergate_e2e::control_plane::ControlPlane;
 use tiergate_e2e::control_plane::assets::Assets;
+use tiergate_e2e::control_plane::node::{NODE_ENV, NODE_SKIP_ENV};
 use tiergate_e2e::{HarnessError, SCHEDULER_SKIP_ENV, SKIP_ENV, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV};
 
 fn usage() -> HarnessError {
@@ -109,6 +111,17 @@ async fn up(env_file: PathBuf) -> Result<(), HarnessError> {
         Err(reason) => {
             println!("control plane: {reason}");
             env.push(shell_assignment(SCHEDULER_SKIP_ENV, reason));
+        }
+    }
+    match &plane.node {
+        Ok(name) => {
+            let took = plane.node_started_in().map_or(0.0, |took| took.as_secs_f64());
+            println!("control plane: real node {name} Ready in {took:.1} s (pods on it run)");
+            env.push(shell_assignment(NODE_ENV, name));
+        }
+        Err(reason) => {
+            println!("control plane: {reason}");
+            env.push(shell_assignment(NODE_SKIP_ENV, reason));
         }
     }
     write_env(&env_file, &env)?;

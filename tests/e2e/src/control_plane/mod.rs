@@ -4,10 +4,13 @@
 //! manager with its CRDs (and a ProvisioningRequest CRD, so its provisioning admission checks run), its webhooks
 //! registered by URL and the DRA sample policy's `deviceClassMappings`, plus a second API server with its own Kueue
 //! as a fleet's worker. Its own temporary directory, CA, certificates and free ports; only processes it started,
-//! each stopped by PID. Does I/O (processes, files, the API).
+//! each stopped by PID. With every piece of a real node found (kubelet, kube-proxy, containerd, runc, the CNI
+//! plugins, root), it also runs one (`node`), and only then is its API server reachable from pods. Does I/O
+//! (processes, files, the API).
 
 pub mod assets;
 pub mod kueue;
+pub mod node;
 pub mod pki;
 mod process;
 pub mod provisioning;
@@ -29,6 +32,7 @@ use self::kueue::{
     KUEUE_NAMESPACE, MANAGER_CONFIG, WebhookKind, build_manager_config, build_webhook_configurations, framework_name,
     framework_webhook_kind, kueue_own_webhook_kinds,
 };
+use self::node::{NodeBinaries, RealNode};
 use self::pki::{Credentials, build_credentials, build_kubeconfig};
 use self::process::Process;
 use crate::{HARNESS_MANAGER, HarnessError, wait_for, wait_for_crd_established};
@@ -77,8 +81,11 @@ pub struct ControlPlane {
     pub webhook_port: u16,
     /// `binary: version` of each binary, as it reports itself.
     pub versions: Vec<String>,
+    /// The real node's name, when one runs (pods there really run), or why there is none.
+    pub node: Result<String, String>,
     /// How long start-up took.
     pub started_in: Duration,
+    real_node: Option<RealNode>,
     processes: Vec<Process>,
     dir: tempfile::TempDir,
 }
@@ -141,6 +148,16 @@ fn version_of(binary: &Path, flag: &str) -> String {
         }
         Err(error) => format!("unknown ({error})"),
     }
+}
+
+/// Which API server to start.
+struct ApiServerRole<'a> {
+    /// What it is called (its log, directory and kubeconfig are named after it).
+    name: &'a str,
+    /// Where it stores in etcd.
+    prefix: &'a str,
+    /// Whether pods on the real node reach it (through the `kubernetes` Service).
+    reachable_from_pods: bool,
 }
 
 /// An API server the control plane started.
@@ -228,6 +245,13 @@ impl ControlPlane {
             versions.push("kube-scheduler: not found, not started".to_owned());
         }
         versions.push(format!("kueue: {} (version unknown until it starts)", assets.kueue.display()));
+        let node_binaries = node::find_node_binaries();
+        if let Ok(node_binaries) = &node_binaries {
+            for (name, binary) in node_binaries.reported() {
+                let version = tokio::task::spawn_blocking(move || version_of(&binary, "--version")).await?;
+                versions.push(format!("{name}: {version}"));
+            }
+        }
         let etcd_reports_watch_progress = reports_watch_progress(plane_etcd_line(&versions));
         let credentials = build_credentials()?;
         let files = Files::write(dir.path(), &credentials)?;
@@ -241,13 +265,16 @@ impl ControlPlane {
             device_class_mappings,
             webhook_port: free_port()?,
             versions,
+            node: Err("the real node has not started yet".to_owned()),
             started_in: Duration::ZERO,
+            real_node: None,
             processes: Vec::new(),
             dir,
         };
         let etcd = plane.start_etcd(assets).await?;
-        let management =
-            plane.start_apiserver(assets, &files, &credentials, &etcd, "kube-apiserver", "/registry").await?;
+        let reachable_from_pods = node_binaries.is_ok();
+        let role = ApiServerRole { name: "kube-apiserver", prefix: "/registry", reachable_from_pods };
+        let management = plane.start_apiserver(assets, &files, &credentials, &etcd, role).await?;
         plane.kubeconfig = management.kubeconfig.clone();
         plane.start_controller_manager(assets, &files)?;
         // Started now and awaited last: it syncs its caches while the CRDs are installed and Kueue starts.
@@ -263,8 +290,8 @@ impl ControlPlane {
         install_crds(&management.client, &all_crds, &[provisioning_request]).await?;
         plane.start_kueue("kueue", assets, &management.client, &management.kubeconfig, &credentials).await?;
         if etcd_reports_watch_progress {
-            let worker =
-                plane.start_apiserver(assets, &files, &credentials, &etcd, "worker-kube-apiserver", "/worker").await?;
+            let role = ApiServerRole { name: "worker-kube-apiserver", prefix: "/worker", reachable_from_pods: false };
+            let worker = plane.start_apiserver(assets, &files, &credentials, &etcd, role).await?;
             // MultiKueue connects to a worker only when it serves every kind of the manager's enabled integrations,
             // and the worker's own Kueue admits MultiKueue's copies; only then does the manager create the Job there.
             install_crds(&worker.client, &all_crds, &[]).await?;
@@ -276,6 +303,10 @@ impl ControlPlane {
             plane.scheduler = Ok(port);
         }
         plane.wait_for_default_service_account(&management.client).await?;
+        plane.node = match node_binaries {
+            Ok(binaries) => plane.start_node(binaries, &management, &files.ca).await,
+            Err(reason) => Err(reason),
+        };
         plane.started_in = began.elapsed();
         Ok(plane)
     }
@@ -286,14 +317,39 @@ impl ControlPlane {
     }
 
     fn stop_processes(&mut self) {
+        drop(self.real_node.take());
         while let Some(mut process) = self.processes.pop() {
             process.stop();
         }
     }
 
-    /// The PIDs of the processes it started.
+    /// The PIDs of the processes it started (the real node's too).
     pub fn pids(&self) -> Vec<u32> {
-        self.processes.iter().map(Process::id).collect()
+        let node = self.real_node.iter().flat_map(RealNode::pids);
+        self.processes.iter().map(Process::id).chain(node).collect()
+    }
+
+    /// How long the real node took to start, when one runs.
+    pub fn node_started_in(&self) -> Option<Duration> {
+        self.real_node.as_ref().map(|node| node.started_in)
+    }
+
+    /// Starts the real node against the management API server: its name, or why it failed (the plane goes on
+    /// without it; the node has undone what it set up).
+    async fn start_node(
+        &mut self,
+        binaries: NodeBinaries,
+        management: &ApiServer,
+        ca_file: &Path,
+    ) -> Result<String, String> {
+        let kubeconfig = std::fs::read_to_string(&management.kubeconfig).map_err(|error| error.to_string())?;
+        match RealNode::start(binaries, self.dir.path(), &kubeconfig, ca_file, &management.client).await {
+            Ok(real_node) => {
+                self.real_node = Some(real_node);
+                Ok(node::NODE_NAME.to_owned())
+            }
+            Err(error) => Err(format!("the throwaway control plane's real node failed to start: {error}")),
+        }
     }
 
     /// Its temporary directory.
@@ -350,22 +406,30 @@ impl ControlPlane {
         Ok(client_url)
     }
 
-    /// A kube-apiserver storing under `prefix` in etcd, once `/readyz` answers.
+    /// A kube-apiserver as `role` says, once `/readyz` answers. One reachable from pods (a real node runs) listens
+    /// on every address and advertises the CNI bridge's gateway (its `kubernetes` Service's endpoint, kept by the
+    /// lease reconciler), and reaches the kubelet by its `localhost` node name; otherwise it stays on loopback with no
+    /// endpoint.
     async fn start_apiserver(
         &mut self,
         assets: &Assets,
         files: &Files,
         credentials: &Credentials,
         etcd: &str,
-        name: &str,
-        prefix: &str,
+        role: ApiServerRole<'_>,
     ) -> Result<ApiServer, HarnessError> {
+        let ApiServerRole { name, prefix, reachable_from_pods } = role;
         let port = free_port()?;
-        let args = vec![
+        let (bind_address, advertise_address, endpoint_reconciler) = if reachable_from_pods {
+            ("0.0.0.0", node::BRIDGE_GATEWAY, "lease")
+        } else {
+            ("127.0.0.1", "127.0.0.1", "none")
+        };
+        let mut args = vec![
             arg("etcd-servers", etcd),
             arg("etcd-prefix", prefix),
-            arg("bind-address", "127.0.0.1"),
-            arg("advertise-address", "127.0.0.1"),
+            arg("bind-address", bind_address),
+            arg("advertise-address", advertise_address),
             arg("secure-port", port),
             arg("cert-dir", self.dir.path().join(name).display()),
             arg("tls-cert-file", files.serving_cert.display()),
@@ -377,8 +441,11 @@ impl ControlPlane {
             arg("service-cluster-ip-range", "10.0.0.0/24"),
             arg("authorization-mode", "RBAC"),
             arg("allow-privileged", true),
-            arg("endpoint-reconciler-type", "none"),
+            arg("endpoint-reconciler-type", endpoint_reconciler),
         ];
+        if reachable_from_pods {
+            args.push(arg("kubelet-preferred-address-types", "Hostname"));
+        }
         self.spawn(name, &assets.kube_apiserver, &args, &[])?;
         let url = format!("https://127.0.0.1:{port}");
         let (text, client) = admin_client(&url, credentials).await?;

@@ -15,6 +15,10 @@ const LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 /// Names every loopback serving certificate carries.
 pub const LOOPBACK_NAMES: [&str; 3] = ["127.0.0.1", "localhost", "::1"];
 
+/// Addresses the serving certificate also carries for pods on the optional real node: the CNI bridge's gateway
+/// (where the API server is advertised then) and the `kubernetes` Service's ClusterIP.
+pub const POD_FACING_ADDRESSES: [&str; 2] = ["10.244.0.1", "10.0.0.1"];
+
 /// A PEM certificate with its PEM key.
 #[derive(Clone, Debug)]
 pub struct Pem {
@@ -48,7 +52,8 @@ fn now() -> Result<i64, HarnessError> {
 pub fn build_credentials() -> Result<Credentials, HarnessError> {
     let now = now()?;
     let (ca_cert, ca_key) = tiergate::certs::build_ca(now, LIFETIME)?;
-    let names: Vec<String> = LOOPBACK_NAMES.iter().map(|name| (*name).to_owned()).collect();
+    let names: Vec<String> =
+        LOOPBACK_NAMES.iter().chain(&POD_FACING_ADDRESSES).map(|name| (*name).to_owned()).collect();
     let (serving_cert, serving_key) =
         tiergate::certs::build_serving_certificate(&ca_cert, &ca_key, &names, now, LIFETIME)?;
     let admin = build_client_certificate(&ca_cert, &ca_key, "tiergate-e2e-admin", Some("system:masters"))?;

@@ -1,0 +1,936 @@
+//! An optional real node for the throwaway control plane: containerd with its own sockets and directories, a CNI
+//! bridge of its own, busybox images built here as OCI archives (no registry), a kubelet registering as `localhost`
+//! and kube-proxy in iptables mode, so a suite's pods really run. Started only when every piece is found (and this
+//! process is root); otherwise the reason is kept. Every exit path stops what it started and undoes what it set up
+//! (processes, containers, mounts, the bridge, kube-proxy's rules, the kubelet's cgroups). Does I/O.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::assets::find_in_environment;
+use super::process::Process;
+use super::{START_TIMEOUT, arg, free_port, write};
+use crate::{HarnessError, wait_for};
+
+/// Set in the env file when the plane runs a real node: its name.
+pub const NODE_ENV: &str = "TIERGATE_E2E_NODE";
+/// Set in the env file when the plane runs no real node: why.
+pub const NODE_SKIP_ENV: &str = "TIERGATE_E2E_NODE_SKIP";
+/// When set (non-empty), the plane starts no node even when every piece is found.
+pub const NO_NODE_ENV: &str = "TIERGATE_E2E_NO_NODE";
+/// The node's name: the kubelet registers as `localhost`, which the API server resolves to reach it (a loopback
+/// `--node-ip` is refused, so the API server prefers the `Hostname` address).
+pub const NODE_NAME: &str = "localhost";
+/// The label (value `true`) the real node carries, for a pod's node selector.
+pub const REAL_NODE_LABEL: &str = "tiergate-e2e/real-node";
+/// The taint (`NoSchedule`, value `true`) that keeps every other suite's pods off the real node: a pod meant to run
+/// there tolerates it.
+pub const REAL_NODE_TAINT: &str = "tiergate-e2e/real-node";
+/// The fake GPUs the node advertises (an extended resource in its status, no device plugin).
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+/// How many [`GPU_RESOURCE`] the node advertises.
+pub const ADVERTISED_GPUS: &str = "4";
+/// The bridge the pods' network hangs off (created here, deleted at stop).
+pub const BRIDGE: &str = "tg-e2e0";
+/// The bridge's address: the pods' gateway, and the address the API server advertises to them.
+pub const BRIDGE_GATEWAY: &str = "10.244.0.1";
+/// The pods' subnet on the node.
+pub const POD_SUBNET: &str = "10.244.0.0/24";
+/// The API server's `--service-cluster-ip-range`: the only range pods have a route to beyond their own subnet.
+pub const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// The cluster's pod range, as kube-proxy sees it.
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// The `kubernetes` Service's ClusterIP: the first address of the API server's `--service-cluster-ip-range`.
+pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
+/// The busybox image the suites run (imported here, never pulled).
+pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:e2e";
+/// The pod sandbox image (a busybox that sleeps forever; imported here, never pulled).
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:tiergate-e2e";
+/// The CNI network's name (its cached results under `/var/lib/cni` start with it).
+const NETWORK_NAME: &str = "tg-e2e";
+/// Where the Debian package and the upstream release put the CNI plugins.
+const CNI_BIN_DIRS: [&str; 2] = ["/usr/lib/cni", "/opt/cni/bin"];
+const CNI_PLUGINS: [&str; 3] = ["bridge", "host-local", "loopback"];
+/// The busybox applets the images link (`/bin/<applet>` -> `busybox`).
+const BUSYBOX_APPLETS: [&str; 10] = ["sh", "true", "echo", "sleep", "nc", "wget", "cat", "ls", "env", "id"];
+/// The chains the kubelet itself writes (`kube-proxy --cleanup` leaves them): `(table, chain)`.
+const KUBELET_CHAINS: [(&str, &str); 5] = [
+    ("filter", "KUBE-FIREWALL"),
+    ("filter", "KUBE-KUBELET-CANARY"),
+    ("nat", "KUBE-KUBELET-CANARY"),
+    ("mangle", "KUBE-KUBELET-CANARY"),
+    ("mangle", "KUBE-IPTABLES-HINT"),
+];
+/// How long one cleanup command may take before it is abandoned.
+const CLEANUP_COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Every binary the node needs, found.
+#[derive(Clone, Debug)]
+pub struct NodeBinaries {
+    kubelet: PathBuf,
+    kube_proxy: PathBuf,
+    containerd: PathBuf,
+    ctr: PathBuf,
+    runc: PathBuf,
+    ip: PathBuf,
+    /// `iptables`, and `ip6tables` when found (the kubelet writes chains with both).
+    iptables: Vec<PathBuf>,
+    busybox: PathBuf,
+    cni_bin_dir: PathBuf,
+}
+
+impl NodeBinaries {
+    /// The binaries whose `--version` the plane reports: `(name, path)`.
+    pub fn reported(&self) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("kubelet", self.kubelet.clone()),
+            ("kube-proxy", self.kube_proxy.clone()),
+            ("containerd", self.containerd.clone()),
+            ("runc", self.runc.clone()),
+        ]
+    }
+}
+
+/// Every piece the node needs, or why it cannot start (the first piece missing).
+pub fn find_node_binaries() -> Result<NodeBinaries, String> {
+    let prefix = "the throwaway control plane runs no real node, so no pod runs";
+    if std::env::var_os(NO_NODE_ENV).is_some_and(|value| !value.is_empty()) {
+        return Err(format!("{prefix}: {NO_NODE_ENV} is set"));
+    }
+    let find = |binary: &'static str| find_in_environment(binary).map_err(|missing| format!("{prefix}: {missing}"));
+    let binaries = NodeBinaries {
+        kubelet: find("kubelet")?,
+        kube_proxy: find("kube-proxy")?,
+        containerd: find("containerd")?,
+        ctr: find("ctr")?,
+        runc: find("runc")?,
+        ip: find("ip")?,
+        iptables: std::iter::once(find("iptables")?).chain(find_in_environment("ip6tables").ok()).collect(),
+        busybox: find("busybox")?,
+        cni_bin_dir: CNI_BIN_DIRS
+            .iter()
+            .map(PathBuf::from)
+            .find(|dir| CNI_PLUGINS.iter().all(|plugin| dir.join(plugin).is_file()))
+            .ok_or_else(|| {
+                format!("{prefix}: no directory of {CNI_BIN_DIRS:?} holds the CNI plugins {CNI_PLUGINS:?}")
+            })?,
+    };
+    find("containerd-shim-runc-v2")?;
+    if !is_statically_linked(&binaries.busybox) {
+        return Err(format!(
+            "{prefix}: {} is not statically linked (the images need busybox-static's)",
+            binaries.busybox.display()
+        ));
+    }
+    if !runs_as_root() {
+        return Err(format!("{prefix}: containerd, the kubelet and kube-proxy need root, and this process is not"));
+    }
+    if Path::new("/sys/class/net").join(BRIDGE).exists() {
+        return Err(format!("{prefix}: the bridge {BRIDGE} exists already (another plane's node holds it)"));
+    }
+    Ok(binaries)
+}
+
+/// Whether this process runs as root (it owns `/proc/self`).
+fn runs_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|metadata| metadata.uid() == 0)
+}
+
+/// Whether the ELF file at `path` has no program interpreter (no `PT_INTERP` header), so it runs in an empty image.
+fn is_statically_linked(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else { return false };
+    let read_u16 = |at: usize| bytes.get(at..at + 2).map(|slice| u16::from_le_bytes([slice[0], slice[1]]) as usize);
+    let read_u64 = |at: usize| {
+        bytes
+            .get(at..at + 8)
+            .and_then(|slice| slice.try_into().ok())
+            .map(u64::from_le_bytes)
+            .map(|value| value as usize)
+    };
+    // 64-bit little-endian ELF only (the only kind this harness runs on).
+    if bytes.get(..6) != Some(b"\x7fELF\x02\x01".as_slice()) {
+        return false;
+    }
+    let (Some(offset), Some(entry_size), Some(count)) = (read_u64(0x20), read_u16(0x36), read_u16(0x38)) else {
+        return false;
+    };
+    const PT_INTERP: u32 = 3;
+    (0..count).all(|index| {
+        let at = offset + index * entry_size;
+        bytes
+            .get(at..at + 4)
+            .is_some_and(|slice| u32::from_le_bytes([slice[0], slice[1], slice[2], slice[3]]) != PT_INTERP)
+    })
+}
+
+/// A running node. Dropping it stops everything it started and undoes what it set up.
+#[derive(Debug)]
+pub struct RealNode {
+    binaries: NodeBinaries,
+    dir: PathBuf,
+    socket: PathBuf,
+    kubelet_root: PathBuf,
+    processes: Vec<Process>,
+    bridge_created: bool,
+    /// The cgroup directories (`/sys/fs/cgroup/<controller>/kubepods`) that did not exist before the kubelet ran.
+    kubelet_cgroups: Vec<PathBuf>,
+    /// The kubelet's chains that did not exist before it ran: `(iptables binary, table, chain)`.
+    kubelet_chains: Vec<(PathBuf, &'static str, &'static str)>,
+    /// How long start-up took.
+    pub started_in: Duration,
+}
+
+impl RealNode {
+    /// Starts containerd, imports the images, starts the kubelet and kube-proxy (under `plane_dir/node`) against
+    /// the API server of `kubeconfig_text` (an admin's; the kubelet trusts client certificates of `ca_file`), waits until the node is Ready, then lifts its
+    /// not-ready taint, taints and labels it as the real node and advertises [`ADVERTISED_GPUS`] fake GPUs.
+    pub async fn start(
+        binaries: NodeBinaries,
+        plane_dir: &Path,
+        kubeconfig_text: &str,
+        ca_file: &Path,
+        client: &Client,
+    ) -> Result<Self, HarnessError> {
+        let began = Instant::now();
+        let dir = plane_dir.join("node");
+        std::fs::create_dir_all(&dir)?;
+        let kubelet_cgroups = std::fs::read_dir("/sys/fs/cgroup")
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| entry.ok().map(|entry| entry.path().join("kubepods")))
+                    .filter(|path| path.parent().is_some_and(Path::is_dir) && !path.exists())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let kubelet_chains = binaries
+            .iptables
+            .iter()
+            .flat_map(|iptables| KUBELET_CHAINS.iter().map(move |(table, chain)| (iptables.clone(), *table, *chain)))
+            .filter(|(iptables, table, chain)| run(iptables, &["-t", table, "-S", chain]).is_err())
+            .collect();
+        let mut node = Self {
+            socket: dir.join("containerd.sock"),
+            kubelet_root: dir.join("kubelet"),
+            binaries,
+            dir,
+            processes: Vec::new(),
+            bridge_created: false,
+            kubelet_cgroups,
+            kubelet_chains,
+            started_in: Duration::ZERO,
+        };
+        node.create_bridge()?;
+        node.start_containerd().await?;
+        node.import_images().await?;
+        let kubeconfig = write(&node.dir, "node.kubeconfig", kubeconfig_text)?;
+        node.start_kubelet(&kubeconfig, ca_file)?;
+        let kube_proxy_health = node.start_kube_proxy(&kubeconfig)?;
+        node.wait_until_ready(client).await?;
+        node.wait_for_kube_proxy(kube_proxy_health).await?;
+        prepare_node_object(client).await?;
+        node.started_in = began.elapsed();
+        Ok(node)
+    }
+
+    /// The PIDs of the processes it started.
+    pub fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(Process::id).collect()
+    }
+
+    fn spawn(&mut self, name: &str, program: &Path, args: &[String]) -> Result<(), HarnessError> {
+        let log = self.dir.join(format!("{name}.log"));
+        self.processes.push(Process::spawn(name, program, args, &[], log)?);
+        Ok(())
+    }
+
+    fn failure_of(&mut self, name: &str, what: &str) -> HarnessError {
+        let process = self.processes.iter_mut().find(|process| process.name == name);
+        process.map_or_else(|| format!("no {name} was started").into(), |process| process.failure(what))
+    }
+
+    /// The bridge with the gateway address, so the API server's advertised address exists before the first pod.
+    fn create_bridge(&mut self) -> Result<(), HarnessError> {
+        run(&self.binaries.ip, &["link", "add", BRIDGE, "type", "bridge"])?;
+        self.bridge_created = true;
+        run(&self.binaries.ip, &["addr", "add", &format!("{BRIDGE_GATEWAY}/24"), "dev", BRIDGE])?;
+        run(&self.binaries.ip, &["link", "set", BRIDGE, "up"])?;
+        Ok(())
+    }
+
+    /// containerd with its CRI plugin on the node's own socket and directories and the bridge network, once it
+    /// answers `ctr version`.
+    async fn start_containerd(&mut self) -> Result<(), HarnessError> {
+        let cni_conf_dir = self.dir.join("cni-conf");
+        std::fs::create_dir_all(&cni_conf_dir)?;
+        let cni = build_cni_conflist(&self.dir.join("cni-ipam"));
+        write(&cni_conf_dir, "10-tg-e2e.conflist", &cni)?;
+        let config = build_containerd_config(&self.dir, &self.socket, &cni_conf_dir, &self.binaries);
+        let config_file = write(&self.dir, "containerd.toml", &config)?;
+        let containerd = self.binaries.containerd.clone();
+        self.spawn("containerd", &containerd, &[arg("config", config_file.display())])?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if self.socket.exists() && self.ctr(&["version"]).await.is_ok() {
+                return Ok(());
+            }
+            let exited = self.processes.last_mut().and_then(Process::exited).is_some();
+            if exited || Instant::now() > deadline {
+                return Err(self.failure_of("containerd", "answer on its socket"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// `ctr` against the node's containerd in the CRI's namespace.
+    async fn ctr(&self, args: &[&str]) -> Result<String, HarnessError> {
+        let socket = self.socket.display().to_string();
+        let mut all = vec!["--address", socket.as_str(), "--namespace", "k8s.io"];
+        all.extend_from_slice(args);
+        let ctr = self.binaries.ctr.clone();
+        let owned: Vec<String> = all.iter().map(|arg| (*arg).to_owned()).collect();
+        tokio::task::spawn_blocking(move || run(&ctr, &owned)).await?
+    }
+
+    /// Builds the pause and busybox images as one OCI archive and imports it.
+    async fn import_images(&mut self) -> Result<(), HarnessError> {
+        let busybox = std::fs::read(&self.binaries.busybox)?;
+        let archive = build_image_archive(&busybox)?;
+        let file = self.dir.join("images.tar");
+        std::fs::write(&file, archive)?;
+        let path = file.display().to_string();
+        self.ctr(&["images", "import", &path])
+            .await
+            .map_err(|error| format!("failed to import the images: {error}"))?;
+        Ok(())
+    }
+
+    fn start_kubelet(&mut self, kubeconfig: &Path, ca_file: &Path) -> Result<(), HarnessError> {
+        std::fs::create_dir_all(&self.kubelet_root)?;
+        let config =
+            build_kubelet_config(&self.socket, ca_file, &self.dir.join("pod-logs"), free_port()?, free_port()?);
+        let config_file = write(&self.dir, "kubelet.yaml", &config)?;
+        let args = vec![
+            arg("config", config_file.display()),
+            arg("kubeconfig", kubeconfig.display()),
+            arg("hostname-override", NODE_NAME),
+            arg("root-dir", self.kubelet_root.display()),
+            arg("v", 2),
+        ];
+        let kubelet = self.binaries.kubelet.clone();
+        self.spawn("kubelet", &kubelet, &args)
+    }
+
+    /// kube-proxy; returns its health port, which answers 200 once its rules are synced.
+    fn start_kube_proxy(&mut self, kubeconfig: &Path) -> Result<u16, HarnessError> {
+        let healthz_port = free_port()?;
+        let config = build_kube_proxy_config(kubeconfig, healthz_port, free_port()?);
+        let config_file = write(&self.dir, "kube-proxy.yaml", &config)?;
+        let kube_proxy = self.binaries.kube_proxy.clone();
+        self.spawn("kube-proxy", &kube_proxy, &[arg("config", config_file.display())])?;
+        Ok(healthz_port)
+    }
+
+    /// Waits until kube-proxy on `healthz_port` reports its rules synced (no pod reaches a Service before).
+    async fn wait_for_kube_proxy(&mut self, healthz_port: u16) -> Result<(), HarnessError> {
+        let probe = format!("http://127.0.0.1:{healthz_port}/healthz");
+        let http = reqwest::Client::new();
+        let healthy = wait_for("kube-proxy to sync its rules", START_TIMEOUT, || {
+            let (http, probe) = (http.clone(), probe.clone());
+            async move { http.get(&probe).send().await.ok().filter(|response| response.status().is_success()) }
+        })
+        .await;
+        match healthy {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.failure_of("kube-proxy", "sync its rules")),
+        }
+    }
+
+    /// Waits until the kubelet's node is Ready; fails at once when the kubelet, containerd or kube-proxy exits.
+    async fn wait_until_ready(&mut self, client: &Client) -> Result<(), HarnessError> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if nodes.get_opt(NODE_NAME).await.ok().flatten().is_some_and(|node| is_ready(&node)) {
+                return Ok(());
+            }
+            let exited = self.processes.iter_mut().find_map(|process| process.exited().map(|_| process.name.clone()));
+            if let Some(name) = exited {
+                return Err(self.failure_of(&name, "keep running while the node registers"));
+            }
+            if Instant::now() > deadline {
+                return Err(self.failure_of("kubelet", "register a Ready node"));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Stops everything and undoes the set-up, each step whatever the others did.
+    fn stop(&mut self) {
+        // The kubelet first, so it starts no new pod while the rest goes.
+        for name in ["kubelet", "kube-proxy"] {
+            if let Some(process) = self.processes.iter_mut().find(|process| process.name == name) {
+                process.stop();
+            }
+        }
+        let socket = self.socket.display().to_string();
+        let ctr = |args: &[&str]| {
+            let mut all = vec!["--address", socket.as_str(), "--namespace", "k8s.io"];
+            all.extend_from_slice(args);
+            let owned: Vec<String> = all.iter().map(|arg| (*arg).to_owned()).collect();
+            run(&self.binaries.ctr, &owned)
+        };
+        if let Ok(tasks) = ctr(&["tasks", "list", "--quiet"]) {
+            for task in tasks.lines().map(str::trim).filter(|task| !task.is_empty()) {
+                let _ = ctr(&["tasks", "kill", "--signal", "SIGKILL", task]);
+            }
+            for task in tasks.lines().map(str::trim).filter(|task| !task.is_empty()) {
+                let _ = ctr(&["tasks", "delete", "--force", task]);
+            }
+        }
+        for pid in shim_pids(&socket) {
+            let _ = run(Path::new("kill"), &["-KILL".to_owned(), pid.to_string()]);
+        }
+        while let Some(mut process) = self.processes.pop() {
+            process.stop();
+        }
+        let _ = run(&self.binaries.kube_proxy, &["--cleanup".to_owned()]);
+        for (iptables, table, chain) in std::mem::take(&mut self.kubelet_chains) {
+            remove_chain(&iptables, table, chain);
+        }
+        for mount in mounts_under(&self.dir) {
+            let _ = run(Path::new("umount"), &["--lazy".to_owned(), mount]);
+        }
+        if self.bridge_created {
+            let _ = run(&self.binaries.ip, &["link", "delete", BRIDGE]);
+            self.bridge_created = false;
+        }
+        for cgroup in std::mem::take(&mut self.kubelet_cgroups) {
+            remove_cgroup_tree(&cgroup);
+        }
+        if let Ok(entries) = std::fs::read_dir("/var/lib/cni/results") {
+            for entry in entries.flatten() {
+                if entry.file_name().to_string_lossy().starts_with(&format!("{NETWORK_NAME}-")) {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        // The directory (its logs, named in a start-up failure) goes with the plane's, now that nothing is
+        // mounted under it.
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Whether the node's `Ready` condition is `True`.
+fn is_ready(node: &Node) -> bool {
+    let conditions = node.status.as_ref().and_then(|status| status.conditions.as_ref());
+    conditions.into_iter().flatten().any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// Lifts the not-ready taint (no node-lifecycle controller runs), adds the real-node taint and label, and
+/// advertises the fake GPUs in the node's status (as the Kubernetes docs advertise an extended resource).
+async fn prepare_node_object(client: &Client) -> Result<(), HarnessError> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node = nodes.get(NODE_NAME).await?;
+    let mut taints: Vec<serde_json::Value> = node
+        .spec
+        .and_then(|spec| spec.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|taint| taint.key != "node.kubernetes.io/not-ready" && taint.key != REAL_NODE_TAINT)
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?;
+    taints.push(serde_json::json!({"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}));
+    let patch = serde_json::json!({
+        "metadata": {"labels": {REAL_NODE_LABEL: "true"}},
+        "spec": {"taints": taints},
+    });
+    nodes.patch(NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+    let status = serde_json::json!({
+        "status": {
+            "capacity": {GPU_RESOURCE: ADVERTISED_GPUS},
+            "allocatable": {GPU_RESOURCE: ADVERTISED_GPUS},
+        }
+    });
+    nodes.patch_status(NODE_NAME, &PatchParams::default(), &Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+/// Runs `program` with `args`, killed after [`CLEANUP_COMMAND_TIMEOUT`]; its standard output, or an error with
+/// its standard error.
+fn run<S: AsRef<std::ffi::OsStr>>(program: &Path, args: &[S]) -> Result<String, HarnessError> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("failed to run {}: {error}", program.display()))?;
+    let deadline = Instant::now() + CLEANUP_COMMAND_TIMEOUT;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{} did not finish within {CLEANUP_COMMAND_TIMEOUT:?}", program.display()).into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = child.wait_with_output()?;
+    let shown: Vec<String> = args.iter().map(|arg| arg.as_ref().to_string_lossy().into_owned()).collect();
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(format!(
+            "`{} {}` failed ({}): {}",
+            program.display(),
+            shown.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )
+        .into())
+    }
+}
+
+/// Removes `chain` of `table` with the rules jumping to it (one rule per line of `-S`, none with quoted parts).
+fn remove_chain(iptables: &Path, table: &str, chain: &str) {
+    let Ok(rules) = run(iptables, &["-t", table, "-S"]) else { return };
+    let jump = format!("-j {chain}");
+    for rule in rules.lines().filter(|rule| rule.starts_with("-A ") && rule.trim_end().ends_with(&jump)) {
+        let mut args = vec!["-t", table, "-D"];
+        args.extend(rule.split_whitespace().skip(1));
+        let _ = run(iptables, &args);
+    }
+    let _ = run(iptables, &["-t", table, "-F", chain]);
+    let _ = run(iptables, &["-t", table, "-X", chain]);
+}
+
+/// The PIDs of the containerd shims serving the containerd on `socket` (each names it in its command line).
+fn shim_pids(socket: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let args: Vec<&[u8]> = cmdline.split(|byte| *byte == 0).collect();
+            let is_shim = args.first().is_some_and(|program| program.ends_with(b"containerd-shim-runc-v2"));
+            (is_shim && args.contains(&socket.as_bytes())).then_some(pid)
+        })
+        .collect()
+}
+
+/// The mount points at or under `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<String> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| point.replace("\\040", " "))
+        .filter(|point| point == &prefix || point.starts_with(&format!("{prefix}/")))
+        .collect();
+    mounts.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    mounts.dedup();
+    mounts
+}
+
+/// Removes a cgroup directory and its children, deepest first (a cgroup directory is removed with `rmdir`).
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                remove_cgroup_tree(&entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// The CNI network: the node's bridge as the pods' gateway to the Services only, host-local addresses from
+/// [`POD_SUBNET`] kept under `ipam_dir`, no masquerading (pods talk only to the node and to each other).
+fn build_cni_conflist(ipam_dir: &Path) -> String {
+    serde_json::json!({
+        "cniVersion": "0.4.0",
+        "name": NETWORK_NAME,
+        "plugins": [{
+            "type": "bridge",
+            "bridge": BRIDGE,
+            "isGateway": true,
+            "ipMasq": false,
+            "hairpinMode": true,
+            "ipam": {
+                "type": "host-local",
+                "dataDir": ipam_dir.display().to_string(),
+                "ranges": [[{"subnet": POD_SUBNET, "gateway": BRIDGE_GATEWAY}]],
+                // No default route: a pod's packets reach its own subnet and the Services only, never another
+                // address (this machine forwards).
+                "routes": [{"dst": SERVICE_CIDR}],
+            },
+        }, {"type": "loopback"}],
+    })
+    .to_string()
+}
+
+/// containerd's configuration: everything under `dir`, its own socket, the CRI plugin with the pause image, the
+/// CNI network of `cni_conf_dir`, cgroupfs, and `restrict_oom_score_adj` (the sandbox lacks `CAP_SYS_RESOURCE`;
+/// without it runc fails every pod sandbox). Network namespaces are mounted under its state directory too.
+fn build_containerd_config(dir: &Path, socket: &Path, cni_conf_dir: &Path, binaries: &NodeBinaries) -> String {
+    let path = |name: &str| dir.join(name).display().to_string();
+    format!(
+        r#"version = 2
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{PAUSE_IMAGE}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.grpc.v1.cri".cni]
+  bin_dir = "{cni_bin}"
+  conf_dir = "{cni_conf}"
+  max_conf_num = 1
+
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "runc"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  BinaryName = "{runc}"
+"#,
+        root = path("containerd/root"),
+        state = path("containerd/state"),
+        opt = path("containerd/opt"),
+        socket = socket.display(),
+        cni_bin = binaries.cni_bin_dir.display(),
+        cni_conf = cni_conf_dir.display(),
+        runc = binaries.runc.display(),
+    )
+}
+
+/// The kubelet's configuration: cgroupfs on cgroup v1, the node's containerd, its endpoints on loopback ports
+/// `port` and `healthz_port` (anonymous, always allowed: the API server asks it for logs), pod logs in
+/// `pod_logs_dir`, lenient eviction and no image garbage collection (the disks here are big and busy), no DNS.
+fn build_kubelet_config(socket: &Path, ca_file: &Path, pod_logs_dir: &Path, port: u16, healthz_port: u16) -> String {
+    let endpoint = format!("unix://{}", socket.display());
+    serde_json::json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": false,
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": endpoint,
+        "imageServiceEndpoint": endpoint,
+        "address": "127.0.0.1",
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz_port,
+        "authentication": {
+            "anonymous": {"enabled": true},
+            "webhook": {"enabled": false},
+            "x509": {"clientCAFile": ca_file.display().to_string()},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "registerNode": true,
+        "maxPods": 16,
+        "podCIDR": POD_SUBNET,
+        "failSwapOn": false,
+        "resolvConf": "",
+        "podLogsDir": pod_logs_dir.display().to_string(),
+        "evictionHard": {
+            "memory.available": "1Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+    })
+    .to_string()
+}
+
+/// kube-proxy's configuration: iptables mode for [`CLUSTER_CIDR`], its endpoints on loopback ports, and no
+/// change to the machine's conntrack or `route_localnet` settings.
+fn build_kube_proxy_config(kubeconfig: &Path, healthz_port: u16, metrics_port: u16) -> String {
+    serde_json::json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clusterCIDR": CLUSTER_CIDR,
+        "hostnameOverride": NODE_NAME,
+        "clientConnection": {"kubeconfig": kubeconfig.display().to_string()},
+        "healthzBindAddress": format!("127.0.0.1:{healthz_port}"),
+        "metricsBindAddress": format!("127.0.0.1:{metrics_port}"),
+        "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        "iptables": {"localhostNodePorts": false},
+        // NodePorts (if a suite makes any) only on the bridge, never on the machine's own addresses.
+        "nodePortAddresses": [format!("{BRIDGE_GATEWAY}/32")],
+    })
+    .to_string()
+}
+
+/// An OCI image-layout archive (uncompressed layers) holding [`PAUSE_IMAGE`] and [`BUSYBOX_IMAGE`]: one layer
+/// with `busybox` as `/bin/busybox` and its applets linked beside it; the pause image sleeps forever.
+pub fn build_image_archive(busybox: &[u8]) -> Result<Vec<u8>, HarnessError> {
+    let layer = build_busybox_layer(busybox);
+    let layer_digest = sha256_digest(&layer);
+    let mut blobs = vec![(layer_digest.clone(), layer.clone())];
+    let mut manifests = Vec::new();
+    let images = [
+        (PAUSE_IMAGE, serde_json::json!({"Entrypoint": ["/bin/busybox", "sleep", "2147483647"]})),
+        (BUSYBOX_IMAGE, serde_json::json!({"Cmd": ["sh"]})),
+    ];
+    let architecture = oci_architecture();
+    for (name, mut image_config) in images {
+        image_config["Env"] = serde_json::json!(["PATH=/bin"]);
+        let config = serde_json::to_vec(&serde_json::json!({
+            "architecture": architecture,
+            "os": "linux",
+            "config": image_config,
+            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+        }))?;
+        let config_digest = sha256_digest(&config);
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": config_digest,
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": "application/vnd.oci.image.layer.v1.tar",
+                "digest": layer_digest,
+                "size": layer.len(),
+            }],
+        }))?;
+        let manifest_digest = sha256_digest(&manifest);
+        manifests.push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": manifest_digest,
+            "size": manifest.len(),
+            "platform": {"architecture": architecture, "os": "linux"},
+            "annotations": {
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": name.rsplit(':').next().unwrap_or(name),
+            },
+        }));
+        blobs.push((config_digest, config));
+        blobs.push((manifest_digest, manifest));
+    }
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": manifests,
+    }))?;
+    let mut archive = TarWriter::default();
+    archive.file("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644);
+    archive.file("index.json", &index, 0o644);
+    archive.directory("blobs/");
+    archive.directory("blobs/sha256/");
+    let mut written = std::collections::HashSet::new();
+    for (digest, blob) in &blobs {
+        if written.insert(digest.clone()) {
+            archive.file(&format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")), blob, 0o644);
+        }
+    }
+    Ok(archive.finish())
+}
+
+/// The layer: the root directories a container needs, `/bin/busybox` and `/bin/<applet>` links to it.
+fn build_busybox_layer(busybox: &[u8]) -> Vec<u8> {
+    let mut layer = TarWriter::default();
+    for directory in ["bin/", "dev/", "etc/", "proc/", "sys/", "tmp/"] {
+        layer.directory(directory);
+    }
+    layer.file("bin/busybox", busybox, 0o755);
+    for applet in BUSYBOX_APPLETS {
+        layer.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    layer.finish()
+}
+
+/// The OCI name of this machine's architecture.
+fn oci_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+fn sha256_digest(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256:{hex}")
+}
+
+/// A POSIX ustar archive written in memory (short names only: every name here is under 100 bytes).
+#[derive(Debug, Default)]
+struct TarWriter {
+    bytes: Vec<u8>,
+}
+
+impl TarWriter {
+    const BLOCK: usize = 512;
+
+    fn header(&mut self, name: &str, mode: u32, size: usize, type_flag: u8, link: &str) {
+        let mut header = [0_u8; Self::BLOCK];
+        let put = |header: &mut [u8; Self::BLOCK], at: usize, text: &[u8]| {
+            header[at..at + text.len()].copy_from_slice(text);
+        };
+        put(&mut header, 0, name.as_bytes());
+        put(&mut header, 100, format!("{mode:07o}\0").as_bytes());
+        put(&mut header, 108, b"0000000\0");
+        put(&mut header, 116, b"0000000\0");
+        put(&mut header, 124, format!("{size:011o}\0").as_bytes());
+        put(&mut header, 136, b"00000000000\0");
+        put(&mut header, 148, b"        ");
+        header[156] = type_flag;
+        put(&mut header, 157, link.as_bytes());
+        put(&mut header, 257, b"ustar\0");
+        put(&mut header, 263, b"00");
+        let checksum: u32 = header.iter().map(|byte| u32::from(*byte)).sum();
+        put(&mut header, 148, format!("{checksum:06o}\0 ").as_bytes());
+        self.bytes.extend_from_slice(&header);
+    }
+
+    fn file(&mut self, name: &str, contents: &[u8], mode: u32) {
+        self.header(name, mode, contents.len(), b'0', "");
+        self.bytes.extend_from_slice(contents);
+        let padding = (Self::BLOCK - contents.len() % Self::BLOCK) % Self::BLOCK;
+        self.bytes.extend(std::iter::repeat_n(0, padding));
+    }
+
+    fn directory(&mut self, name: &str) {
+        self.header(name, 0o755, 0, b'5', "");
+    }
+
+    fn symlink(&mut self, name: &str, target: &str) {
+        self.header(name, 0o777, 0, b'2', target);
+    }
+
+    /// The archive with its two closing zero blocks.
+    fn finish(mut self) -> Vec<u8> {
+        self.bytes.extend(std::iter::repeat_n(0, 2 * Self::BLOCK));
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(name, type flag, size)` of each entry of a ustar archive, checking every header's checksum.
+    fn entries(archive: &[u8]) -> Vec<(String, u8, usize)> {
+        let mut found = Vec::new();
+        let mut at = 0;
+        while at + 512 <= archive.len() && archive[at] != 0 {
+            let header = &archive[at..at + 512];
+            let text = |range: std::ops::Range<usize>| {
+                String::from_utf8(header[range].iter().copied().take_while(|byte| *byte != 0).collect()).unwrap()
+            };
+            let size = usize::from_str_radix(text(124..135).trim(), 8).unwrap();
+            let stored = u32::from_str_radix(text(148..154).trim(), 8).unwrap();
+            let computed: u32 = header
+                .iter()
+                .enumerate()
+                .map(|(i, byte)| if (148..156).contains(&i) { 32 } else { u32::from(*byte) })
+                .sum();
+            assert_eq!(stored, computed);
+            found.push((text(0..100), header[156], size));
+            at += 512 + size.div_ceil(512) * 512;
+        }
+        found
+    }
+
+    #[test]
+    fn the_image_archive_is_an_oci_layout_whose_blobs_match_their_digests() {
+        let archive = build_image_archive(b"not really busybox").unwrap();
+        let names: Vec<String> = entries(&archive).into_iter().map(|(name, _, _)| name).collect();
+        assert_eq!(&names[..2], ["oci-layout", "index.json"]);
+        // One shared layer, a config and a manifest per image.
+        assert_eq!(names.iter().filter(|name| name.starts_with("blobs/sha256/") && name.len() > 20).count(), 5);
+        let layer = build_busybox_layer(b"not really busybox");
+        let layer_entries = entries(&layer);
+        assert!(layer_entries.contains(&("bin/busybox".to_owned(), b'0', 18)));
+        assert!(layer_entries.contains(&("bin/sh".to_owned(), b'2', 0)));
+        assert!(names.contains(&format!("blobs/sha256/{}", sha256_digest(&layer).trim_start_matches("sha256:"))));
+    }
+
+    #[test]
+    fn the_sha256_digest_is_the_known_one() {
+        assert_eq!(sha256_digest(b"abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn the_configs_name_the_nodes_socket_bridge_and_pause_image() {
+        let binaries = NodeBinaries {
+            kubelet: "/bin/kubelet".into(),
+            kube_proxy: "/bin/kube-proxy".into(),
+            containerd: "/bin/containerd".into(),
+            ctr: "/bin/ctr".into(),
+            runc: "/sbin/runc".into(),
+            ip: "/sbin/ip".into(),
+            iptables: vec!["/sbin/iptables".into()],
+            busybox: "/bin/busybox".into(),
+            cni_bin_dir: "/usr/lib/cni".into(),
+        };
+        let config = build_containerd_config(
+            Path::new("/tmp/n"),
+            Path::new("/tmp/n/containerd.sock"),
+            Path::new("/tmp/n/cni"),
+            &binaries,
+        );
+        assert!(config.contains("restrict_oom_score_adj = true"));
+        assert!(config.contains(r#"address = "/tmp/n/containerd.sock""#));
+        assert!(config.contains(&format!(r#"sandbox_image = "{PAUSE_IMAGE}""#)));
+        let cni: serde_json::Value = serde_json::from_str(&build_cni_conflist(Path::new("/tmp/n/ipam"))).unwrap();
+        assert_eq!(cni["plugins"][0]["bridge"], BRIDGE);
+        assert_eq!(cni["plugins"][0]["ipMasq"], false);
+        let kubelet: serde_json::Value = serde_json::from_str(&build_kubelet_config(
+            Path::new("/tmp/n/containerd.sock"),
+            Path::new("/tmp/ca.crt"),
+            Path::new("/tmp/n/logs"),
+            1,
+            2,
+        ))
+        .unwrap();
+        assert_eq!(kubelet["failCgroupV1"], false);
+        assert_eq!(kubelet["containerRuntimeEndpoint"], "unix:///tmp/n/containerd.sock");
+    }
+
+    #[test]
+    fn a_dynamically_linked_binary_or_a_missing_file_is_not_taken_for_a_static_busybox() {
+        assert!(!is_statically_linked(&std::env::current_exe().unwrap()));
+        assert!(!is_statically_linked(Path::new("/nonexistent")));
+    }
+}
