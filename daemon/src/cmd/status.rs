@@ -15,6 +15,9 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
     let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
     let (client, _) = connect(&connection).await?;
     let fetched = fetch_status_inputs(&client, args.policy_name.as_deref(), args.tier.is_some()).await?;
+    if let Some(note) = &fetched.local_queues_note {
+        eprintln!("note: {note}");
+    }
     // Nodepools name where each flavor lands; without the rights to list them, the class labels stand in.
     let pools = match fetch_live_pools(&client).await {
         Ok(pools) => pools,

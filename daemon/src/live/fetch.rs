@@ -52,6 +52,9 @@ pub struct StatusFetched {
     pub cohorts: Vec<KueueCohort>,
     /// The policy's LocalQueues, one per tenant namespace (listed only when asked: `status --tier`).
     pub local_queues: Vec<KueueLocalQueue>,
+    /// Why the LocalQueues could not be listed (no right to list them across namespaces, say): the tenant rows are
+    /// left out and the rest of the answer stands.
+    pub local_queues_note: Option<String>,
 }
 
 /// Gets the workload, its namespace, the TierPolicy, and lists the namespace's LocalQueues and Workloads.
@@ -194,13 +197,20 @@ pub async fn fetch_status_inputs(
             cohorts.list(&params).await.map_err(|source| LiveError::List { what: "Cohorts".to_owned(), source })?;
         decode_all(cohorts.items, "Cohort")?
     };
-    let local_queues = if tenants {
+    let (local_queues, local_queues_note) = if tenants {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::LocalQueue.api_resource());
-        let list =
-            api.list(&params).await.map_err(|source| LiveError::List { what: "LocalQueues".to_owned(), source })?;
-        decode_all(list.items, "LocalQueue")?
+        match api.list(&params).await {
+            Ok(list) => (decode_all(list.items, "LocalQueue")?, None),
+            Err(error) => (
+                Vec::new(),
+                Some(format!(
+                    "failed to list the policy's LocalQueues across namespaces ({error}), so the tier's tenants are not \
+                     shown; that needs list on localqueues.kueue.x-k8s.io in every namespace"
+                )),
+            ),
+        }
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
     Ok(StatusFetched {
         policy,
@@ -208,6 +218,7 @@ pub async fn fetch_status_inputs(
         cluster_queues: decode_all(queues.items, "ClusterQueue")?,
         cohorts,
         local_queues,
+        local_queues_note,
     })
 }
 
