@@ -652,6 +652,11 @@ impl Work<'_> {
         Some(self.boundary_denial(context, &found, false))
     }
 
+    /// How messages name the object: `Job ml-team-dev/train`.
+    fn subject(&self, context: &TierContext<'_>) -> String {
+        format!("{} {}/{}", self.adapter.kind, context.namespace, object_name(self.before))
+    }
+
     /// A CREATE whose pod or pod template names its node in `spec.nodeName`, under `podsNamingNodes: Deny`:
     /// refused whatever the node, as the in-server gate refuses it (it cannot read the node's labels). Exempt
     /// users and groups and the kubelets' mirror pods pass; an UPDATE is not judged here (a pod's `nodeName` is
@@ -671,14 +676,12 @@ impl Work<'_> {
             Some((template.spec.as_str(), node))
         })?;
         let message = format!(
-            "{} {}/{} names node {node} in {pointer}/nodeName, in tier {} (namespace {}): a pod that names its node \
-             skips the scheduler and the GPU classes' taints, and tiergate refuses it in tiered namespaces whether or \
-             not its webhook answers. Fix: select the node with nodeSelector {HOSTNAME_LABEL}: {node} instead (a GPU \
-             pod is then confined to the tier's classes [{}]), or ask the platform team (spec.admission.\
+            "{} names node {node} in {pointer}/nodeName, in tier {} (namespace {}): a pod that names its node skips \
+             the scheduler and the GPU classes' taints, and tiergate refuses it in tiered namespaces whether or not \
+             its webhook answers. Fix: select the node with nodeSelector {HOSTNAME_LABEL}: {node} instead (a GPU pod \
+             is then confined to the tier's classes [{}]), or ask the platform team (spec.admission.\
              podsNamingNodes: CheckNodeClass, or an admin namespace).",
-            self.adapter.kind,
-            context.namespace,
-            object_name(self.before),
+            self.subject(context),
             context.tier.name,
             context.namespace,
             context.class_names(),
@@ -706,12 +709,10 @@ impl Work<'_> {
                     .is_some_and(|spec| boundary::reach(context.policy, context.snapshot, spec).reaches_gpu())
         })?;
         let message = format!(
-            "{} {}/{}: this UPDATE gives the pod template a route to GPU nodes ({}), but tiergate cannot change the \
+            "{}: this UPDATE gives the pod template a route to GPU nodes ({}), but tiergate cannot change the \
              template of an existing {} to confine it to tier {}'s GPU classes [{}]. Fix: create a new {} with it \
              (tiergate then sets the tier's selector and tolerations).",
-            self.adapter.kind,
-            context.namespace,
-            object_name(self.before),
+            self.subject(context),
             reach.routes.join(", "),
             self.adapter.kind,
             context.tier.name,
@@ -726,11 +727,9 @@ impl Work<'_> {
         let problems: Vec<String> =
             found.iter().map(|violation| format!("{}. Fix: {}", violation.problem, violation.fix)).collect();
         let message = format!(
-            "{} {}/{} is in tier {} (namespace {}), which may use GPU classes [{}]: {}. To allow other classes, list \
-             the namespace, user or group in the TierPolicy's spec.admission (adminNamespaces, adminUsers, adminGroups).",
-            self.adapter.kind,
-            context.namespace,
-            object_name(self.before),
+            "{} is in tier {} (namespace {}), which may use GPU classes [{}]: {}. To allow other classes, list the \
+             namespace, user or group in the TierPolicy's spec.admission (adminNamespaces, adminUsers, adminGroups).",
+            self.subject(context),
             context.tier.name,
             context.namespace,
             context.class_names(),

@@ -8,6 +8,7 @@
 //! its namespace's labels, never a field a tenant writes. docs/configuration.md "Fair sharing among a tier's
 //! tenants".
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tiergate_kueue::{AdmissionScope, FairSharing};
@@ -28,9 +29,10 @@ pub fn admission_scope(tier: &Tier) -> Option<AdmissionScope> {
     tier.tenant_fair_sharing.then(|| AdmissionScope { admission_mode: USAGE_BASED.to_owned() })
 }
 
-/// The settings in force: the policy's, or the defaults.
-pub fn settings(spec: &TierPolicySpec) -> TenantFairSharing {
-    spec.tenant_fair_sharing.clone().unwrap_or_default()
+/// The settings in force: the policy's (borrowed: the LocalQueue of each of 10,000 namespaces reads them), or the
+/// defaults.
+pub fn settings(spec: &TierPolicySpec) -> Cow<'_, TenantFairSharing> {
+    spec.tenant_fair_sharing.as_ref().map_or_else(|| Cow::Owned(TenantFairSharing::default()), Cow::Borrowed)
 }
 
 /// The LocalQueue `fairSharing` of a namespace with `labels` in `tier` (`None` where the tier does not share
@@ -91,7 +93,7 @@ pub fn resource_weights(spec: &TierPolicySpec) -> BTreeMap<String, f64> {
     for bytes in UNWEIGHED_BYTE_RESOURCES {
         weights.insert(bytes.to_owned(), 0.0);
     }
-    weights.extend(settings(spec).resource_weights);
+    weights.extend(settings(spec).resource_weights.iter().map(|(resource, weight)| (resource.clone(), *weight)));
     weights
 }
 
@@ -207,7 +209,7 @@ mod tests {
                 },
                 TenantWeight { namespace_labels: [("org".to_owned(), "ml".to_owned())].into(), weight: "2".to_owned() },
             ],
-            ..settings(&load_policy(None).unwrap().spec)
+            ..settings(&load_policy(None).unwrap().spec).into_owned()
         }
     }
 
