@@ -26,6 +26,9 @@ cargo test --workspace --locked --exclude tiergate-e2e
 # A real node (kubelet, kube-proxy, containerd, runc, the CNI plugins, busybox-static; root) is optional as well:
 # with it the plane exports TIERGATE_E2E_NODE=localhost and the real_node suite runs a GPU Job's pod there;
 # without it the plane exports TIERGATE_E2E_NODE_SKIP saying why (TIERGATE_E2E_NO_NODE=1 turns it off).
+# With the node, the helm_install suite also installs charts/tiergate with the real Helm library (the venv above)
+# from an image it builds around the tiergate binary named in TIERGATE_E2E_IMAGE_BINARY (default: the debug build
+# made here; name target/release/tiergate to measure the release binary).
 # The Python suites below (the chart's RBAC end-to-end test) run against the same control plane.
 e2e_log=$(mktemp)
 control_plane_env=$(mktemp -u)
@@ -55,6 +58,8 @@ if [ -z "${KUBECONFIG:-}" ]; then
   . "$control_plane_env"
   set +a
 fi
+cargo build --locked -q -p tiergate --bin tiergate
+export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$PWD/target/debug/tiergate}"
 cargo test --locked -p tiergate-e2e -- --nocapture 2>&1 | tee "$e2e_log"
 e2e_skipped=$(grep -c '^skipped: ' "$e2e_log" || true)
 echo "e2e: ${KUBECONFIG:+against $KUBECONFIG, }$e2e_skipped test(s) skipped (each says why above)"

@@ -30,6 +30,9 @@ pub struct AdminState {
     pub draining: Arc<AtomicBool>,
     /// What keeps the daemon from its job: listed in `/readyz`'s body; those that stop the webhook make it 503.
     pub blockers: Arc<Blockers>,
+    /// Set once the webhook's listener is bound with its certificate: until then the Service must not send this
+    /// replica an admission request (a self-managed certificate is issued after the caches may have synced).
+    pub webhook_serving: Arc<AtomicBool>,
 }
 
 /// Serves the admin endpoints until `shutdown` is cancelled.
@@ -62,6 +65,8 @@ pub fn unready_reason(state: &AdminState) -> Option<&'static str> {
         Some("draining: shutting down")
     } else if !state.snapshot.load().synced {
         Some("caches not synced yet")
+    } else if !state.webhook_serving.load(Ordering::Relaxed) {
+        Some("the webhook is not serving yet: its certificate is being issued")
     } else if state.blockers.active().iter().any(|blocker| blocker.reason.blocks_readiness()) {
         Some("the webhook cannot serve")
     } else {
@@ -117,6 +122,7 @@ mod tests {
             metrics,
             snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { synced, ..Snapshot::default() })),
             draining: Arc::new(AtomicBool::new(draining)),
+            webhook_serving: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -127,6 +133,17 @@ mod tests {
         let content_type = response.headers().get(header::CONTENT_TYPE).map(|value| value.to_str().unwrap().to_owned());
         let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
         (status, String::from_utf8(body.to_vec()).unwrap(), content_type)
+    }
+
+    #[tokio::test]
+    async fn readyz_waits_for_the_webhook_to_serve_with_its_certificate() {
+        let state = state(true, false);
+        state.webhook_serving.store(false, Ordering::Relaxed);
+        let (status, body, _) = get_path(state.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("not serving yet"), "{body}");
+        state.webhook_serving.store(true, Ordering::Relaxed);
+        assert_eq!(get_path(state, "/readyz").await.0, StatusCode::OK);
     }
 
     #[tokio::test]

@@ -23,8 +23,8 @@ pub use pki::{
     material_from_secret_data, secret_data, serving_dns_names,
 };
 pub use rotation::{
-    CertAction, RotationSettings, StoredCertificates, build_ca_bundle, build_ca_bundle_patch, build_next_material,
-    ca_published, certificate_action,
+    CertAction, ROTATE_CA_ANNOTATION, RotationSettings, StoredCertificates, build_ca_bundle, build_ca_bundle_patch,
+    build_next_material, ca_published, certificate_action,
 };
 
 use crate::cli::RunArgs;

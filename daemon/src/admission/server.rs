@@ -105,10 +105,15 @@ pub async fn serve_webhook(
     state: AdmissionState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    let listener = std::net::TcpListener::bind(config.listen)
-        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
-        .map_err(|source| ServeError::Serve { listen: config.listen, source })?;
+    let listener = bind_webhook_listener(config.listen)?;
     serve_webhook_with(listener, (&config.tls_cert, &config.tls_key), state, config.limits, shutdown).await
+}
+
+/// The webhook's listener on `listen`, bound now (non-blocking, for [`serve_webhook_with`]).
+pub fn bind_webhook_listener(listen: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    std::net::TcpListener::bind(listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|source| ServeError::Serve { listen, source })
 }
 
 /// [`serve_webhook`] on a listener already bound (tests bind port 0 and read the address first), with the

@@ -14,9 +14,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::pki::{certificate_info, material_from_secret_data, secret_data};
 use super::rotation::{
-    CertAction, StoredCertificates, build_ca_bundle_patch, build_next_material, ca_published, certificate_action,
+    CertAction, ROTATE_CA_ANNOTATION, StoredCertificates, build_ca_bundle_patch, build_next_material, ca_published,
+    certificate_action, parse_rotate_ca_before,
 };
 use super::{CertConfig, CertError, FIELD_MANAGER};
+use crate::blockers::{BlockedReason, Blockers};
 use crate::metrics::Metrics;
 
 /// What one reconcile did.
@@ -61,7 +63,8 @@ pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i
         _ => deferred.is_none(),
     };
     let dns_names = config.dns_names();
-    let action = certificate_action(&stored, &dns_names, now, published);
+    let rotate_ca_before = requested_ca_rotation(secret.as_ref(), config);
+    let action = certificate_action(&stored, &dns_names, now, published, rotate_ca_before);
     let material = match (build_next_material(&stored, action, &dns_names, now, &config.rotation)?, stored) {
         (Some(next), _) => {
             save_certificate_secret(&secrets, secret, config, &next).await?;
@@ -105,11 +108,14 @@ pub async fn reconcile_certificates(client: &Client, config: &CertConfig, now: i
 }
 
 /// Keeps the certificate current until `shutdown`: reconciles at once, then every `check_interval`, retrying
-/// failures and conflicts with capped exponential backoff (from 1 s). Sets the certificate expiry metric.
+/// failures and conflicts with capped exponential backoff (from 1 s). Sets the certificate expiry metric. While
+/// the serving certificate file is absent, a failure is the `certificate_missing` blocker, with its reason (the
+/// blocker monitor leaves an absent self-managed file to this loop; it is absent until the first write).
 pub async fn run_certificate_manager(
     client: Client,
     config: CertConfig,
     metrics: Arc<Metrics>,
+    blockers: Arc<Blockers>,
     shutdown: CancellationToken,
 ) {
     let retry = ExponentialBuilder::default()
@@ -140,6 +146,10 @@ pub async fn run_certificate_manager(
             }
             Err(error) => {
                 tracing::warn!(reason = error.reason(), %error, "webhook certificate reconcile failed");
+                if !config.tls_cert.is_file() {
+                    let detail = format!("the self-managed certificate is not issued: {error}");
+                    blockers.set(BlockedReason::CertificateMissing, detail);
+                }
                 backoff.get_or_insert_with(|| retry.build()).next().unwrap_or(config.check_interval)
             }
         };
@@ -182,6 +192,19 @@ pub async fn write_certificate_files(
     write_atomically(key_path, key_pem).await?;
     write_atomically(cert_path, cert_pem).await?;
     Ok(true)
+}
+
+/// The time the Secret's [`ROTATE_CA_ANNOTATION`] names; an unreadable value is reported (naming the fix) and
+/// asks for nothing.
+fn requested_ca_rotation(secret: Option<&Secret>, config: &CertConfig) -> Option<i64> {
+    let value = secret?.metadata.annotations.as_ref()?.get(ROTATE_CA_ANNOTATION)?;
+    match parse_rotate_ca_before(value) {
+        Ok(time) => Some(time),
+        Err(problem) => {
+            tracing::warn!(secret = %config.secret_name, %problem, "CA rotation request ignored");
+            None
+        }
+    }
 }
 
 fn stored_certificates(secret: Option<&Secret>, config: &CertConfig) -> StoredCertificates {
@@ -635,9 +658,37 @@ mod tests {
         }
         drop(client);
         api.await.unwrap();
-        assert_eq!(actions.iter().filter(|action| **action == CertAction::RotateCa).count(), 2, "{actions:?}");
+        assert_eq!(
+            actions.iter().filter(|action| matches!(action, CertAction::RotateCa { .. })).count(),
+            2,
+            "{actions:?}"
+        );
         assert!(actions.contains(&CertAction::ReissueServing { reason: "ca_rotated" }));
         assert!(served_serials.len() > 50, "serving certificates rotate about every 60 days");
+    }
+
+    #[tokio::test]
+    async fn a_first_issue_that_fails_is_the_certificate_missing_blocker_with_its_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let (client, mut handle) = mock_client();
+        let blockers = Blockers::detached();
+        let shutdown = CancellationToken::new();
+        let manager = tokio::spawn(run_certificate_manager(
+            client,
+            config(dir.path()),
+            Arc::new(Metrics::new()),
+            blockers.clone(),
+            shutdown.clone(),
+        ));
+        let (_, send) = expect(&mut handle, Method::GET, SECRET_PATH).await;
+        send.send_response(status(403, "Forbidden"));
+        while !blockers.is_active(BlockedReason::CertificateMissing) {
+            tokio::task::yield_now().await;
+        }
+        let detail = blockers.active().into_iter().map(|blocker| blocker.detail).collect::<Vec<_>>().join("");
+        assert!(detail.starts_with("the self-managed certificate is not issued: "), "{detail}");
+        shutdown.cancel();
+        manager.await.unwrap();
     }
 
     #[tokio::test]
@@ -646,8 +697,14 @@ mod tests {
         let (client, mut handle) = mock_client();
         let metrics = Arc::new(Metrics::new());
         let shutdown = CancellationToken::new();
-        let manager =
-            tokio::spawn(run_certificate_manager(client, config(dir.path()), metrics.clone(), shutdown.clone()));
+        let blockers = Blockers::detached();
+        let manager = tokio::spawn(run_certificate_manager(
+            client,
+            config(dir.path()),
+            metrics.clone(),
+            blockers.clone(),
+            shutdown.clone(),
+        ));
         let (_, send) = expect(&mut handle, Method::GET, SECRET_PATH).await;
         send.send_response(json(StatusCode::OK, &empty_secret()));
         let (_, send) = expect(&mut handle, Method::GET, WEBHOOK_PATH).await;

@@ -61,6 +61,12 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
+    /// Unix time the certificate was issued: tiergate makes them valid [`CLOCK_SKEW_SECONDS`] earlier, for skewed
+    /// clocks.
+    pub fn issued_at(&self) -> i64 {
+        self.not_before.saturating_add(CLOCK_SKEW_SECONDS)
+    }
+
     /// Whether less than a third of the certificate's lifetime is left at `now` (or it is not yet valid).
     pub fn is_due_for_rotation(&self, now: i64) -> bool {
         let lifetime = self.not_after.saturating_sub(self.not_before);

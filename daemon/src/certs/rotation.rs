@@ -51,6 +51,20 @@ pub enum StoredCertificates {
     Present(CertMaterial),
 }
 
+/// The Secret annotation that asks for a CA rotation: an RFC 3339 time; every CA issued before it is rotated once it
+/// has come (`kubectl annotate secret <release>-webhook-tls tiergate.io/rotate-ca-before=$(date -u +%FT%TZ)`).
+pub const ROTATE_CA_ANNOTATION: &str = "tiergate.io/rotate-ca-before";
+
+/// The time [`ROTATE_CA_ANNOTATION`] names, or why it names none (the value and the fix).
+pub fn parse_rotate_ca_before(value: &str) -> Result<i64, String> {
+    value.trim().parse::<k8s_openapi::jiff::Timestamp>().map(|time| time.as_second()).map_err(|error| {
+        format!(
+            "annotation {ROTATE_CA_ANNOTATION}={value:?} is not an RFC 3339 time ({error}); write one such as \
+             2026-11-27T18:00:00Z"
+        )
+    })
+}
+
 /// The change the next reconcile makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CertAction {
@@ -62,7 +76,10 @@ pub enum CertAction {
         reason: &'static str,
     },
     /// A new CA joins the bundle and signs from now on; the serving certificate waits for the bundle to publish.
-    RotateCa,
+    RotateCa {
+        /// `ca_expiring`, or `requested` (the Secret's [`ROTATE_CA_ANNOTATION`] names a later time).
+        reason: &'static str,
+    },
     /// A new serving certificate from the current CA.
     ReissueServing {
         /// `ca_rotated`, `dns_names_changed`, `expiring` or `unreadable`.
@@ -77,20 +94,22 @@ impl CertAction {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Keep => "keep",
-            Self::Create { reason } | Self::ReissueServing { reason } => reason,
-            Self::RotateCa => "ca_expiring",
+            Self::Create { reason } | Self::ReissueServing { reason } | Self::RotateCa { reason } => reason,
             Self::RepairBundle => "bundle_outdated",
         }
     }
 }
 
 /// The change to make to `stored` at `now`; `ca_published` says whether the webhook configuration already trusts
-/// the stored current CA.
+/// the stored current CA; `rotate_ca_before` is the time of the Secret's [`ROTATE_CA_ANNOTATION`], if any: a CA
+/// issued before it is rotated once that time has come (the staged rotation, so no replica ever serves a
+/// certificate the API server cannot verify), and the new CA, issued after it, is kept.
 pub fn certificate_action(
     stored: &StoredCertificates,
     dns_names: &[String],
     now: i64,
     ca_published: bool,
+    rotate_ca_before: Option<i64>,
 ) -> CertAction {
     let material = match stored {
         StoredCertificates::Absent => return CertAction::Create { reason: "absent" },
@@ -102,7 +121,10 @@ pub fn certificate_action(
         _ => return CertAction::Create { reason: "unreadable" },
     };
     if ca.is_due_for_rotation(now) {
-        return CertAction::RotateCa;
+        return CertAction::RotateCa { reason: "ca_expiring" };
+    }
+    if rotate_ca_before.is_some_and(|before| before <= now && ca.issued_at() < before) {
+        return CertAction::RotateCa { reason: "requested" };
     }
     let serving = match certificate_info(&material.tls_cert_pem, "serving certificate") {
         Ok(serving) if key_matches_certificate(&material.tls_cert_pem, &material.tls_key_pem) => serving,
@@ -143,7 +165,7 @@ pub fn build_next_material(
                 build_serving_certificate(&ca_cert_pem, &ca_key_pem, dns_names, now, settings.serving_lifetime)?;
             CertMaterial { ca_bundle_pem: ca_cert_pem.clone(), ca_cert_pem, ca_key_pem, tls_cert_pem, tls_key_pem }
         }
-        (CertAction::RotateCa, Some(old)) => {
+        (CertAction::RotateCa { .. }, Some(old)) => {
             let (ca_cert_pem, ca_key_pem) = build_ca(now, settings.ca_lifetime)?;
             let mut next = CertMaterial {
                 ca_bundle_pem: format!("{}{}", old.ca_cert_pem, old.ca_bundle_pem),
@@ -261,7 +283,7 @@ mod tests {
 
     fn step(material: &CertMaterial, now: i64, published: bool) -> (CertAction, CertMaterial) {
         let stored = StoredCertificates::Present(material.clone());
-        let action = certificate_action(&stored, &names(), now, published);
+        let action = certificate_action(&stored, &names(), now, published, None);
         let next = build_next_material(&stored, action, &names(), now, &settings()).unwrap();
         (action, next.unwrap_or_else(|| material.clone()))
     }
@@ -277,7 +299,7 @@ mod tests {
     #[test]
     fn nothing_stored_creates_a_ca_and_a_serving_certificate_it_signed() {
         assert_eq!(
-            certificate_action(&StoredCertificates::Absent, &names(), NOW, false),
+            certificate_action(&StoredCertificates::Absent, &names(), NOW, false, None),
             CertAction::Create { reason: "absent" }
         );
         let material = created_at(NOW);
@@ -288,13 +310,13 @@ mod tests {
     #[test]
     fn unreadable_secret_is_replaced() {
         assert_eq!(
-            certificate_action(&StoredCertificates::Unreadable, &names(), NOW, true),
+            certificate_action(&StoredCertificates::Unreadable, &names(), NOW, true, None),
             CertAction::Create { reason: "unreadable" }
         );
         let mut material = created_at(NOW);
         material.ca_key_pem = created_at(NOW).ca_key_pem;
         let stored = StoredCertificates::Present(material);
-        assert_eq!(certificate_action(&stored, &names(), NOW, true), CertAction::Create { reason: "unreadable" });
+        assert_eq!(certificate_action(&stored, &names(), NOW, true, None), CertAction::Create { reason: "unreadable" });
     }
 
     #[test]
@@ -325,7 +347,7 @@ mod tests {
         let stored = StoredCertificates::Present(material);
         let renamed = serving_dns_names("webhook", "tiergate-system");
         assert_eq!(
-            certificate_action(&stored, &renamed, NOW, true),
+            certificate_action(&stored, &renamed, NOW, true, None),
             CertAction::ReissueServing { reason: "dns_names_changed" }
         );
     }
@@ -337,7 +359,7 @@ mod tests {
         // Keep the serving certificate fresh so only the CA is due.
         let (_, fresh) = step(&material, late - 10 * DAY, true);
         let (action, rotated) = step(&fresh, late, false);
-        assert_eq!(action, CertAction::RotateCa);
+        assert_eq!(action, CertAction::RotateCa { reason: "ca_expiring" });
         assert_ne!(rotated.ca_cert_pem, fresh.ca_cert_pem);
         assert_eq!(rotated.tls_cert_pem, fresh.tls_cert_pem, "serving certificate kept until the bundle is published");
         assert_eq!(
@@ -361,11 +383,50 @@ mod tests {
         assert_eq!(bundle_certificates(&repaired.ca_bundle_pem), vec![rotated.ca_cert_pem.clone()]);
     }
 
+    /// One reconcile as [`step`], with the Secret's rotation request at `before`.
+    fn step_requested(material: &CertMaterial, now: i64, published: bool, before: i64) -> (CertAction, CertMaterial) {
+        let stored = StoredCertificates::Present(material.clone());
+        let action = certificate_action(&stored, &names(), now, published, Some(before));
+        let next = build_next_material(&stored, action, &names(), now, &settings()).unwrap();
+        (action, next.unwrap_or_else(|| material.clone()))
+    }
+
+    #[test]
+    fn a_requested_ca_rotation_is_staged_like_an_expiring_one_and_happens_once() {
+        let material = created_at(NOW);
+        let before = NOW + 100;
+        // Not before its time.
+        assert_eq!(step_requested(&material, NOW + 50, true, before).0, CertAction::Keep);
+        let (action, rotated) = step_requested(&material, NOW + 100, true, before);
+        assert_eq!(action, CertAction::RotateCa { reason: "requested" });
+        assert_eq!(
+            rotated.tls_cert_pem, material.tls_cert_pem,
+            "serving certificate kept until the bundle is published"
+        );
+        assert_eq!(
+            bundle_certificates(&rotated.ca_bundle_pem),
+            [rotated.ca_cert_pem.clone(), material.ca_cert_pem.clone()]
+        );
+        // The new CA was issued after the requested time: it is kept, and the staged rotation goes on.
+        assert_eq!(step_requested(&rotated, NOW + 160, false, before).0, CertAction::Keep);
+        let (action, reissued) = step_requested(&rotated, NOW + 160, true, before);
+        assert_eq!(action, CertAction::ReissueServing { reason: "ca_rotated" });
+        assert!(is_signed_by(&reissued.tls_cert_pem, &rotated.ca_cert_pem));
+        assert_eq!(step_requested(&reissued, NOW + 220, true, before).0, CertAction::Keep);
+    }
+
+    #[test]
+    fn the_rotation_request_is_an_rfc_3339_time_and_a_bad_one_names_the_fix() {
+        assert_eq!(parse_rotate_ca_before("2026-11-27T18:00:00Z"), Ok(1_795_802_400));
+        let problem = parse_rotate_ca_before("yesterday").unwrap_err();
+        assert!(problem.contains(ROTATE_CA_ANNOTATION) && problem.contains("2026-11-27T18:00:00Z"), "{problem}");
+    }
+
     #[test]
     fn ca_rotation_with_an_expired_serving_certificate_reissues_it_at_once() {
         let material = created_at(NOW);
         let (action, rotated) = step(&material, NOW + 2500 * DAY, false);
-        assert_eq!(action, CertAction::RotateCa);
+        assert_eq!(action, CertAction::RotateCa { reason: "ca_expiring" });
         assert!(is_signed_by(&rotated.tls_cert_pem, &rotated.ca_cert_pem));
     }
 

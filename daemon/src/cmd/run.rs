@@ -12,12 +12,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
 use crate::admin::{AdminState, serve_admin};
-use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
+use crate::admission::server::{AdmissionState, WebhookConfig, bind_webhook_listener, serve_webhook_with};
 use crate::certs::{CertConfig, run_certificate_manager, wait_for_certificate_files};
 use crate::cli::RunArgs;
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
 use crate::policy::TierPolicy;
+use crate::reconcile::monitor::CertificateFile;
 use crate::reconcile::runtime::{ReconcilerOptions, build_identity, start_reconciler};
 use crate::scoring::Scorer;
 
@@ -61,17 +62,19 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
             create_lease_namespace: args.create_lease_namespace,
             mutating_gate: args.mutating_gate,
             policy_choice,
-            certificate: Some(webhook.tls_cert.clone()),
+            certificate: Some(CertificateFile { path: webhook.tls_cert.clone(), issued_here: certificates.is_some() }),
             gate_owner: args.gate_owner.clone(),
         },
         metrics.clone(),
         &shutdown,
     );
+    let webhook_serving = Arc::new(AtomicBool::new(false));
     let admin_state = AdminState {
         metrics: metrics.clone(),
         snapshot: reconciler.snapshot.clone(),
         draining: draining.clone(),
         blockers: reconciler.blockers.clone(),
+        webhook_serving: webhook_serving.clone(),
     };
     let admission_state = AdmissionState {
         snapshot: reconciler.snapshot.clone(),
@@ -83,13 +86,26 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     };
     let mut admin = tokio::spawn(serve_admin(args.admin_listen, admin_state, shutdown.clone()));
     if let Some(certificates) = certificates {
-        tokio::spawn(run_certificate_manager(client.clone(), certificates.clone(), metrics.clone(), shutdown.clone()));
+        tokio::spawn(run_certificate_manager(
+            client.clone(),
+            certificates.clone(),
+            metrics.clone(),
+            reconciler.blockers.clone(),
+            shutdown.clone(),
+        ));
         tracing::info!(cert = %certificates.tls_cert.display(), "waiting for the self-managed serving certificate");
         if !wait_for_certificate_files(&certificates, &shutdown).await {
             return Ok(ExitCode::SUCCESS);
         }
     }
-    let mut webhook = tokio::spawn(serve_webhook(webhook, admission_state, shutdown.clone()));
+    // Ready (for the Service) only from here: with a self-managed certificate the caches may sync before it exists.
+    let listener = bind_webhook_listener(webhook.listen)?;
+    let serving = shutdown.clone();
+    let mut webhook = tokio::spawn(async move {
+        let files = (webhook.tls_cert.as_path(), webhook.tls_key.as_path());
+        serve_webhook_with(listener, files, admission_state, webhook.limits, serving).await
+    });
+    webhook_serving.store(true, Ordering::Relaxed);
 
     let failure: Option<CmdError> = tokio::select! {
         signal = wait_for_signal() => {

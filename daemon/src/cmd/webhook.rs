@@ -21,7 +21,7 @@ use crate::cli::WebhookArgs;
 use crate::inputs::{load_cluster_view, load_policy};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
-use crate::reconcile::monitor::run_certificate_monitor;
+use crate::reconcile::monitor::{CertificateFile, run_certificate_monitor};
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
@@ -81,9 +81,12 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
     };
     let config = WebhookConfig { listen: args.listen, tls_cert, tls_key, limits };
     let blockers = Blockers::new(&metrics);
-    tokio::spawn(run_certificate_monitor(blockers.clone(), config.tls_cert.clone(), shutdown.clone()));
+    let file = CertificateFile { path: config.tls_cert.clone(), issued_here: false };
+    tokio::spawn(run_certificate_monitor(blockers.clone(), file, shutdown.clone()));
     tokio::spawn(run_blocker_log(blockers.clone(), shutdown.clone()));
-    let admin = AdminState { blockers, metrics, snapshot, draining };
+    // The certificate is given (`--tls-cert`): the webhook serves as soon as it starts.
+    let webhook_serving = Arc::new(AtomicBool::new(true));
+    let admin = AdminState { blockers, metrics, snapshot, draining, webhook_serving };
     let webhook = serve_webhook(config, state, shutdown.clone());
     let admin = serve_admin(args.admin_listen, admin, shutdown.clone());
     let (webhook, admin) = tokio::join!(webhook, admin);

@@ -7,7 +7,7 @@
 
 pub mod kueue_config;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,7 +50,7 @@ pub struct MonitorInputs {
     /// Why that name was chosen, when `--policy-name` was not given (said with a missing policy).
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, when this process serves the webhook.
-    pub certificate: Option<PathBuf>,
+    pub certificate: Option<CertificateFile>,
     /// When Kueue's Configuration was last read, in which namespace and for which mappings (`None`: never).
     pub kueue_last_read: std::sync::Mutex<Option<KueueLastRead>>,
 }
@@ -108,8 +108,8 @@ pub async fn check_once(inputs: &MonitorInputs) {
         }
     }
     blockers.update(BlockedReason::WorkerUnreachable, build_worker_blocker(&inputs.fleet.workers()));
-    if let Some(path) = &inputs.certificate {
-        check_certificate(blockers, path).await;
+    if let Some(file) = &inputs.certificate {
+        check_certificate(blockers, file).await;
     }
     // Last: this read may wait for the API server. Without a DRA class or a tier sharing among its tenants (or a
     // served policy) Kueue's Configuration is not tiergate's concern, and nothing is read.
@@ -141,9 +141,25 @@ pub async fn check_once(inputs: &MonitorInputs) {
     blockers.update(BlockedReason::KueueFairSharingMissing, fair_sharing);
 }
 
+/// The webhook's serving certificate file the monitor watches.
+#[derive(Clone, Debug)]
+pub struct CertificateFile {
+    /// Where it is (`--tls-cert`).
+    pub path: PathBuf,
+    /// Whether this process issues it (`--self-managed-certs`). Then an absent file is the certificate manager's to
+    /// report: it is absent until the manager's first write, and while it is, the manager says why issuing failed
+    /// (`certificate_missing`); the monitor reports only what is in the file.
+    pub issued_here: bool,
+}
+
 /// Reads the serving certificate file and sets or clears `certificate_missing` and `certificate_expired`.
-pub async fn check_certificate(blockers: &Blockers, path: &Path) {
-    let pem = tokio::fs::read(path).await.map_err(|error| format!("failed to read {}: {error}", path.display()));
+pub async fn check_certificate(blockers: &Blockers, file: &CertificateFile) {
+    let pem =
+        tokio::fs::read(&file.path).await.map_err(|error| format!("failed to read {}: {error}", file.path.display()));
+    if file.issued_here && pem.is_err() {
+        blockers.clear(BlockedReason::CertificateExpired);
+        return;
+    }
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
     let (missing, expired) = build_certificate_blockers(pem, now);
     blockers.update(BlockedReason::CertificateMissing, missing);
@@ -151,8 +167,8 @@ pub async fn check_certificate(blockers: &Blockers, path: &Path) {
 }
 
 /// Checks only the certificate file every 2 s until `shutdown` (`tiergate webhook`, which has no reconciler).
-pub async fn run_certificate_monitor(blockers: Arc<Blockers>, path: PathBuf, shutdown: CancellationToken) {
-    every_period(&shutdown, || check_certificate(&blockers, &path)).await;
+pub async fn run_certificate_monitor(blockers: Arc<Blockers>, file: CertificateFile, shutdown: CancellationToken) {
+    every_period(&shutdown, || check_certificate(&blockers, &file)).await;
 }
 
 /// The three watch blockers from the failing watches: 404 (`CrdMissing`), 403 (`WatchForbidden`), anything else
@@ -314,21 +330,38 @@ mod tests {
     async fn an_expired_certificate_file_blocks_until_a_valid_one_replaces_it() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tls.crt");
+        let file = CertificateFile { path: path.clone(), issued_here: false };
         let blockers = Blockers::detached();
-        check_certificate(&blockers, &path).await;
+        check_certificate(&blockers, &file).await;
         assert!(blockers.is_active(BlockedReason::CertificateMissing));
         let key = rcgen::KeyPair::generate().unwrap();
         let mut params = rcgen::CertificateParams::new(vec!["tiergate-webhook".to_owned()]).unwrap();
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         params.not_after = rcgen::date_time_ymd(2021, 1, 1);
         std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
-        check_certificate(&blockers, &path).await;
+        check_certificate(&blockers, &file).await;
         assert!(blockers.is_active(BlockedReason::CertificateExpired));
         assert!(!blockers.is_active(BlockedReason::CertificateMissing));
         params.not_after = rcgen::date_time_ymd(2999, 1, 1);
         std::fs::write(&path, params.self_signed(&key).unwrap().pem()).unwrap();
-        check_certificate(&blockers, &path).await;
+        check_certificate(&blockers, &file).await;
         assert!(blockers.active().is_empty(), "{:?}", blockers.active());
+    }
+
+    #[tokio::test]
+    async fn a_self_managed_certificate_not_yet_written_is_the_certificate_managers_to_report() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = CertificateFile { path: dir.path().join("tls.crt"), issued_here: true };
+        let blockers = Blockers::detached();
+        check_certificate(&blockers, &file).await;
+        assert!(blockers.active().is_empty(), "not issued yet is not missing: {:?}", blockers.active());
+        // What the certificate manager set (why issuing failed) stays until the file is there.
+        blockers.set(BlockedReason::CertificateMissing, "the self-managed certificate is not issued: forbidden");
+        check_certificate(&blockers, &file).await;
+        assert!(blockers.is_active(BlockedReason::CertificateMissing));
+        std::fs::write(&file.path, "not a certificate").unwrap();
+        check_certificate(&blockers, &file).await;
+        assert!(blockers.is_active(BlockedReason::CertificateMissing), "an unreadable file is reported");
     }
 
     #[tokio::test]

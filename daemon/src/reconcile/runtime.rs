@@ -2,7 +2,6 @@
 //! and the blocker monitor and log, started together and stopped by one token; used by `tiergate run` and the
 //! end-to-end tests; does I/O.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fleet::{FleetInputs, FleetSettings, SECRET_POLL, build_kubeconfig_connector, run_fleet};
 use super::lease::{LeaseConfig, WriteGate, run_lease};
-use super::monitor::{MonitorInputs, run_blocker_monitor};
+use super::monitor::{CertificateFile, MonitorInputs, run_blocker_monitor};
 use super::{Context, ReconcilerSettings, run_while_leading};
 use crate::blockers::Blockers;
 use crate::blockers::log::run_blocker_log;
@@ -46,7 +45,7 @@ pub struct ReconcilerOptions {
     /// Why `policy_name` was chosen when `--policy-name` was not given (said with a missing policy).
     pub policy_choice: Option<String>,
     /// The webhook's serving certificate file, watched for a missing or expired certificate.
-    pub certificate: Option<PathBuf>,
+    pub certificate: Option<CertificateFile>,
     /// The MutatingWebhookConfiguration that owns the in-server gate (`--gate-owner`).
     pub gate_owner: Option<String>,
 }

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod autoscaler;
 pub mod control_plane;
+pub mod real_node;
 pub mod webhook;
 
 /// Boxed error for harness results.

@@ -9,84 +9,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams, LogParams, PostParams};
+use kube::api::{Api, LogParams, PostParams};
 use serde_json::json;
-use tiergate_e2e::control_plane::node::{
-    BUSYBOX_IMAGE, GPU_RESOURCE, KUBERNETES_SERVICE_IP, NODE_ENV, NODE_SKIP_ENV, REAL_NODE_LABEL, REAL_NODE_TAINT,
-};
-use tiergate_e2e::{
-    Cleanup, HarnessError, SKIP_ENV, create_namespace, ensure, random_name, run_cluster_test, skip, wait_for,
-};
+use tiergate_e2e::control_plane::node::KUBERNETES_SERVICE_IP;
+use tiergate_e2e::real_node::{job_condition_true, job_pods, pod_spec_on_real_node, pod_summary, real_node_or_skip};
+use tiergate_e2e::{Cleanup, HarnessError, create_namespace, ensure, random_name, run_cluster_test, wait_for};
 
 /// How long a pod may take to be scheduled, started and finished on a small, busy machine.
 const RUN_BOUND: Duration = Duration::from_secs(180);
-
-/// The node's name from the control plane's environment, or `None` after printing why the suite is skipped: the
-/// plane's reason for having no node, or for not running at all.
-fn real_node_or_skip(test: &str) -> Option<String> {
-    let set = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
-    if let Some(name) = set(NODE_ENV) {
-        return Some(name);
-    }
-    let reason = set(NODE_SKIP_ENV).or_else(|| set(SKIP_ENV)).unwrap_or_else(|| {
-        format!(
-            "{NODE_ENV} is not set: no real node is known (`bash tests/run.sh` starts one with its throwaway control \
-             plane when kubelet, kube-proxy, containerd, runc and the CNI plugins are found; against another \
-             cluster, name a node labelled and tainted {REAL_NODE_LABEL}=true that advertises {GPU_RESOURCE})"
-        )
-    });
-    skip(test, &reason);
-    None
-}
-
-/// A pod template's spec that runs `script` in busybox on the real node only (its selector and taint).
-fn pod_spec_on_real_node(script: &str, gpus: Option<&str>) -> serde_json::Value {
-    let mut resources = json!({
-        "requests": {"cpu": "100m", "memory": "32Mi"},
-        "limits": {"cpu": "100m", "memory": "32Mi"},
-    });
-    if let Some(gpus) = gpus {
-        resources["requests"][GPU_RESOURCE] = json!(gpus);
-        resources["limits"][GPU_RESOURCE] = json!(gpus);
-    }
-    json!({
-        "restartPolicy": "Never",
-        "nodeSelector": {REAL_NODE_LABEL: "true"},
-        "tolerations": [{"key": REAL_NODE_TAINT, "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
-        "containers": [{
-            "name": "main",
-            "image": BUSYBOX_IMAGE,
-            "command": ["sh", "-c", script],
-            "resources": resources,
-        }],
-    })
-}
-
-fn job_condition_true(job: &Job, type_: &str) -> bool {
-    let conditions = job.status.as_ref().and_then(|status| status.conditions.as_ref());
-    conditions.into_iter().flatten().any(|condition| condition.type_ == type_ && condition.status == "True")
-}
-
-/// Why a pod has not run yet, from its phase and its containers' waiting or terminated reasons.
-fn pod_summary(pod: &Pod) -> String {
-    let status = pod.status.as_ref();
-    let phase = status.and_then(|status| status.phase.clone()).unwrap_or_default();
-    let node = pod.spec.as_ref().and_then(|spec| spec.node_name.clone()).unwrap_or_default();
-    let containers: Vec<String> = status
-        .and_then(|status| status.container_statuses.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|container| format!("{:?}", container.state))
-        .collect();
-    format!("phase {phase:?} on node {node:?}, containers {containers:?}")
-}
-
-/// The pods of Job `job` in `namespace`, each summarized.
-async fn job_pods(client: &Client, namespace: &str, job: &str) -> Vec<(Pod, String)> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"))).await;
-    listed.map(|list| list.items).unwrap_or_default().into_iter().map(|pod| (pod.clone(), pod_summary(&pod))).collect()
-}
 
 const GPU_JOB_TEST: &str = "a_gpu_jobs_pod_runs_to_completion_on_the_real_node";
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tiergate_e2e::control_plane::ControlPlane;
 use tiergate_e2e::control_plane::assets::Assets;
-use tiergate_e2e::control_plane::node::{NODE_ENV, NODE_SKIP_ENV};
+use tiergate_e2e::control_plane::node::{CONTAINERD_SOCKET_ENV, NODE_ENV, NODE_SKIP_ENV};
 use tiergate_e2e::{HarnessError, SCHEDULER_SKIP_ENV, SKIP_ENV, WORKER_KUBECONFIG_ENV, WORKER_SKIP_ENV};
 
 fn usage() -> HarnessError {
@@ -118,6 +118,9 @@ async fn up(env_file: PathBuf) -> Result<(), HarnessError> {
             let took = plane.node_started_in().map_or(0.0, |took| took.as_secs_f64());
             println!("control plane: real node {name} Ready in {took:.1} s (pods on it run)");
             env.push(shell_assignment(NODE_ENV, name));
+            if let Some(socket) = plane.containerd_socket() {
+                env.push(shell_assignment(CONTAINERD_SOCKET_ENV, &socket.display().to_string()));
+            }
         }
         Err(reason) => {
             println!("control plane: {reason}");

@@ -9,6 +9,7 @@
 //! (processes, files, the API).
 
 pub mod assets;
+pub mod images;
 pub mod kueue;
 pub mod node;
 pub mod pki;
@@ -327,6 +328,11 @@ impl ControlPlane {
     pub fn pids(&self) -> Vec<u32> {
         let node = self.real_node.iter().flat_map(RealNode::pids);
         self.processes.iter().map(Process::id).chain(node).collect()
+    }
+
+    /// The real node's containerd socket, where images are imported, when one runs.
+    pub fn containerd_socket(&self) -> Option<&Path> {
+        self.real_node.as_ref().map(RealNode::containerd_socket)
     }
 
     /// How long the real node took to start, when one runs.

@@ -13,6 +13,8 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 
 use super::assets::find_in_environment;
+pub use super::images::{BUSYBOX_IMAGE, PAUSE_IMAGE};
+use super::images::{build_image_archive, import_image_archive, node_images};
 use super::process::Process;
 use super::{START_TIMEOUT, arg, free_port, write};
 use crate::{HarnessError, wait_for};
@@ -21,6 +23,9 @@ use crate::{HarnessError, wait_for};
 pub const NODE_ENV: &str = "TIERGATE_E2E_NODE";
 /// Set in the env file when the plane runs no real node: why.
 pub const NODE_SKIP_ENV: &str = "TIERGATE_E2E_NODE_SKIP";
+/// Set in the env file when the plane runs a real node: its containerd's socket, where a suite imports the images
+/// it builds (tiergate's own, for the Helm install).
+pub const CONTAINERD_SOCKET_ENV: &str = "TIERGATE_E2E_CONTAINERD_SOCKET";
 /// When set (non-empty), the plane starts no node even when every piece is found.
 pub const NO_NODE_ENV: &str = "TIERGATE_E2E_NO_NODE";
 /// The node's name: the kubelet registers as `localhost`, which the API server resolves to reach it (a loopback
@@ -47,17 +52,11 @@ pub const SERVICE_CIDR: &str = "10.0.0.0/24";
 pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
 /// The `kubernetes` Service's ClusterIP: the first address of the API server's `--service-cluster-ip-range`.
 pub const KUBERNETES_SERVICE_IP: &str = "10.0.0.1";
-/// The busybox image the suites run (imported here, never pulled).
-pub const BUSYBOX_IMAGE: &str = "docker.io/library/busybox:e2e";
-/// The pod sandbox image (a busybox that sleeps forever; imported here, never pulled).
-pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:tiergate-e2e";
 /// The CNI network's name (its cached results under `/var/lib/cni` start with it).
 const NETWORK_NAME: &str = "tg-e2e";
 /// Where the Debian package and the upstream release put the CNI plugins.
 const CNI_BIN_DIRS: [&str; 2] = ["/usr/lib/cni", "/opt/cni/bin"];
 const CNI_PLUGINS: [&str; 3] = ["bridge", "host-local", "loopback"];
-/// The busybox applets the images link (`/bin/<applet>` -> `busybox`).
-const BUSYBOX_APPLETS: [&str; 10] = ["sh", "true", "echo", "sleep", "nc", "wget", "cat", "ls", "env", "id"];
 /// The chains the kubelet itself writes (`kube-proxy --cleanup` leaves them): `(table, chain)`.
 const KUBELET_CHAINS: [(&str, &str); 5] = [
     ("filter", "KUBE-FIREWALL"),
@@ -300,14 +299,14 @@ impl RealNode {
     /// Builds the pause and busybox images as one OCI archive and imports it.
     async fn import_images(&mut self) -> Result<(), HarnessError> {
         let busybox = std::fs::read(&self.binaries.busybox)?;
-        let archive = build_image_archive(&busybox)?;
-        let file = self.dir.join("images.tar");
-        std::fs::write(&file, archive)?;
-        let path = file.display().to_string();
-        self.ctr(&["images", "import", &path])
-            .await
-            .map_err(|error| format!("failed to import the images: {error}"))?;
-        Ok(())
+        let archive = build_image_archive(&node_images(&busybox))?;
+        let (ctr, socket, dir) = (self.binaries.ctr.clone(), self.socket.clone(), self.dir.clone());
+        tokio::task::spawn_blocking(move || import_image_archive(&ctr, &socket, &dir, &archive)).await?
+    }
+
+    /// containerd's socket: where more images are imported (`ctr --address <socket> -n k8s.io images import`).
+    pub fn containerd_socket(&self) -> &Path {
+        &self.socket
     }
 
     fn start_kubelet(&mut self, kubeconfig: &Path, ca_file: &Path) -> Result<(), HarnessError> {
@@ -696,200 +695,9 @@ fn build_kube_proxy_config(kubeconfig: &Path, healthz_port: u16, metrics_port: u
     .to_string()
 }
 
-/// An OCI image-layout archive (uncompressed layers) holding [`PAUSE_IMAGE`] and [`BUSYBOX_IMAGE`]: one layer
-/// with `busybox` as `/bin/busybox` and its applets linked beside it; the pause image sleeps forever.
-pub fn build_image_archive(busybox: &[u8]) -> Result<Vec<u8>, HarnessError> {
-    let layer = build_busybox_layer(busybox);
-    let layer_digest = sha256_digest(&layer);
-    let mut blobs = vec![(layer_digest.clone(), layer.clone())];
-    let mut manifests = Vec::new();
-    let images = [
-        (PAUSE_IMAGE, serde_json::json!({"Entrypoint": ["/bin/busybox", "sleep", "2147483647"]})),
-        (BUSYBOX_IMAGE, serde_json::json!({"Cmd": ["sh"]})),
-    ];
-    let architecture = oci_architecture();
-    for (name, mut image_config) in images {
-        image_config["Env"] = serde_json::json!(["PATH=/bin"]);
-        let config = serde_json::to_vec(&serde_json::json!({
-            "architecture": architecture,
-            "os": "linux",
-            "config": image_config,
-            "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
-        }))?;
-        let config_digest = sha256_digest(&config);
-        let manifest = serde_json::to_vec(&serde_json::json!({
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": config_digest,
-                "size": config.len(),
-            },
-            "layers": [{
-                "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                "digest": layer_digest,
-                "size": layer.len(),
-            }],
-        }))?;
-        let manifest_digest = sha256_digest(&manifest);
-        manifests.push(serde_json::json!({
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": manifest_digest,
-            "size": manifest.len(),
-            "platform": {"architecture": architecture, "os": "linux"},
-            "annotations": {
-                "io.containerd.image.name": name,
-                "org.opencontainers.image.ref.name": name.rsplit(':').next().unwrap_or(name),
-            },
-        }));
-        blobs.push((config_digest, config));
-        blobs.push((manifest_digest, manifest));
-    }
-    let index = serde_json::to_vec(&serde_json::json!({
-        "schemaVersion": 2,
-        "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": manifests,
-    }))?;
-    let mut archive = TarWriter::default();
-    archive.file("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#, 0o644);
-    archive.file("index.json", &index, 0o644);
-    archive.directory("blobs/");
-    archive.directory("blobs/sha256/");
-    let mut written = std::collections::HashSet::new();
-    for (digest, blob) in &blobs {
-        if written.insert(digest.clone()) {
-            archive.file(&format!("blobs/sha256/{}", digest.trim_start_matches("sha256:")), blob, 0o644);
-        }
-    }
-    Ok(archive.finish())
-}
-
-/// The layer: the root directories a container needs, `/bin/busybox` and `/bin/<applet>` links to it.
-fn build_busybox_layer(busybox: &[u8]) -> Vec<u8> {
-    let mut layer = TarWriter::default();
-    for directory in ["bin/", "dev/", "etc/", "proc/", "sys/", "tmp/"] {
-        layer.directory(directory);
-    }
-    layer.file("bin/busybox", busybox, 0o755);
-    for applet in BUSYBOX_APPLETS {
-        layer.symlink(&format!("bin/{applet}"), "busybox");
-    }
-    layer.finish()
-}
-
-/// The OCI name of this machine's architecture.
-fn oci_architecture() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
-}
-
-/// `sha256:<hex>` of `bytes`.
-fn sha256_digest(bytes: &[u8]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
-    let hex: String = digest.as_ref().iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256:{hex}")
-}
-
-/// A POSIX ustar archive written in memory (short names only: every name here is under 100 bytes).
-#[derive(Debug, Default)]
-struct TarWriter {
-    bytes: Vec<u8>,
-}
-
-impl TarWriter {
-    const BLOCK: usize = 512;
-
-    fn header(&mut self, name: &str, mode: u32, size: usize, type_flag: u8, link: &str) {
-        let mut header = [0_u8; Self::BLOCK];
-        let put = |header: &mut [u8; Self::BLOCK], at: usize, text: &[u8]| {
-            header[at..at + text.len()].copy_from_slice(text);
-        };
-        put(&mut header, 0, name.as_bytes());
-        put(&mut header, 100, format!("{mode:07o}\0").as_bytes());
-        put(&mut header, 108, b"0000000\0");
-        put(&mut header, 116, b"0000000\0");
-        put(&mut header, 124, format!("{size:011o}\0").as_bytes());
-        put(&mut header, 136, b"00000000000\0");
-        put(&mut header, 148, b"        ");
-        header[156] = type_flag;
-        put(&mut header, 157, link.as_bytes());
-        put(&mut header, 257, b"ustar\0");
-        put(&mut header, 263, b"00");
-        let checksum: u32 = header.iter().map(|byte| u32::from(*byte)).sum();
-        put(&mut header, 148, format!("{checksum:06o}\0 ").as_bytes());
-        self.bytes.extend_from_slice(&header);
-    }
-
-    fn file(&mut self, name: &str, contents: &[u8], mode: u32) {
-        self.header(name, mode, contents.len(), b'0', "");
-        self.bytes.extend_from_slice(contents);
-        let padding = (Self::BLOCK - contents.len() % Self::BLOCK) % Self::BLOCK;
-        self.bytes.extend(std::iter::repeat_n(0, padding));
-    }
-
-    fn directory(&mut self, name: &str) {
-        self.header(name, 0o755, 0, b'5', "");
-    }
-
-    fn symlink(&mut self, name: &str, target: &str) {
-        self.header(name, 0o777, 0, b'2', target);
-    }
-
-    /// The archive with its two closing zero blocks.
-    fn finish(mut self) -> Vec<u8> {
-        self.bytes.extend(std::iter::repeat_n(0, 2 * Self::BLOCK));
-        self.bytes
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `(name, type flag, size)` of each entry of a ustar archive, checking every header's checksum.
-    fn entries(archive: &[u8]) -> Vec<(String, u8, usize)> {
-        let mut found = Vec::new();
-        let mut at = 0;
-        while at + 512 <= archive.len() && archive[at] != 0 {
-            let header = &archive[at..at + 512];
-            let text = |range: std::ops::Range<usize>| {
-                String::from_utf8(header[range].iter().copied().take_while(|byte| *byte != 0).collect()).unwrap()
-            };
-            let size = usize::from_str_radix(text(124..135).trim(), 8).unwrap();
-            let stored = u32::from_str_radix(text(148..154).trim(), 8).unwrap();
-            let computed: u32 = header
-                .iter()
-                .enumerate()
-                .map(|(i, byte)| if (148..156).contains(&i) { 32 } else { u32::from(*byte) })
-                .sum();
-            assert_eq!(stored, computed);
-            found.push((text(0..100), header[156], size));
-            at += 512 + size.div_ceil(512) * 512;
-        }
-        found
-    }
-
-    #[test]
-    fn the_image_archive_is_an_oci_layout_whose_blobs_match_their_digests() {
-        let archive = build_image_archive(b"not really busybox").unwrap();
-        let names: Vec<String> = entries(&archive).into_iter().map(|(name, _, _)| name).collect();
-        assert_eq!(&names[..2], ["oci-layout", "index.json"]);
-        // One shared layer, a config and a manifest per image.
-        assert_eq!(names.iter().filter(|name| name.starts_with("blobs/sha256/") && name.len() > 20).count(), 5);
-        let layer = build_busybox_layer(b"not really busybox");
-        let layer_entries = entries(&layer);
-        assert!(layer_entries.contains(&("bin/busybox".to_owned(), b'0', 18)));
-        assert!(layer_entries.contains(&("bin/sh".to_owned(), b'2', 0)));
-        assert!(names.contains(&format!("blobs/sha256/{}", sha256_digest(&layer).trim_start_matches("sha256:"))));
-    }
-
-    #[test]
-    fn the_sha256_digest_is_the_known_one() {
-        assert_eq!(sha256_digest(b"abc"), "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-    }
 
     #[test]
     fn the_configs_name_the_nodes_socket_bridge_and_pause_image() {
