@@ -17,7 +17,7 @@ use kube::client::Body;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiergate::admission::decide_review;
-use tiergate::answers::kueue::{KueueClusterQueue, KueueWorkload};
+use tiergate::answers::kueue::{KueueClusterQueue, KueueLocalQueue, KueueWorkload};
 use tiergate::answers::provisioning::{ProvisioningRequestRead, ProvisioningState};
 use tiergate::answers::why::{build_live_snapshot, parse_target};
 use tiergate::answers::{Hold, StatusInputs, WhyAnswer, WhyInputs, build_status_answer, build_why_answer};
@@ -76,7 +76,21 @@ fn answer_with_requests(
     workloads: &[KueueWorkload],
     provisioning_requests: &[ProvisioningRequestRead],
 ) -> WhyAnswer {
-    let policy = policy();
+    answer_with_policy(&policy(), object, adapter, labels, local_queues, workloads, provisioning_requests, &[])
+}
+
+/// [`answer_with_requests`] under `policy`, with the policy's LocalQueues in every namespace.
+#[allow(clippy::too_many_arguments)]
+fn answer_with_policy(
+    policy: &TierPolicy,
+    object: &Value,
+    adapter: &'static WorkloadAdapter,
+    labels: &BTreeMap<String, String>,
+    local_queues: &[String],
+    workloads: &[KueueWorkload],
+    provisioning_requests: &[ProvisioningRequestRead],
+    tier_local_queues: &[KueueLocalQueue],
+) -> WhyAnswer {
     let namespace = object["metadata"]["namespace"].as_str().unwrap();
     let snapshot = build_live_snapshot(policy.clone(), namespace, labels, local_queues);
     let request = tiergate::admission::build_request(object.clone()).unwrap();
@@ -86,13 +100,14 @@ fn answer_with_requests(
     build_why_answer(&WhyInputs {
         adapter,
         object,
-        policy: Some(&policy),
+        policy: Some(policy),
         policy_name: "default",
         namespace_labels: labels,
         local_queues,
         decision: Some(&decision),
         workloads,
         provisioning_requests,
+        tier_local_queues,
     })
 }
 
@@ -199,6 +214,59 @@ fn a_job_kueue_keeps_off_a_draining_flavor_is_told_the_flavor_drains_after_a_pol
     );
     let plain = bronze_job_answer("workload-pending-quota.yaml");
     assert!(!plain.summary.contains("draining"), "{}", plain.summary);
+}
+
+/// A LocalQueue of bronze in `namespace` with `pending` workloads and `consumed_gpus` of decayed past usage.
+fn bronze_local_queue(namespace: &str, weight: &str, pending: i64, consumed_gpus: &str) -> KueueLocalQueue {
+    serde_json::from_value(json!({
+        "metadata": {"name": "tiergate-bronze", "namespace": namespace},
+        "spec": {"clusterQueue": "tiergate-bronze", "fairSharing": {"weight": weight}},
+        "status": {"pendingWorkloads": pending, "admittedWorkloads": 0,
+            "fairSharing": {"weightedShare": 0, "admissionFairSharingStatus": {
+                "consumedResources": {"nvidia.com/gpu": consumed_gpus}, "lastUpdate": "2026-11-27T10:00:00Z"}}}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_job_waiting_in_a_sharing_tier_names_the_tenants_with_less_past_usage_admitted_before_it() {
+    let mut policy = policy();
+    let bronze = policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap();
+    bronze.tenant_fair_sharing = true;
+    let queues = [
+        bronze_local_queue("ml-team-dev", "1", 4, "6"),
+        bronze_local_queue("team-b", "2", 1, "4"),
+        bronze_local_queue("team-c", "1", 0, "0"),
+        bronze_local_queue("team-d", "1", 2, "1"),
+        bronze_local_queue("team-e", "1", 3, "9"),
+    ];
+    let answer = answer_with_policy(
+        &policy,
+        &fixture("job-train-bert.yaml"),
+        job_adapter(),
+        &bronze_labels(),
+        &["tiergate-bronze".to_owned()],
+        &[workload("workload-pending-quota.yaml")],
+        &[],
+        &queues,
+    );
+    let order = answer.tenant_order.clone().expect("a pending job of a sharing tier has a tenant order");
+    // team-c has used nothing but waits for nothing; team-e has used more.
+    let ahead: Vec<(&str, Option<f64>)> =
+        order.ahead.iter().map(|row| (row.namespace.as_str(), row.usage_per_weight)).collect();
+    assert_eq!(ahead, [("team-d", Some(1.0)), ("team-b", Some(2.0))]);
+    assert!(
+        answer.summary.ends_with(
+            "Tier bronze shares its quota by past usage: ml-team-dev has used 6.00 per weight (weight 1); 2 \
+             tenant(s) with workloads pending have used less and are admitted first: team-d (1.00, 2 pending), \
+             team-b (2.00, 1 pending)."
+        ),
+        "{}",
+        answer.summary
+    );
+    // A FIFO tier says nothing of tenants.
+    let fifo = bronze_job_answer("workload-pending-quota.yaml");
+    assert!(fifo.tenant_order.is_none() && !fifo.summary.contains("past usage"), "{}", fifo.summary);
 }
 
 #[test]

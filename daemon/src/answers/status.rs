@@ -261,8 +261,18 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
     })
 }
 
+/// A usage per weight for people: two decimals, or three significant digits below 0.1 (Kueue's decayed usage of
+/// a tenant that ran for minutes is small, and two tenants' must not both read 0.00).
+pub(super) fn usage_text(usage: f64) -> String {
+    if usage == 0.0 || !usage.is_finite() || usage.abs() >= 0.1 {
+        return format!("{usage:.2}");
+    }
+    let digits = usize::try_from(2 - usage.abs().log10().floor() as i64).unwrap_or(2);
+    format!("{usage:.digits$}")
+}
+
 /// The tier's tenants, by namespace: each LocalQueue of `local_queues` submitting to `queue_name`.
-fn build_tenant_rows(
+pub(super) fn build_tenant_rows(
     spec: &TierPolicySpec,
     tier: &Tier,
     queue_name: &str,
@@ -463,7 +473,7 @@ impl StatusAnswer {
                         tenant.pending_workloads.to_string(),
                         tenant.admitted_workloads.to_string(),
                         tenant.gpus_in_use.clone(),
-                        tenant.usage_per_weight.map(|usage| format!("{usage:.2}")).unwrap_or_default(),
+                        tenant.usage_per_weight.map(usage_text).unwrap_or_default(),
                     ]
                 })
             })
@@ -535,6 +545,14 @@ mod tests {
                     "lastUpdate": "2026-11-27T10:00:00Z"}}}
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_small_usage_keeps_three_significant_digits() {
+        assert_eq!(usage_text(4.5), "4.50");
+        assert_eq!(usage_text(0.0), "0.00");
+        assert_eq!(usage_text(0.0123), "0.0123");
+        assert_eq!(usage_text(0.000456), "0.000456");
     }
 
     #[test]

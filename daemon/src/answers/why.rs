@@ -10,9 +10,11 @@ use serde_json::Value;
 use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
 use super::kueue::{
-    ADMITTED, AdmissionCheckState, EVICTED, FINISHED, KueueCondition, KueueWorkload, PODS_READY, QUOTA_RESERVED,
+    ADMITTED, AdmissionCheckState, EVICTED, FINISHED, KueueCondition, KueueLocalQueue, KueueWorkload, PODS_READY,
+    QUOTA_RESERVED,
 };
 use super::provisioning::{ProvisioningFacts, ProvisioningRequestRead, find_provisioning_facts, provisioning_sentence};
+use super::status::{TenantStatus, build_tenant_rows, usage_text};
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
 use crate::plan::names::cluster_queue_name;
 use crate::policy::TierPolicy;
@@ -125,6 +127,9 @@ pub struct WhyInputs<'a> {
     pub workloads: &'a [KueueWorkload],
     /// ProvisioningRequests of the namespace (empty when none is served or none was needed).
     pub provisioning_requests: &'a [ProvisioningRequestRead],
+    /// The policy's LocalQueues in every namespace when the tier shares its quota among its tenants (empty when
+    /// it does not, or they could not be listed): who a pending workload waits behind.
+    pub tier_local_queues: &'a [KueueLocalQueue],
 }
 
 /// The answer to `why`.
@@ -149,8 +154,24 @@ pub struct WhyAnswer {
     pub workload: Option<WorkloadFacts>,
     /// What holds the workload.
     pub hold: Hold,
+    /// Where its tenant stands in the tier's order by past usage, when it waits for quota in a tier that shares
+    /// among its tenants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_order: Option<TenantOrder>,
     /// One plain sentence: what holds the workload and what would unblock it.
     pub summary: String,
+}
+
+/// A pending workload's tenant in its tier's order: Kueue admits first the pending workload of the tenant with the
+/// least decayed past usage per weight (`UsageBasedAdmissionFairSharing`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantOrder {
+    /// The workload's own tenant (its namespace's LocalQueue), when listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own: Option<TenantStatus>,
+    /// The tier's other tenants with workloads pending and less usage per weight: admitted before it.
+    pub ahead: Vec<TenantStatus>,
 }
 
 /// The namespace's tier.
@@ -347,6 +368,10 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
     let workload = find_workload(inputs).map(|workload| build_workload_facts(workload, inputs.provisioning_requests));
     let hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
     let mut summary = build_summary(&hold, inputs, &namespace, &tier);
+    let tenant_order = build_tenant_order(inputs, &hold, &namespace, tier.tier.as_deref());
+    if let (Some(order), Some(tier_name)) = (&tenant_order, tier.tier.as_deref()) {
+        summary = format!("{summary} {}", tenant_order_sentence(order, tier_name, &namespace));
+    }
     if let (Some(policy), Some(facts)) = (inputs.policy, workload.as_ref()) {
         let admitted: Vec<String> = match &hold {
             Hold::Admitted { flavors, .. } => flavors.clone(),
@@ -375,8 +400,55 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
         decision: inputs.decision.map(summarize_decision),
         workload,
         hold,
+        tenant_order,
         summary,
     }
+}
+
+/// Where the workload's tenant stands, when it waits for quota in a tier sharing among its tenants and the tier's
+/// LocalQueues were listed.
+fn build_tenant_order(inputs: &WhyInputs<'_>, hold: &Hold, namespace: &str, tier: Option<&str>) -> Option<TenantOrder> {
+    let Hold::PendingQuota { cluster_queue, .. } = hold else { return None };
+    let spec = &inputs.policy?.spec;
+    let tier = spec.tier(tier?).filter(|tier| tier.tenant_fair_sharing)?;
+    if inputs.tier_local_queues.is_empty() {
+        return None;
+    }
+    let queue = cluster_queue.clone().unwrap_or_else(|| cluster_queue_name(&tier.name));
+    let rows = build_tenant_rows(spec, tier, &queue, inputs.tier_local_queues);
+    let usage = |row: &TenantStatus| row.usage_per_weight.unwrap_or(0.0);
+    let own = rows.iter().find(|row| row.namespace == namespace).cloned();
+    let own_usage = own.as_ref().map_or(0.0, usage);
+    let mut ahead: Vec<TenantStatus> = rows
+        .into_iter()
+        .filter(|row| row.namespace != namespace && row.pending_workloads > 0 && usage(row) < own_usage)
+        .collect();
+    ahead.sort_by(|left, right| usage(left).total_cmp(&usage(right)));
+    Some(TenantOrder { own, ahead })
+}
+
+/// The sentence on the tenant order: who is admitted first, and by how much less usage.
+fn tenant_order_sentence(order: &TenantOrder, tier: &str, namespace: &str) -> String {
+    let usage = |row: &TenantStatus| row.usage_per_weight.unwrap_or(0.0);
+    let own = order.own.as_ref().map_or(0.0, usage);
+    let weight = order.own.as_ref().map_or_else(|| "1".to_owned(), |own| own.weight.clone());
+    let head = format!(
+        "Tier {tier} shares its quota by past usage: {namespace} has used {} per weight (weight {weight})",
+        usage_text(own)
+    );
+    if order.ahead.is_empty() {
+        return format!("{head}, and no tenant with workloads pending has used less, so its workloads are next.");
+    }
+    let ahead: Vec<String> = order
+        .ahead
+        .iter()
+        .map(|row| format!("{} ({}, {} pending)", row.namespace, usage_text(usage(row)), row.pending_workloads))
+        .collect();
+    format!(
+        "{head}; {} tenant(s) with workloads pending have used less and are admitted first: {}.",
+        ahead.len(),
+        ahead.join(", ")
+    )
 }
 
 fn build_tier_facts(inputs: &WhyInputs<'_>) -> TierFacts {

@@ -37,6 +37,9 @@ pub async fn build_live_answer(
 ) -> Result<WhyAnswer, CmdError> {
     let (adapter, name) = parse_target(target)?;
     let fetched = fetch_why_inputs(client, adapter, namespace, &name, policy_name).await?;
+    if let Some(note) = &fetched.tier_local_queues_note {
+        eprintln!("note: {note}");
+    }
     let decision = decide_live(&fetched, namespace).await?;
     Ok(build_why_answer(&WhyInputs {
         adapter,
@@ -48,6 +51,7 @@ pub async fn build_live_answer(
         decision: decision.as_ref(),
         workloads: &fetched.workloads,
         provisioning_requests: &fetched.provisioning_requests,
+        tier_local_queues: &fetched.tier_local_queues,
     }))
 }
 

@@ -37,6 +37,11 @@ pub struct WhyFetched {
     pub claim_templates: Vec<Arc<ClaimTemplateView>>,
     /// ProvisioningRequests in the namespace, when a Workload there has an admission check (else empty).
     pub provisioning_requests: Vec<ProvisioningRequestRead>,
+    /// The policy's LocalQueues in every namespace, when the namespace's tier shares its quota among its tenants
+    /// (else empty): the other tenants a pending workload waits behind.
+    pub tier_local_queues: Vec<KueueLocalQueue>,
+    /// Why they could not be listed (no right to list LocalQueues across namespaces, say).
+    pub tier_local_queues_note: Option<String>,
 }
 
 /// The live objects `status` reads.
@@ -109,15 +114,42 @@ pub async fn fetch_why_inputs(
     } else {
         Vec::new()
     };
+    let labels = namespace_object.metadata.labels.clone().unwrap_or_default();
+    let sharing =
+        policy.as_ref().and_then(|policy| policy.spec.tier_of(&labels)).is_some_and(|tier| tier.tenant_fair_sharing);
+    let (tier_local_queues, tier_local_queues_note) =
+        if sharing { fetch_policy_local_queues(client, policy_name).await? } else { (Vec::new(), None) };
     Ok(WhyFetched {
         object,
         policy,
-        namespace_labels: namespace_object.metadata.labels.unwrap_or_default(),
+        namespace_labels: labels,
         local_queues,
         workloads,
         claim_templates,
         provisioning_requests,
+        tier_local_queues,
+        tier_local_queues_note,
     })
+}
+
+/// The LocalQueues of TierPolicy `policy_name` in every namespace (one LIST, by its ownership labels), or, where
+/// they cannot be listed, none and why (a namespaced plugin role answers 403; the answers leave the tenants out).
+async fn fetch_policy_local_queues(
+    client: &kube::Client,
+    policy_name: &str,
+) -> Result<(Vec<KueueLocalQueue>, Option<String>), LiveError> {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::LocalQueue.api_resource());
+    let params = ListParams::default().labels(&build_ownership_selector(policy_name));
+    match api.list(&params).await {
+        Ok(list) => Ok((decode_all(list.items, "LocalQueue")?, None)),
+        Err(error) => Ok((
+            Vec::new(),
+            Some(format!(
+                "failed to list the policy's LocalQueues across namespaces ({error}), so the tier's tenants are not \
+                 shown; that needs list on localqueues.kueue.x-k8s.io in every namespace"
+            )),
+        )),
+    }
 }
 
 /// The ProvisioningRequests of `namespace`; none where the API server serves no `autoscaling.x-k8s.io/v1` (404:
@@ -197,21 +229,8 @@ pub async fn fetch_status_inputs(
             cohorts.list(&params).await.map_err(|source| LiveError::List { what: "Cohorts".to_owned(), source })?;
         decode_all(cohorts.items, "Cohort")?
     };
-    let (local_queues, local_queues_note) = if tenants {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::LocalQueue.api_resource());
-        match api.list(&params).await {
-            Ok(list) => (decode_all(list.items, "LocalQueue")?, None),
-            Err(error) => (
-                Vec::new(),
-                Some(format!(
-                    "failed to list the policy's LocalQueues across namespaces ({error}), so the tier's tenants are not \
-                     shown; that needs list on localqueues.kueue.x-k8s.io in every namespace"
-                )),
-            ),
-        }
-    } else {
-        (Vec::new(), None)
-    };
+    let (local_queues, local_queues_note) =
+        if tenants { fetch_policy_local_queues(client, &policy_name).await? } else { (Vec::new(), None) };
     Ok(StatusFetched {
         policy,
         other_policies,

@@ -17,6 +17,7 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use tiergate::answers::{StatusInputs, build_status_answer};
 use tiergate::blockers::BlockedReason;
+use tiergate::cmd::build_live_answer;
 use tiergate::live::fetch_status_inputs;
 use tiergate::policy::TierPolicy;
 use tiergate_e2e::{
@@ -91,7 +92,7 @@ async fn run_order(client: &Client, cleanup: &Cleanup, fair: bool) -> Result<Vec
         if fair {
             check_kueue_configuration_blocker(client, &daemon, &policy).await?;
         }
-        let order = drive(client, &policy, &a, &b, &tier).await?;
+        let order = drive(client, &policy, &a, &b, &tier, fair).await?;
         if fair {
             check_status_lists_the_tenants(client, &prefix, &tier, &a, &b).await?;
         }
@@ -108,6 +109,7 @@ async fn drive(
     a: &str,
     b: &str,
     tier: &str,
+    fair: bool,
 ) -> Result<Vec<String>, HarnessError> {
     let bronze = policy.spec.tier(tier).ok_or("no bronze tier")?;
     let queue = bronze.local_queue();
@@ -126,26 +128,102 @@ async fn drive(
     for index in 0..8 {
         jobs.push((b.to_owned(), submit(client, b, &format!("b-{index:02}"), &queue, &class).await?));
     }
+    if fair {
+        check_why_names_the_tenant_ahead(client, policy, a, b, &jobs[SLOTS].1).await?;
+    }
     let mut order = Vec::new();
     let mut finished: Vec<(String, String)> = Vec::new();
     // Finish the oldest admitted Job, then wait for the one Kueue admits in its place, until 12 admissions later.
     for _ in 0..12 {
-        let running = admitted(client, &jobs).await?;
-        let oldest = running.first().cloned().ok_or("no admitted Job to finish")?;
-        delete_job(client, &oldest.0, &oldest.1).await?;
-        finished.push(oldest.clone());
-        let before: Vec<(String, String)> = running.into_iter().filter(|job| *job != oldest).collect();
-        let next = wait_for("the next admission", CONVERGE, || async {
-            let now = admitted(client, &jobs).await.ok()?;
-            now.into_iter().find(|job| !before.contains(job) && !finished.contains(job))
-        })
-        .await?;
+        let next = finish_oldest_and_wait_for_the_next(client, &jobs, &mut finished).await?;
         order.push(if next.0 == a { "A".to_owned() } else { "B".to_owned() });
+    }
+    if fair {
+        measure_long_run_shares(client, &mut jobs, &mut finished, (a, b), (&queue, &class)).await?;
     }
     for (namespace, name) in &jobs {
         delete_job(client, namespace, name).await?;
     }
     Ok(order)
+}
+
+/// Finishes the oldest admitted Job of `jobs` and waits for the one Kueue admits in its place.
+async fn finish_oldest_and_wait_for_the_next(
+    client: &Client,
+    jobs: &[(String, String)],
+    finished: &mut Vec<(String, String)>,
+) -> Result<(String, String), HarnessError> {
+    let running = admitted(client, jobs).await?;
+    let oldest = running.first().cloned().ok_or("no admitted Job to finish")?;
+    delete_job(client, &oldest.0, &oldest.1).await?;
+    finished.push(oldest.clone());
+    let before: Vec<(String, String)> = running.into_iter().filter(|job| *job != oldest).collect();
+    let finished: &[(String, String)] = finished;
+    wait_for("the next admission", CONVERGE, || async {
+        let now = admitted(client, jobs).await.ok()?;
+        now.into_iter().find(|job| !before.contains(job) && !finished.contains(job))
+    })
+    .await
+}
+
+/// Admissions of the longer run with fair sharing on, both tenants always with Jobs queued.
+const LONG_RUN: usize = 30;
+
+/// Over [`LONG_RUN`] more admissions, with both tenants keeping [`SLOTS`] Jobs queued, B (weight 2) should get
+/// about twice A's share: Kueue admits the tenant with the least decayed usage per weight, and a Job holds its slot
+/// for about as long whoever owns it. Printed, not asserted (the ratio depends on when Kueue samples usage).
+async fn measure_long_run_shares(
+    client: &Client,
+    jobs: &mut Vec<(String, String)>,
+    finished: &mut Vec<(String, String)>,
+    (a, b): (&str, &str),
+    (queue, class): (&str, &str),
+) -> Result<(), HarnessError> {
+    let (mut to_a, mut to_b) = (0_usize, 0_usize);
+    let mut submitted = jobs.len();
+    for _ in 0..LONG_RUN {
+        for tenant in [a, b] {
+            let running = admitted(client, jobs).await?;
+            let queued = jobs
+                .iter()
+                .filter(|job| job.0 == tenant && !finished.contains(job) && !running.contains(job))
+                .count();
+            for _ in queued..SLOTS {
+                submitted += 1;
+                let prefix = if tenant == a { "a" } else { "b" };
+                let name = submit(client, tenant, &format!("{prefix}-{submitted:02}"), queue, class).await?;
+                jobs.push((tenant.to_owned(), name));
+            }
+        }
+        let next = finish_oldest_and_wait_for_the_next(client, jobs, finished).await?;
+        if next.0 == a { to_a += 1 } else { to_b += 1 }
+    }
+    println!(
+        "tenant_sharing: over {LONG_RUN} more admissions with both tenants queued, B (weight 2) got {to_b} and A \
+         (weight 1) {to_a}: {:.2} to 1",
+        to_b as f64 / to_a.max(1) as f64
+    );
+    Ok(())
+}
+
+/// `kubectl tiergate why` on A's first pending Job says it waits behind B, whose past usage is less, once Kueue
+/// has sampled A's running Jobs.
+async fn check_why_names_the_tenant_ahead(
+    client: &Client,
+    policy: &TierPolicy,
+    a: &str,
+    b: &str,
+    job: &str,
+) -> Result<(), HarnessError> {
+    let policy_name = policy.name_any();
+    let answer = wait_for("why to name B ahead of A's pending Job", CONVERGE, || async {
+        let answer = build_live_answer(client, &format!("job/{job}"), a, &policy_name).await.ok()?;
+        let ahead = answer.tenant_order.as_ref()?.ahead.iter().any(|tenant| tenant.namespace == b);
+        ahead.then_some(answer)
+    })
+    .await?;
+    println!("tenant_sharing: kubectl tiergate why job/{job} -n {a}: {}", answer.summary);
+    Ok(())
 }
 
 /// `kubectl tiergate status --tier bronze` lists both tenants with their weights and Kueue's usage per weight.
