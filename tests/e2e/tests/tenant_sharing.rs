@@ -184,10 +184,8 @@ async fn measure_long_run_shares(
     for _ in 0..LONG_RUN {
         for tenant in [a, b] {
             let running = admitted(client, jobs).await?;
-            let queued = jobs
-                .iter()
-                .filter(|job| job.0 == tenant && !finished.contains(job) && !running.contains(job))
-                .count();
+            let queued =
+                jobs.iter().filter(|job| job.0 == tenant && !finished.contains(job) && !running.contains(job)).count();
             for _ in queued..SLOTS {
                 submitted += 1;
                 let prefix = if tenant == a { "a" } else { "b" };
