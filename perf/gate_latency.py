@@ -19,21 +19,20 @@ Workloads, as a tenant sends them (no webhook is registered; the gate works alon
   until [ -s /tmp/gate-cp.env ]; do sleep 2; done; set -a; . /tmp/gate-cp.env; set +a
   python3 perf/gate_latency.py --rounds 6 --creates 150
   python3 perf/gate_latency.py --floor --rounds 6 --creates 150    # what any ValidatingAdmissionPolicy costs here
+  python3 perf/gate_latency.py --validating-only --beside-floor     # the gate and the floor in one run (issue 52)
 
 Needs KUBECONFIG (a cluster where it may create two namespaces tiergate-perf-<time>[-untiered], the
-TierGateParameters CRD and the gate's cluster-scoped objects of the sample, all deleted on exit), kubectl and cargo.
+TierGateParameters CRD and the gate's cluster-scoped objects of the sample, all deleted on exit; a third namespace
+-floor and the floor policy with --beside-floor), kubectl and cargo (or --binary).
 Python's standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import copy
-import http.client
 import json
 import os
-import ssl
 import statistics
 import subprocess
 import sys
@@ -41,23 +40,18 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TENANT = "tiergate-perf-tenant"
+from _apiserver import ROOT, TENANT, Connection, await_type_checking, exit_on_sigterm, kubectl
+
 TIER_LABEL = "tenant.kubenexus.io/tier"
 BINDING_KINDS = ["ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicyBinding"]
 FLOOR_LABEL = "tiergate-perf/floor"
+FLOOR_NAMESPACE_LABEL = "tiergate-perf/floor-namespace"
 
 
-def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> str:
-    done = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True, check=False)
-    if check and done.returncode != 0:
-        sys.exit(f"gate_latency: kubectl {' '.join(args)}: {done.stderr.strip()}")
-    return done.stdout
-
-
-def render() -> list[dict]:
-    subprocess.run(["cargo", "build", "-q", "-p", "tiergate", "--bin", "tiergate"], cwd=ROOT, check=True)
-    binary = ROOT / "target/debug/tiergate"
+def render(binary: Path | None) -> list[dict]:
+    if binary is None:
+        subprocess.run(["cargo", "build", "-q", "-p", "tiergate", "--bin", "tiergate"], cwd=ROOT, check=True)
+        binary = ROOT / "target/debug/tiergate"
     policy, cluster = ROOT / "samples/kubenexus/policy.yaml", ROOT / "samples/kubenexus/cluster.yaml"
     out = subprocess.run([binary, "render", "--policy", policy, "--cluster", cluster, "-o", "json"],
                          capture_output=True, text=True, check=True).stdout
@@ -65,39 +59,6 @@ def render() -> list[dict]:
     kubectl("apply", "--server-side", "-f", "-", stdin=crds)
     kubectl("wait", "--for=condition=Established", "crd/tiergateparameters.tiergate.io", "--timeout=60s")
     return json.loads(out)["items"]
-
-
-class Connection:
-    """One keep-alive HTTPS connection to the API server of KUBECONFIG, impersonating the tenant."""
-
-    def __init__(self, files: Path) -> None:
-        config = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json"))
-        cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
-        server = cluster["server"].removeprefix("https://")
-        self.host, _, port = server.partition(":")
-        self.port = int(port or 443)
-        context = ssl.create_default_context()
-        if "certificate-authority-data" in cluster:
-            context.load_verify_locations(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
-        self.headers = {"Content-Type": "application/json", "Impersonate-User": TENANT,
-                        "Impersonate-Group": "system:authenticated"}
-        if "client-certificate-data" in user:
-            cert, key = files / "client.crt", files / "client.key"
-            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
-            key.write_bytes(base64.b64decode(user["client-key-data"]))
-            context.load_cert_chain(cert, key)
-        elif "token" in user:
-            self.headers["Authorization"] = f"Bearer {user['token']}"
-        self.context = context
-        self.connection = http.client.HTTPSConnection(self.host, self.port, context=context)
-
-    def dry_run_create(self, path: str, body: bytes) -> tuple[int, float, dict]:
-        started = time.perf_counter()
-        self.connection.request("POST", f"{path}?dryRun=All", body=body, headers=self.headers)
-        answer = self.connection.getresponse()
-        data = answer.read()
-        elapsed = time.perf_counter() - started
-        return answer.status, elapsed, json.loads(data or b"{}")
 
 
 def workloads(namespace: str) -> dict[str, tuple[str, bytes]]:
@@ -146,19 +107,6 @@ def workloads(namespace: str) -> dict[str, tuple[str, bytes]]:
     }
 
 
-def await_type_checking(names: list[str]) -> None:
-    """Waits (up to 5 minutes) until kube-controller-manager has type-checked the validating policy, so that its
-    one-off work there is not measured as the gate's cost per create."""
-    deadline = time.monotonic() + 300
-    for name in names:
-        while time.monotonic() < deadline:
-            status = json.loads(kubectl("get", "validatingadmissionpolicy", name, "-o", "json")).get("status", {})
-            if "typeChecking" in status:
-                break
-            time.sleep(2)
-    time.sleep(5)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=6, help="rounds over every workload (default 6)")
@@ -166,80 +114,103 @@ def main() -> None:
     parser.add_argument("--validating-only", action="store_true",
                         help="bind the validating half only (as --mutating-gate=false or before Kubernetes 1.36)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed creates before each workload's round (default 20)")
+    parser.add_argument("--binary", type=Path, help="the tiergate binary that renders the gate (default: "
+                                                     "target/debug/tiergate, built first)")
+    parser.add_argument("--beside-floor", action="store_true",
+                        help="also bind the floor policy (--floor) to a third namespace and alternate all three request "
+                             "by request: the gate's cost and the floor's from the same run, and their ratio")
     parser.add_argument("--floor", action="store_true",
                         help="bind, instead of the gate, a policy matching what the gate matches whose one validation "
                              "only reads a label: what any ValidatingAdmissionPolicy costs on this API server")
     arguments = parser.parse_args()
+    exit_on_sigterm()
     if not os.environ.get("KUBECONFIG"):
         sys.exit("gate_latency: set KUBECONFIG (e.g. from the e2e harness: target/debug/control-plane up)")
     stamp = int(time.time())
-    gated, plain = f"tiergate-perf-{stamp}", f"tiergate-perf-{stamp}-untiered"
-    items = render()
+    gated, plain, floored = f"tiergate-perf-{stamp}", f"tiergate-perf-{stamp}-untiered", f"tiergate-perf-{stamp}-floor"
+    namespaces = (gated, plain, floored) if arguments.beside_floor else (gated, plain)
+    items = render(arguments.binary)
     gate = [item for item in items if item["kind"] in
             ("TierGateParameters", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")]
     validating_only = arguments.validating_only or arguments.floor
     kinds = BINDING_KINDS[:1] if validating_only else BINDING_KINDS
     bindings = [item for item in items if item["kind"] in kinds and item["metadata"]["name"].endswith("bronze")]
     if arguments.floor:
-        gate, bindings = floor_policy(gate)
+        gate, bindings = floor_policy(gate, {TIER_LABEL: "bronze"})
+    elif arguments.beside_floor:
+        floor, floor_binding = floor_policy(gate, {FLOOR_NAMESPACE_LABEL: "yes"})
+        gate, bindings = gate + floor, bindings + floor_binding
     served = kubectl("api-resources", "--api-group=admissionregistration.k8s.io", "-o", "name")
     if "mutatingadmissionpolicies" not in served:
         sys.exit("gate_latency: MutatingAdmissionPolicy is not served (Kubernetes 1.36+ is needed)")
     files = Path(tempfile.mkdtemp(prefix="tiergate-gate-latency-"))
     try:
-        for namespace in (gated, plain):
+        for namespace in namespaces:
             kubectl("create", "namespace", namespace)
             kubectl("create", "rolebinding", TENANT, "--clusterrole=edit", f"--user={TENANT}", "-n", namespace)
         kubectl("label", "namespace", gated, f"{TIER_LABEL}=bronze")
+        if arguments.beside_floor:
+            kubectl("label", "namespace", floored, f"{FLOOR_NAMESPACE_LABEL}=yes")
         kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                       "items": gate + bindings}))
         await_type_checking([item["metadata"]["name"] for item in gate if item["kind"] == "ValidatingAdmissionPolicy"])
         connection = Connection(files)
-        on, off = workloads(gated), workloads(plain)
+        sides = {"on": workloads(gated), "off": workloads(plain)}
+        if arguments.beside_floor:
+            sides["floor"] = workloads(floored)
+        on = sides["on"]
         if arguments.floor:
-            path, body = on["cpu-job"]
-            refused = json.loads(body)
-            refused["metadata"].setdefault("labels", {})[FLOOR_LABEL] = "refuse"
-            await_enforced(connection, (path, json.dumps(refused).encode()), False)
+            await_enforced(connection, refused_by_floor(on), False)
         else:
             await_enforced(connection, on["gpu-job"], not validating_only)
+        if arguments.beside_floor:
+            await_enforced(connection, refused_by_floor(sides["floor"]), False)
         if validating_only:
-            for name in ("gpu-job", "gpu-pod", "gpu-deployment"):
-                del on[name], off[name]
-        samples: dict[tuple[str, bool], list[float]] = {}
-        per_round: dict[str, list[float]] = {}
+            for side in sides.values():
+                for name in ("gpu-job", "gpu-pod", "gpu-deployment"):
+                    del side[name]
+        order = list(sides)
+        samples: dict[tuple[str, str], list[float]] = {}
+        per_round: dict[tuple[str, str], list[float]] = {}
         for round_index in range(arguments.rounds):
             for name in on:
                 for _ in range(arguments.warmup):
-                    connection.dry_run_create(*on[name])
-                    connection.dry_run_create(*off[name])
-                times: dict[bool, list[float]] = {True: [], False: []}
+                    for side in order:
+                        connection.dry_run_create(*sides[side][name])
+                times: dict[str, list[float]] = {side: [] for side in order}
                 for index in range(arguments.creates):
-                    order = (True, False) if (index + round_index) % 2 == 0 else (False, True)
-                    for enforced in order:
-                        status, elapsed, answer = connection.dry_run_create(*(on if enforced else off)[name])
+                    shift = (index + round_index) % len(order)
+                    for side in order[shift:] + order[:shift]:
+                        status, elapsed, answer = connection.dry_run_create(*sides[side][name])
                         if status != 201:
                             sys.exit(f"gate_latency: {name} answered {status}: {answer.get('message')}")
-                        times[enforced].append(elapsed * 1000)
-                for enforced in (True, False):
-                    samples.setdefault((name, enforced), []).extend(times[enforced])
-                per_round.setdefault(name, []).append(statistics.median(times[True]) - statistics.median(times[False]))
+                        times[side].append(elapsed * 1000)
+                for side in order:
+                    samples.setdefault((name, side), []).extend(times[side])
+                    if side != "off":
+                        per_round.setdefault((name, side), []).append(
+                            statistics.median(times[side]) - statistics.median(times["off"]))
         halves = "the validating half" if validating_only else "both halves"
         if arguments.floor:
             halves = "none; the floor policy (one validation reading a label) in its place"
+        compared = "the bronze, the floor policy's and an untiered namespace" if arguments.beside_floor else \
+            "the bronze and an untiered namespace"
         print(f"Gate: {halves}. {arguments.rounds} rounds, {arguments.creates} dry-run creates per workload, round and namespace, "
-              f"alternating between the bronze and an untiered namespace, one keep-alive connection, as a tenant; "
+              f"alternating between {compared}, one keep-alive connection, as a tenant; "
               f"load average {os.getloadavg()[0]:.2f} at the end.\n")
+        if arguments.beside_floor:
+            print_beside_floor(samples, per_round, list(on))
+            return
         print("| workload | p50 without the gate | p50 with the gate | added p50 | added p50 per round (min / median / max) |")
         print("|---|---|---|---|---|")
         for name in on:
-            with_gate, without = samples[(name, True)], samples[(name, False)]
-            rounds = sorted(per_round[name])
+            with_gate, without = samples[(name, "on")], samples[(name, "off")]
+            rounds = sorted(per_round[(name, "on")])
             print(f"| {name} | {statistics.median(without):.2f} ms | {statistics.median(with_gate):.2f} ms | "
                   f"{statistics.median(with_gate) - statistics.median(without):+.2f} ms | "
                   f"{rounds[0]:+.2f} / {statistics.median(rounds):+.2f} / {rounds[-1]:+.2f} ms |")
     finally:
-        for namespace in (gated, plain):
+        for namespace in namespaces:
             kubectl("delete", "--ignore-not-found", "--wait=false", "namespace", namespace, check=False)
         everything = json.dumps({"apiVersion": "v1", "kind": "List", "items": gate + bindings})
         kubectl("delete", "--ignore-not-found", "-f", "-", stdin=everything, check=False)
@@ -248,9 +219,31 @@ def main() -> None:
         files.rmdir()
 
 
-def floor_policy(gate: list[dict]) -> tuple[list[dict], list[dict]]:
+def print_beside_floor(samples: dict, per_round: dict, names: list[str]) -> None:
+    print("| workload | p50 untiered | p50 floor | p50 gate | floor adds | gate adds | gate / floor | per round: "
+          "gate / floor (min, median, max) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        p50 = {side: statistics.median(samples[(name, side)]) for side in ("off", "floor", "on")}
+        floor, gate = p50["floor"] - p50["off"], p50["on"] - p50["off"]
+        ratios = sorted(g / f for g, f in zip(per_round[(name, "on")], per_round[(name, "floor")]) if f > 0)
+        spread = f"{ratios[0]:.2f}, {statistics.median(ratios):.2f}, {ratios[-1]:.2f}" if ratios else "-"
+        print(f"| {name} | {p50['off']:.2f} ms | {p50['floor']:.2f} ms | {p50['on']:.2f} ms | {floor:+.2f} ms | "
+              f"{gate:+.2f} ms | {gate / floor:.2f}x | {spread} |")
+
+
+def refused_by_floor(side: dict[str, tuple[str, bytes]]) -> tuple[str, bytes]:
+    """The CPU-only Job carrying the label the floor policy refuses."""
+    path, body = side["cpu-job"]
+    refused = json.loads(body)
+    refused["metadata"].setdefault("labels", {})[FLOOR_LABEL] = "refuse"
+    return path, json.dumps(refused).encode()
+
+
+def floor_policy(gate: list[dict], selector: dict[str, str]) -> tuple[list[dict], list[dict]]:
     """A ValidatingAdmissionPolicy matching what the gate's matches, whose one validation reads a label (so a probe
-    can see it enforced), bound to the bronze namespace like the gate: the least any policy costs per create."""
+    can see it enforced), bound to the namespaces `selector` selects (the bronze one in the gate's place, or a third one
+beside it): the least any policy costs per create."""
     validating = next(item for item in gate if item["kind"] == "ValidatingAdmissionPolicy")
     api_version = validating["apiVersion"]
     policy = {"apiVersion": api_version, "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "tiergate-perf-floor"},
@@ -261,7 +254,7 @@ def floor_policy(gate: list[dict]) -> tuple[list[dict], list[dict]]:
     binding = {"apiVersion": api_version, "kind": "ValidatingAdmissionPolicyBinding",
                "metadata": {"name": "tiergate-perf-floor"},
                "spec": {"policyName": "tiergate-perf-floor", "validationActions": ["Deny"],
-                        "matchResources": {"namespaceSelector": {"matchLabels": {TIER_LABEL: "bronze"}}}}}
+                        "matchResources": {"namespaceSelector": {"matchLabels": selector}}}}
     return [policy], [binding]
 
 

@@ -25,6 +25,8 @@ pub const NO_GPU: &str = "asks-for-a-gpu";
 const GPU_SCOPED: &str = "!variables.gpu ||";
 /// The identity check that leaves trusted controllers' writes of workload kinds alone.
 pub const NOT_TRUSTED: &str = tiergate::plan::gate::program::NOT_TRUSTED;
+/// The validating policy's match condition: some validation fails.
+const BREAKS_A_RULE: &str = tiergate::plan::gate::validate::BREAKS_A_RULE;
 
 /// What the gate does with one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -359,7 +361,21 @@ fn run_with(
         let spec = policy.spec.as_ref().unwrap();
         assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
         let mut matched = true;
+        let mut breaks = None;
         for condition in spec.match_conditions.iter().flatten() {
+            if condition.name == BREAKS_A_RULE {
+                // Checked against the validations below, which run whatever it says, so that every fixture proves
+                // that it skips exactly the requests every validation admits.
+                match evaluate(&context, &condition.expression) {
+                    Ok(verdict) => breaks = Some(verdict),
+                    Err(error) => {
+                        denials.push(format!("matchCondition {} failed: {error}", condition.name));
+                        matched = false;
+                        break;
+                    }
+                }
+                continue;
+            }
             match evaluate(&context, &condition.expression) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -406,6 +422,14 @@ fn run_with(
                 Err(error) => denials
                     .push(as_api_server(format!("validation failed to evaluate ({error}): {:?}", validation.message))),
             }
+        }
+        if let Some(breaks) = breaks {
+            assert_eq!(
+                breaks,
+                denials.len() > denied_before,
+                "the match condition {BREAKS_A_RULE} says {breaks}, the validations {:?}, for {request}",
+                &denials[denied_before..]
+            );
         }
         if out_of_gpu_scope && denials.len() == denied_before {
             let failed = tiergate::plan::gate::program::identity_checks()

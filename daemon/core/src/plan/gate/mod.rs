@@ -252,7 +252,9 @@ mod tests {
     fn the_gate_stays_small_for_the_sample_and_each_tier_adds_little() {
         let policy = load_policy(None).unwrap();
         let size = rendered_size(&gate_of(&policy));
-        assert!(size <= 128 * 1024, "the sample's gate is {size} bytes, over 128 KiB");
+        // 128 KiB until issue 52: the validating policy's match condition restates its validations (about 44 KB),
+        // which the API server compiles once and which spares it a conversion and six programs on every create.
+        assert!(size <= 192 * 1024, "the sample's gate is {size} bytes, over 192 KiB");
         let mut bigger = policy.clone();
         let mut tier = bigger.spec.tiers.last().unwrap().clone();
         tier.name = "platinum".to_owned();

@@ -2,11 +2,12 @@
 //! refuses a GPU workload the tier does not allow (another tier's class, resource, queue or priority), reading the
 //! tier's facts from its parameter object; pure.
 //!
-//! Each validation is `!variables.gpu || <rule>`: a CPU-only object costs the walk of its specs and nothing else.
+//! Each validation is `!variables.gpu || <rule>`, and one match condition restates them all ([`BREAKS_A_RULE`]): a
+//! request every rule admits (a CPU-only object, a GPU object as the webhook leaves it) costs that one program.
 //! Messages are fixed text naming the field, where the tier's facts are and the fix ([`validations`]).
 
 use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicySpec, Validation, Variable,
+    MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicySpec, Validation, Variable,
 };
 use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
@@ -30,17 +31,82 @@ const WEBHOOK: &str = "the tiergate webhook normally adds this — is it running
 
 /// The policy's spec.
 pub fn build_validating_spec() -> ValidatingAdmissionPolicySpec {
+    let (variables, validations) = (variables(), validations());
     ValidatingAdmissionPolicySpec {
         failure_policy: Some(GATE_FAILURE_POLICY.to_owned()),
         param_kind: Some(param_kind()),
         match_constraints: Some(with_claims(gate_match_resources(&["CREATE", "UPDATE"], ADAPTERS.iter()))),
-        // No match conditions: the API server converts the object for CEL once per evaluation, and match
-        // conditions are a second evaluation. The identity checks are a variable every validation reads first.
-        match_conditions: None,
-        variables: Some(variables()),
-        validations: Some(validations()),
+        match_conditions: Some(vec![MatchCondition {
+            name: BREAKS_A_RULE.to_owned(),
+            expression: breaks_a_rule(&variables, &validations),
+        }]),
+        variables: Some(variables),
+        validations: Some(validations),
         ..ValidatingAdmissionPolicySpec::default()
     }
+}
+
+/// The name of the policy's one match condition: the request breaks a rule, so the validations run to say which.
+pub const BREAKS_A_RULE: &str = "breaks-a-rule";
+
+/// The variables the match condition binds once, in order: those every validation reads first (the walk, the identity
+/// checks in `gpu`) and `kept`, read by three (on a CREATE one comparison of the operation after the kind's). The
+/// others are written out where a validation reads them, so that an object that asks no GPU never evaluates them
+/// (the API server evaluates the policy's variables lazily; a bind is eager, and `claim` fails on any other kind).
+const BOUND: [&str; 5] = ["specs", "outside", "queued", "gpu", "kept"];
+
+/// CEL: some validation fails: `!(every validation)`, the variables bound by one-element comprehensions (Kubernetes'
+/// CEL has no `cel.bind`) or written out.
+///
+/// kube-apiserver 1.36 converts the object to unstructured for every CEL evaluation pass: one for the match
+/// conditions, one for the validations and one for their (here empty) message expressions. A request every rule
+/// admits, which is nearly every request, stops after the first pass, one program, where the validations took two
+/// passes and seven programs; a request that breaks a rule pays one pass more, and gets the validations' messages.
+fn breaks_a_rule(variables: &[Variable], validations: &[Validation]) -> String {
+    let inlined: Vec<(&str, &str)> = variables
+        .iter()
+        .filter(|variable| !BOUND.contains(&variable.name.as_str()))
+        .map(|variable| (variable.name.as_str(), variable.expression.as_str()))
+        .collect();
+    let every_rule =
+        all_of(validations.iter().map(|validation| format!("({})", resolve(&validation.expression, &inlined))));
+    let bound = variables.iter().filter(|variable| BOUND.contains(&variable.name.as_str())).rev().fold(
+        every_rule,
+        |body, variable| {
+            format!("[{}].all({}, {body})", resolve(&variable.expression, &inlined), bound_name(&variable.name))
+        },
+    );
+    format!("!{bound}")
+}
+
+/// The match condition's name for `variables.<name>`.
+fn bound_name(name: &str) -> String {
+    format!("tg_{name}")
+}
+
+/// `expression` with each `variables.<name>` read from its bind, or written out (resolved in turn) where `inlined`
+/// has it.
+fn resolve(expression: &str, inlined: &[(&str, &str)]) -> String {
+    const PREFIX: &str = "variables.";
+    let mut out = String::with_capacity(expression.len());
+    let mut rest = expression;
+    while let Some(at) = rest.find(PREFIX) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + PREFIX.len()..];
+        let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let name = &after[..end];
+        match inlined.iter().find(|(known, _)| *known == name) {
+            Some((_, written)) => {
+                out.push('(');
+                out.push_str(&resolve(written, inlined));
+                out.push(')');
+            }
+            None => out.push_str(&bound_name(name)),
+        }
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn variables() -> Vec<Variable> {
@@ -254,4 +320,31 @@ fn priority_class_rule(adapter: &WorkloadAdapter) -> Option<String> {
         "({F}.defaultPriority == '' || {labelled} || variables.kept || variables.specs.all(g, g.all(s, !{})))",
         names_priority_class("s")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_match_condition_reads_no_variable_of_the_policy_and_binds_each_bound_one() {
+        let spec = build_validating_spec();
+        let condition = &spec.match_conditions.as_deref().unwrap_or_default()[0];
+        assert_eq!(condition.name, BREAKS_A_RULE);
+        assert!(!condition.expression.contains("variables."), "match conditions cannot read variables");
+        let names: Vec<&str> = spec.variables.iter().flatten().map(|variable| variable.name.as_str()).collect();
+        for name in BOUND {
+            assert!(names.contains(&name), "{name} is no variable of the policy");
+            assert!(condition.expression.contains(&format!("].all({}, ", bound_name(name))), "{name} is not bound");
+        }
+    }
+
+    #[test]
+    fn resolving_writes_out_inlined_variables_and_reads_bound_ones() {
+        let inlined = [("free", "variables.queued && params.spec.tier.classLeftToKueue")];
+        assert_eq!(
+            resolve("variables.gpu || variables.free || variables.gpuSpecs", &inlined),
+            "tg_gpu || (tg_queued && params.spec.tier.classLeftToKueue) || tg_gpuSpecs"
+        );
+    }
 }
