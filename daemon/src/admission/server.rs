@@ -4,12 +4,14 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, BodyDataStream};
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, Version, header};
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
@@ -131,9 +133,25 @@ pub async fn serve_webhook_on(
 /// [`serve_webhook_on`] with `limits`.
 pub async fn serve_webhook_with(
     listener: std::net::TcpListener,
+    files: (&Path, &Path),
+    state: AdmissionState,
+    limits: WebhookLimits,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve_webhook_draining(listener, files, state, limits, Arc::default(), shutdown).await
+}
+
+/// [`serve_webhook_with`] that, once `draining` is set (SIGTERM, before `shutdown` closes the server), answers
+/// every HTTP/1.1 request with `Connection: close`: the API server closes the keep-alive connection itself after
+/// that answer and dials again, reaching a replica that is not leaving. A connection the server closed instead
+/// could race the API server's next request on it, which then fails open (issue 48 saw one create refused by the
+/// in-server gate during a `helm upgrade`).
+pub async fn serve_webhook_draining(
+    listener: std::net::TcpListener,
     (tls_cert, tls_key): (&Path, &Path),
     state: AdmissionState,
     limits: WebhookLimits,
+    draining: Arc<AtomicBool>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let listen = listener.local_addr().map_err(|source| ServeError::Serve { listen: unspecified(), source })?;
@@ -168,9 +186,25 @@ pub async fn serve_webhook_with(
     server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
     tracing::info!(%listen, "webhook serving POST /mutate over TLS");
     server
-        .serve(router_with(state, limits).into_make_service())
+        .serve(draining_router(state, limits, draining).into_make_service())
         .await
         .map_err(|source| ServeError::Serve { listen, source })
+}
+
+/// [`router_with`] that answers `Connection: close` over HTTP/1.x once `draining` is set.
+pub fn draining_router(state: AdmissionState, limits: WebhookLimits, draining: Arc<AtomicBool>) -> Router {
+    router_with(state, limits).layer(from_fn_with_state(draining, close_while_draining))
+}
+
+/// Adds `Connection: close` to an HTTP/1.x answer while the replica drains (HTTP/2 has no such header: its
+/// connections end with GOAWAY at shutdown).
+async fn close_while_draining(State(draining): State<Arc<AtomicBool>>, request: Request, next: Next) -> Response {
+    let http1 = request.version() < Version::HTTP_2;
+    let mut response = next.run(request).await;
+    if http1 && draining.load(Ordering::Relaxed) {
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    }
+    response
 }
 
 fn unspecified() -> SocketAddr {
@@ -545,5 +579,34 @@ async fn watch_certificate(
                 rejected = Some(files);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    fn state() -> AdmissionState {
+        AdmissionState {
+            snapshot: Arc::default(),
+            scorer: Arc::default(),
+            ledger: Arc::default(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    async fn connection_header(draining: bool, version: Version) -> Option<String> {
+        let router = draining_router(state(), WebhookLimits::default(), Arc::new(AtomicBool::new(draining)));
+        let request = axum::http::Request::post("/mutate").version(version).body(Body::from("{}")).unwrap();
+        let response = router.oneshot(request).await.unwrap();
+        response.headers().get(header::CONNECTION).map(|value| value.to_str().unwrap().to_owned())
+    }
+
+    #[tokio::test]
+    async fn a_draining_replica_asks_http1_clients_to_close_their_connection_and_only_then() {
+        assert_eq!(connection_header(true, Version::HTTP_11).await.as_deref(), Some("close"));
+        assert_eq!(connection_header(false, Version::HTTP_11).await, None);
+        assert_eq!(connection_header(true, Version::HTTP_2).await, None, "HTTP/2 has no Connection header");
     }
 }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
 use crate::admin::{AdminState, serve_admin};
-use crate::admission::server::{AdmissionState, WebhookConfig, bind_webhook_listener, serve_webhook_with};
+use crate::admission::server::{AdmissionState, WebhookConfig, bind_webhook_listener, serve_webhook_draining};
 use crate::certs::{CertConfig, run_certificate_manager, wait_for_certificate_files};
 use crate::cli::RunArgs;
 use crate::metrics::Metrics;
@@ -100,10 +100,10 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     }
     // Ready (for the Service) only from here: with a self-managed certificate the caches may sync before it exists.
     let listener = bind_webhook_listener(webhook.listen)?;
-    let serving = shutdown.clone();
+    let (serving, closing) = (shutdown.clone(), draining.clone());
     let mut webhook = tokio::spawn(async move {
         let files = (webhook.tls_cert.as_path(), webhook.tls_key.as_path());
-        serve_webhook_with(listener, files, admission_state, webhook.limits, serving).await
+        serve_webhook_draining(listener, files, admission_state, webhook.limits, closing, serving).await
     });
     webhook_serving.store(true, Ordering::Relaxed);
 
