@@ -52,6 +52,8 @@ pub enum BlockedReason {
     /// Kueue's Configuration lacks the `admissionFairSharing` the policy's sharing tiers need (or it differs, or
     /// cannot be read), so their tenants are ordered first come, first served.
     KueueFairSharingMissing,
+    /// The policy renders Karpenter NodePools, but the API server does not serve `karpenter.sh/v1` NodePools.
+    KarpenterMissing,
     /// The webhook's serving certificate file is missing or unreadable.
     CertificateMissing,
     /// The webhook's serving certificate has expired.
@@ -69,7 +71,7 @@ pub enum Severity {
 
 impl BlockedReason {
     /// Every reason, in a fixed order (the gauges are registered for each, 0 or 1).
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::LeaseNamespaceMissing,
         Self::LeaseForbidden,
         Self::LeaseConflict,
@@ -85,6 +87,7 @@ impl BlockedReason {
         Self::WorkerUnreachable,
         Self::KueueDraMappingMissing,
         Self::KueueFairSharingMissing,
+        Self::KarpenterMissing,
         Self::CertificateMissing,
         Self::CertificateExpired,
     ];
@@ -107,6 +110,7 @@ impl BlockedReason {
             Self::WorkerUnreachable => "worker_unreachable",
             Self::KueueDraMappingMissing => "kueue_dra_mapping_missing",
             Self::KueueFairSharingMissing => "kueue_fair_sharing_missing",
+            Self::KarpenterMissing => "karpenter_missing",
             Self::CertificateMissing => "certificate_missing",
             Self::CertificateExpired => "certificate_expired",
         }
@@ -135,6 +139,10 @@ impl BlockedReason {
             Self::KueueFairSharingMissing => {
                 "a tier shares fairly among its tenants, but Kueue's admissionFairSharing is missing or differs: \
                  its tenants are ordered first come, first served"
+            }
+            Self::KarpenterMissing => {
+                "GPU classes have a karpenter template, but the API server does not serve Karpenter's v1 NodePool: \
+                 their NodePools are not applied (everything else is)"
             }
             Self::CertificateMissing => "the webhook cannot serve: its certificate file is missing",
             Self::CertificateExpired => "the webhook's certificate has expired: the API server refuses it",
@@ -193,6 +201,10 @@ impl BlockedReason {
                  controller_manager_config.yaml of ConfigMap kueue-manager-config in Kueue's namespace \
                  (--kueue-namespace), then restart Kueue; or set the tiers' tenantFairSharing to false"
             }
+            Self::KarpenterMissing => {
+                "install Karpenter v1 or newer (its NodePool CRD, karpenter.sh/v1) and restart tiergate, or remove the \
+                 classes' `karpenter` templates to manage NodePools yourself"
+            }
             Self::CertificateMissing => {
                 "with cert-manager, check the Certificate (`kubectl describe certificate`); with \
                  --self-managed-certs, read the certificate loop's log lines"
@@ -211,7 +223,8 @@ impl BlockedReason {
             | Self::ReconcileFailing
             | Self::LeaseConflict
             | Self::KueueDraMappingMissing
-            | Self::KueueFairSharingMissing => Severity::Warn,
+            | Self::KueueFairSharingMissing
+            | Self::KarpenterMissing => Severity::Warn,
             _ => Severity::Error,
         }
     }

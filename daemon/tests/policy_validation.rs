@@ -391,3 +391,70 @@ fn an_unknown_capacity_is_refused_when_parsed() {
     let error = parse_policy(&text, "test").unwrap_err().to_string();
     assert!(error.contains("Elastic") && error.contains("Autoscaled"), "{error}");
 }
+
+/// One change to a class's `karpenter` template.
+type TemplateEdit = fn(&mut Value);
+
+/// The Karpenter sample with its h100 class's template changed by `edit`.
+fn karpenter_sample_with(edit: impl FnOnce(&mut Value)) -> TierPolicySpec {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/karpenter/policy.yaml");
+    let mut policy: Value = serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    edit(&mut policy["spec"]["gpuClasses"][0]["karpenter"]);
+    serde_json::from_value::<TierPolicy>(policy).unwrap().spec
+}
+
+#[test]
+fn karpenter_templates_are_refused_where_karpenter_or_the_class_would_be() {
+    let at = "spec.gpuClasses[0].karpenter";
+    let cases: Vec<(TemplateEdit, String, &str)> = vec![
+        (|t| t["weight"] = json!(0), format!("{at}.weight"), "1-100"),
+        (|t| t["consolidateAfter"] = json!("5 min"), format!("{at}.consolidateAfter"), "Never"),
+        (|t| t["expireAfter"] = json!("1.5h"), format!("{at}.expireAfter"), "duration"),
+        (|t| t["nodeClassRef"]["name"] = json!(""), format!("{at}.nodeClassRef.name"), "empty"),
+        (|t| t["limits"]["nvidia.com/gpu"] = json!("64"), format!("{at}.limits[\"nvidia.com/gpu\"]"), "quota"),
+        (|t| t["limits"]["cpu"] = json!("lots"), format!("{at}.limits[\"cpu\"]"), "quantity"),
+        (
+            |t| t["requirements"][0] = json!({"key": "gpu.nvidia.com/class", "operator": "In", "values": ["l4"]}),
+            format!("{at}.requirements[0].key"),
+            "nodeLabels",
+        ),
+        (
+            |t| t["requirements"][0] = json!({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["x"]}),
+            format!("{at}.requirements[0].key"),
+            "itself",
+        ),
+        (
+            |t| t["requirements"][0] = json!({"key": "example.com/size", "operator": "Gt", "values": ["a"]}),
+            format!("{at}.requirements[0].values"),
+            "integer",
+        ),
+        (
+            |t| t["requirements"][0] = json!({"key": "example.com/size", "operator": "Near", "values": ["1"]}),
+            format!("{at}.requirements[0].operator"),
+            "Near",
+        ),
+        (
+            |t| {
+                t["requirements"][0] =
+                    json!({"key": "example.com/x", "operator": "In", "values": ["a"], "minValues": 2})
+            },
+            format!("{at}.requirements[0].minValues"),
+            "minValues",
+        ),
+    ];
+    for (edit, path, words) in cases {
+        let text = refused_at(&karpenter_sample_with(edit), &path);
+        assert!(text.contains(words), "{path}: {text}");
+    }
+}
+
+#[test]
+fn a_karpenter_template_on_a_class_without_node_labels_is_refused() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/karpenter/policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap().replace(
+        "nodeLabels: {gpu.nvidia.com/class: l4}",
+        "nodeLabels: {}\n      dra: {driver: gpu.nvidia.com, selector: \"true\"}",
+    );
+    let refused = yaml_refused_at(&text, "spec.gpuClasses[1].karpenter");
+    assert!(refused.contains("without nodeLabels"), "{refused}");
+}

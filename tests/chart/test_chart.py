@@ -40,6 +40,7 @@ CLUSTER_ALLOWLIST: dict[tuple[str, str], set[str]] = {
     # The in-server gate's admission policies, bindings and parameter objects (docs/admission.md).
     ("tiergate.io", "tiergateparameters"): {"get", "list", "watch", "create", "patch", "delete"},
     ("resource.k8s.io", "deviceclasses"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("karpenter.sh", "nodepools"): {"get", "list", "watch", "create", "patch", "delete"},
     ("resource.k8s.io", "resourceclaimtemplates"): {"list", "watch"},
     **{
         ("admissionregistration.k8s.io", kind): {"get", "list", "watch", "create", "patch", "delete"}
@@ -379,6 +380,7 @@ def test_the_requeue_patch_covers_exactly_the_queued_kinds_and_can_be_switched_o
         ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
         ("admissionregistration.k8s.io", "mutatingadmissionpolicybindings"),
         ("resource.k8s.io", "deviceclasses"),
+        ("karpenter.sh", "nodepools"),
         ("", "events"),
         ("events.k8s.io", "events"),
     }

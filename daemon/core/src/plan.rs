@@ -10,6 +10,7 @@ pub mod dra;
 pub mod fleet;
 pub mod gate;
 pub mod names;
+pub mod nodepools;
 pub mod quota;
 pub mod tenants;
 pub mod topology;
@@ -50,11 +51,12 @@ pub const MANAGED_BY_VALUE: &str = "tiergate";
 pub const POLICY_LABEL: &str = "tiergate.io/policy";
 
 /// Kinds tiergate generates, in apply order (prune in reverse). Namespaces only on worker clusters.
-pub const OWNED_KINDS: [&str; 17] = [
+pub const OWNED_KINDS: [&str; 18] = [
     "Namespace",
     "Topology",
     "DeviceClass",
     "ResourceFlavor",
+    "NodePool",
     "WorkloadPriorityClass",
     "ProvisioningRequestConfig",
     "MultiKueueCluster",
@@ -87,6 +89,8 @@ pub struct Desired {
     /// One per GPU class (declaration order), then one per rule of each tier's placement strategy on the tier's
     /// class (tier order, each once).
     pub resource_flavors: Vec<ResourceFlavor>,
+    /// One Karpenter NodePool per GPU class with a `karpenter` template (declaration order; [`nodepools`]).
+    pub node_pools: Vec<tiergate_karpenter::NodePool>,
     /// One per priority bucket (declaration order).
     pub workload_priority_classes: Vec<WorkloadPriorityClass>,
     /// One per tier with `provisioning` that runs in this cluster (tier order).
@@ -130,6 +134,8 @@ pub enum DesiredObject<'a> {
     DeviceClass(&'a DeviceClass),
     /// A ResourceFlavor.
     ResourceFlavor(&'a ResourceFlavor),
+    /// A Karpenter NodePool of a GPU class.
+    NodePool(&'a tiergate_karpenter::NodePool),
     /// A WorkloadPriorityClass.
     WorkloadPriorityClass(&'a WorkloadPriorityClass),
     /// A ProvisioningRequestConfig.
@@ -201,6 +207,7 @@ impl DesiredObject<'_> {
             Self::Topology(_) => "Topology",
             Self::DeviceClass(_) => "DeviceClass",
             Self::ResourceFlavor(_) => "ResourceFlavor",
+            Self::NodePool(_) => "NodePool",
             Self::WorkloadPriorityClass(_) => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig(_) => "ProvisioningRequestConfig",
             Self::MultiKueueCluster(_) => "MultiKueueCluster",
@@ -224,6 +231,7 @@ impl DesiredObject<'_> {
             Self::Topology(object) => &object.metadata,
             Self::DeviceClass(object) => &object.metadata,
             Self::ResourceFlavor(object) => &object.metadata,
+            Self::NodePool(object) => &object.metadata,
             Self::WorkloadPriorityClass(object) => &object.metadata,
             Self::ProvisioningRequestConfig(object) => &object.metadata,
             Self::MultiKueueCluster(object) => &object.metadata,
@@ -257,6 +265,7 @@ impl DesiredObject<'_> {
             Self::Topology(object) => serde_json::to_value(object),
             Self::DeviceClass(object) => serde_json::to_value(object),
             Self::ResourceFlavor(object) => serde_json::to_value(object),
+            Self::NodePool(object) => serde_json::to_value(object),
             Self::WorkloadPriorityClass(object) => serde_json::to_value(object),
             Self::ProvisioningRequestConfig(object) => serde_json::to_value(object),
             Self::MultiKueueCluster(object) => serde_json::to_value(object),
@@ -276,7 +285,7 @@ impl DesiredObject<'_> {
 }
 
 impl Desired {
-    /// Every object in apply order ([`OWNED_KINDS`]): namespaces, topologies, flavors, priority classes, provisioning
+    /// Every object in apply order ([`OWNED_KINDS`]): namespaces, topologies, flavors, NodePools, priority classes, provisioning
     /// configs, MultiKueue clusters and configs, admission checks, Cohorts, ClusterQueues, the gate's policies and bindings, LocalQueues (each refers only to
     /// objects before it).
     pub fn objects(&self) -> Vec<DesiredObject<'_>> {
@@ -284,6 +293,7 @@ impl Desired {
         let topologies = self.topologies.iter().map(DesiredObject::Topology);
         let device_classes = self.device_classes.iter().map(DesiredObject::DeviceClass);
         let flavors = self.resource_flavors.iter().map(DesiredObject::ResourceFlavor);
+        let node_pools = self.node_pools.iter().map(DesiredObject::NodePool);
         let classes = self.workload_priority_classes.iter().map(DesiredObject::WorkloadPriorityClass);
         let configs = self.provisioning_request_configs.iter().map(DesiredObject::ProvisioningRequestConfig);
         let workers = self.multi_kueue_clusters.iter().map(DesiredObject::MultiKueueCluster);
@@ -301,6 +311,7 @@ impl Desired {
             .chain(topologies)
             .chain(device_classes)
             .chain(flavors)
+            .chain(node_pools)
             .chain(classes)
             .chain(configs)
             .chain(workers)
@@ -578,6 +589,16 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         .map(|selector| ResourceFlavor { metadata: meta(selector.flavor.clone()), spec: build_flavor_spec(selector) })
         .collect();
 
+    let running_here: Vec<&Tier> =
+        tiers.iter().copied().filter(|tier| side == Side::Worker || tier.dispatch.is_none()).collect();
+    let mut node_pools = nodepools::build_node_pools(spec, &running_here, &labels);
+    node_pools.retain(|pool| {
+        side == Side::Management
+            || built_classes
+                .iter()
+                .any(|class| pool.metadata.name.as_deref() == Some(&names::node_pool_name(&class.name)))
+    });
+
     let workload_priority_classes = spec
         .priority_buckets
         .iter()
@@ -652,6 +673,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
         topologies,
         device_classes,
         resource_flavors,
+        node_pools,
         workload_priority_classes,
         provisioning_request_configs,
         admission_checks,

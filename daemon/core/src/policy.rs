@@ -4,6 +4,7 @@
 //! The checks a policy must pass live in [`crate::validation`]. The cohort tree (issue 28) is in [`cohorts`].
 
 pub mod cohorts;
+pub mod karpenter;
 
 use std::collections::BTreeMap;
 
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::labels::LabelLookup;
 
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
+pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
 
 /// Namespace label that names a namespace's tier when the policy does not say otherwise.
 pub const DEFAULT_TIER_LABEL: &str = "tiergate.io/tier";
@@ -244,6 +246,13 @@ pub struct GpuClass {
     /// `Autoscaled` class must use a class that scales up (docs/operations.md "Autoscaled nodepools").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<NodeCapacity>,
+    /// A Karpenter NodePool tiergate renders for this class's nodes: the template holds what only the platform
+    /// knows (node class, instance requirements); tiergate adds the class's labels and taints, a GPU limit equal
+    /// to what its tiers' quota can ever admit, and a disruption budget that never interrupts admitted work.
+    /// Unset: no NodePool is rendered (the platform's own pools are compared by `tiergate check`).
+    /// docs/configuration.md "Karpenter NodePools".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub karpenter: Option<KarpenterPoolTemplate>,
 }
 
 /// How a GPU class's nodes come: `Autoscaled` (a node group or NodePool that grows for waiting workloads and may be

@@ -9,6 +9,7 @@ pub mod cohorts;
 mod dra;
 pub mod fields;
 pub mod fleet;
+mod karpenter;
 /// Kubernetes name and label syntax, where validation has always offered it.
 pub use crate::syntax as names;
 pub mod quantity;
@@ -197,6 +198,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     topology::check_topology(spec, problems);
     cohorts::check_cohorts(spec, problems);
     dra::check_dra(spec, problems);
+    karpenter::check_karpenter(spec, problems);
     tenants::check_tenant_fair_sharing(spec, problems);
 }
 

@@ -24,6 +24,10 @@ pub const MIN_KUEUE_RELEASE: &str = "v0.15";
 pub const RESOURCE_GROUP: &str = "resource.k8s.io";
 /// The version of DeviceClass tiergate writes (GA since Kubernetes 1.34).
 pub const RESOURCE_VERSION: &str = "v1";
+/// Karpenter's API group (NodePools of GPU classes with a `karpenter` template).
+pub const KARPENTER_GROUP: &str = tiergate_karpenter::GROUP;
+/// The NodePool version tiergate writes.
+pub const KARPENTER_VERSION: &str = tiergate_karpenter::VERSION;
 /// The single server-side-apply field manager of every tiergate write.
 pub const FIELD_MANAGER: &str = "tiergate";
 /// Label marking an object as written by tiergate.
@@ -47,6 +51,8 @@ pub enum KueueKind {
     DeviceClass,
     /// `ResourceFlavor`, one per GPU class or placement rule (cluster-scoped).
     ResourceFlavor,
+    /// Karpenter's `NodePool`, one per GPU class with a `karpenter` template (`karpenter.sh/v1`, cluster-scoped).
+    NodePool,
     /// `WorkloadPriorityClass`, one per priority bucket (cluster-scoped).
     WorkloadPriorityClass,
     /// `ProvisioningRequestConfig`, one per tier with provisioning (cluster-scoped).
@@ -77,10 +83,11 @@ pub enum KueueKind {
 
 impl KueueKind {
     /// Every kind, in apply order; prune runs in the reverse order.
-    pub const ALL: [Self; 16] = [
+    pub const ALL: [Self; 17] = [
         Self::Topology,
         Self::DeviceClass,
         Self::ResourceFlavor,
+        Self::NodePool,
         Self::WorkloadPriorityClass,
         Self::ProvisioningRequestConfig,
         Self::MultiKueueCluster,
@@ -102,6 +109,7 @@ impl KueueKind {
             Self::Topology => "Topology",
             Self::DeviceClass => "DeviceClass",
             Self::ResourceFlavor => "ResourceFlavor",
+            Self::NodePool => "NodePool",
             Self::WorkloadPriorityClass => "WorkloadPriorityClass",
             Self::ProvisioningRequestConfig => "ProvisioningRequestConfig",
             Self::MultiKueueCluster => "MultiKueueCluster",
@@ -124,6 +132,7 @@ impl KueueKind {
             Self::Topology => "topologies",
             Self::DeviceClass => "deviceclasses",
             Self::ResourceFlavor => "resourceflavors",
+            Self::NodePool => "nodepools",
             Self::WorkloadPriorityClass => "workloadpriorityclasses",
             Self::ProvisioningRequestConfig => "provisioningrequestconfigs",
             Self::MultiKueueCluster => "multikueueclusters",
@@ -140,11 +149,13 @@ impl KueueKind {
         }
     }
 
-    /// Whether the kind is Kueue's (the rest are DRA's DeviceClass and the in-server gate's).
+    /// Whether the kind is Kueue's (the rest are DRA's DeviceClass, Karpenter's NodePool and the in-server
+    /// gate's).
     pub fn is_kueue(self) -> bool {
         !matches!(
             self,
             Self::DeviceClass
+                | Self::NodePool
                 | Self::TierGateParameters
                 | Self::ValidatingAdmissionPolicy
                 | Self::ValidatingAdmissionPolicyBinding
@@ -154,12 +165,14 @@ impl KueueKind {
     }
 
     /// Whether the API server may not serve the kind: MutatingAdmissionPolicy (GA in Kubernetes 1.36), the
-    /// gate's TierGateParameters (a CRD a worker cluster of a fleet does not have) and DeviceClass (GA in 1.34).
-    /// Its watch asks discovery first and stays empty where it is not served.
+    /// gate's TierGateParameters (a CRD a worker cluster of a fleet does not have), DeviceClass (GA in 1.34) and
+    /// Karpenter's NodePool (served only where Karpenter is installed). Its watch asks discovery first and stays
+    /// empty where it is not served.
     pub fn is_optional(self) -> bool {
         matches!(
             self,
-            Self::MutatingAdmissionPolicy
+            Self::NodePool
+                | Self::MutatingAdmissionPolicy
                 | Self::MutatingAdmissionPolicyBinding
                 | Self::TierGateParameters
                 | Self::DeviceClass
@@ -189,6 +202,7 @@ impl KueueKind {
         match self {
             Self::TierGateParameters => TIERGATE_GROUP,
             Self::DeviceClass => RESOURCE_GROUP,
+            Self::NodePool => KARPENTER_GROUP,
             _ if self.is_kueue() => KUEUE_GROUP,
             _ => ADMISSION_GROUP,
         }
@@ -199,6 +213,7 @@ impl KueueKind {
         match self {
             Self::TierGateParameters => TIERGATE_VERSION,
             Self::DeviceClass => RESOURCE_VERSION,
+            Self::NodePool => KARPENTER_VERSION,
             _ if self.is_kueue() => KUEUE_VERSION,
             _ => ADMISSION_VERSION,
         }
@@ -294,7 +309,11 @@ mod tests {
         assert_eq!(KueueKind::ALL.get(2), Some(&KueueKind::ResourceFlavor));
         let queues = KueueKind::ALL.iter().position(|kind| *kind == KueueKind::LocalQueue).unwrap();
         assert!(KueueKind::ALL[queues + 1..].iter().all(|kind| !kind.is_kueue()), "only the gate after LocalQueues");
-        assert!(KueueKind::ALL[..queues].iter().all(|kind| kind.is_kueue() || *kind == KueueKind::DeviceClass));
+        assert!(
+            KueueKind::ALL[..queues]
+                .iter()
+                .all(|kind| kind.is_kueue() || matches!(kind, KueueKind::DeviceClass | KueueKind::NodePool))
+        );
         let mut sorted = KueueKind::ALL;
         sorted.sort();
         assert_eq!(sorted, KueueKind::ALL, "Ord must follow apply order");

@@ -571,8 +571,9 @@ async fn a_worker_scoped_cache_watches_only_namespaces_nodes_and_kueue_objects()
             .map(|kind| format!("/apis/{}/{}/{}", kind.group(), kind.version(), kind.plural())),
     );
     // The discovery requests: whether the optional kinds (MutatingAdmissionPolicy, TierGateParameters,
-    // DeviceClass) are served; this server answers 404 for every group, so none is watched.
+    // DeviceClass, Karpenter's NodePool) are served; this server answers 404 for every group, so none is watched.
     expected.push("/apis/admissionregistration.k8s.io/v1".to_owned());
+    expected.push("/apis/karpenter.sh/v1".to_owned());
     expected.push("/apis/resource.k8s.io/v1".to_owned());
     expected.push("/apis/tiergate.io/v1alpha1".to_owned());
     expected.sort();

@@ -92,6 +92,20 @@ pub async fn discover_mutating_policies(client: &Client) -> Option<bool> {
     }
 }
 
+/// Asks the API server whether it serves Karpenter's v1 NodePool; `None` when discovery failed otherwise than with
+/// a 404 (logged; the NodePools are then applied and any failure reported as a write's).
+pub async fn discover_node_pools(client: &Client) -> Option<bool> {
+    let group_version = format!("{}/{}", tiergate_karpenter::GROUP, tiergate_karpenter::VERSION);
+    match client.list_api_group_resources(&group_version).await {
+        Ok(resources) => Some(resources.resources.iter().any(|resource| resource.name == "nodepools")),
+        Err(kube::Error::Api(status)) if status.code == 404 => Some(false),
+        Err(error) => {
+            tracing::warn!(%error, "failed to list {group_version}; applying the policy's NodePools as if served");
+            None
+        }
+    }
+}
+
 /// Asks the API server whether Kueue v1beta2 and every kind tiergate writes are served.
 pub async fn discover_kueue(client: &Client) -> Result<(), DiscoveryError> {
     let groups = client.list_api_groups().await.map_err(DiscoveryError::ListApiGroups)?;

@@ -293,6 +293,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             if matches!(gate_owner, gate_owner::GateOwner::Missing(_)) {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_gate));
             }
+            keep_node_pools_if_served(ctx, &mut objects).await;
             let draining = carry_draining_flavors(ctx, &mut objects, "management");
             let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
             drain::count_retiring_queues(&mut objects, &retiring);
@@ -358,6 +359,27 @@ pub fn translation_namespaces(snapshot: &Snapshot) -> impl Iterator<Item = &Name
 }
 
 /// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
+/// Drops the policy's NodePools from `objects` when the API server does not serve Karpenter's NodePool, naming them
+/// in the `karpenter_missing` blocker (everything else is still applied); clears the blocker otherwise. Asks
+/// discovery only when the policy has NodePools.
+async fn keep_node_pools_if_served(ctx: &Context, objects: &mut Vec<DynamicObject>) {
+    let is_pool = |object: &DynamicObject| KueueKind::of(object) == Some(KueueKind::NodePool);
+    let pools: Vec<String> = objects.iter().filter(|object| is_pool(object)).map(ResourceExt::name_any).collect();
+    if pools.is_empty() {
+        ctx.blockers.clear(BlockedReason::KarpenterMissing);
+        return;
+    }
+    if self::discovery::discover_node_pools(&ctx.client).await == Some(false) {
+        objects.retain(|object| !is_pool(object));
+        ctx.blockers.set(
+            BlockedReason::KarpenterMissing,
+            format!("NodePools {} not applied: karpenter.sh/v1 nodepools is not served", pools.join(", ")),
+        );
+    } else {
+        ctx.blockers.clear(BlockedReason::KarpenterMissing);
+    }
+}
+
 async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Result<Action, ReconcileError> {
     tracing::warn!(policy = %policy.name_any(), %message, "invalid TierPolicy; keeping the last applied state");
     ctx.blockers.set(BlockedReason::PolicyInvalid, format!("TierPolicy {}: {message}", policy.name_any()));

@@ -27,6 +27,9 @@ use tiergate_e2e::{
 
 /// Kueue objects after the policy is applied, and a Workload admitted after quota frees up.
 const CONVERGE: Duration = Duration::from_secs(60);
+/// Kueue admits the next Job once a finished one's Workload is gone: seconds here, but a slow CI machine running
+/// the whole suite has been seen to take most of a minute, so the bound is generous (never a timing assertion).
+const NEXT_ADMISSION: Duration = Duration::from_secs(180);
 /// The namespace label the sample policy reads a tenant's weight from.
 const WEIGHT_LABEL: &str = "tiergate.io/tenant-weight";
 /// The node label of the suite's GPU class (never one a real node carries); its value is the class name.
@@ -155,15 +158,59 @@ async fn finish_oldest_and_wait_for_the_next(
 ) -> Result<(String, String), HarnessError> {
     let running = admitted(client, jobs).await?;
     let oldest = running.first().cloned().ok_or("no admitted Job to finish")?;
-    delete_job(client, &oldest.0, &oldest.1).await?;
+    finish_job(client, &oldest.0, &oldest.1).await?;
     finished.push(oldest.clone());
     let before: Vec<(String, String)> = running.into_iter().filter(|job| *job != oldest).collect();
     let finished: &[(String, String)] = finished;
-    wait_for("the next admission", CONVERGE, || async {
+    let next = wait_for("the next admission", NEXT_ADMISSION, || async {
         let now = admitted(client, jobs).await.ok()?;
         now.into_iter().find(|job| !before.contains(job) && !finished.contains(job))
     })
-    .await
+    .await;
+    match next {
+        Ok(next) => Ok(next),
+        Err(error) => {
+            Err(format!("{error} after finishing {oldest:?}; {}", describe_workloads(client, jobs).await).into())
+        }
+    }
+}
+
+/// Every Workload of the tenants of `jobs`, for a failure message: whether it is being deleted, its finalizers and
+/// its quota conditions, so that a stall shows whether the garbage collector or Kueue held it.
+async fn describe_workloads(client: &Client, jobs: &[(String, String)]) -> String {
+    let mut namespaces: Vec<&str> = jobs.iter().map(|(namespace, _)| namespace.as_str()).collect();
+    namespaces.dedup();
+    let mut lines = Vec::new();
+    for namespace in namespaces {
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            namespace,
+            &tiergate::live::fetch::workload_resource(),
+        );
+        let workloads = match api.list(&Default::default()).await {
+            Ok(list) => list.items,
+            Err(error) => {
+                lines.push(format!("{namespace}: listing Workloads failed: {error}"));
+                continue;
+            }
+        };
+        for workload in workloads {
+            let value = serde_json::to_value(&workload).unwrap_or_default();
+            let condition = |type_: &str| {
+                let found = tiergate_e2e::status_condition(&value, type_);
+                found.map(|c| format!("{type_}={} ({}: {})", c["status"], c["reason"], c["message"]))
+            };
+            lines.push(format!(
+                "{namespace}/{} deleting={} finalizers={:?} {:?} {:?}",
+                workload.name_any(),
+                workload.metadata.deletion_timestamp.is_some(),
+                workload.finalizers(),
+                condition("QuotaReserved"),
+                condition("Admitted"),
+            ));
+        }
+    }
+    format!("Workloads now:\n{}", lines.join("\n"))
 }
 
 /// Admissions of the longer run with fair sharing on, both tenants always with Jobs queued.
@@ -326,6 +373,26 @@ async fn submit(
     }
     Api::<Job>::namespaced(client.clone(), namespace).create(&PostParams::default(), &job).await?;
     Ok(name.to_owned())
+}
+
+/// Deletes Job `name` and its Workload: Kueue frees the quota when the Workload is gone, and deleting it here
+/// (Kueue drops its finalizer once the Job is gone) does not wait for the garbage collector, which a busy plane
+/// can keep behind by many seconds.
+async fn finish_job(client: &Client, namespace: &str, name: &str) -> Result<(), HarnessError> {
+    delete_job(client, namespace, name).await?;
+    let workloads =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &tiergate::live::fetch::workload_resource());
+    for workload in workloads.list(&Default::default()).await?.items {
+        if !workload.owner_references().iter().any(|owner| owner.kind == "Job" && owner.name == name) {
+            continue;
+        }
+        match workloads.delete(&workload.name_any(), &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
 }
 
 async fn delete_job(client: &Client, namespace: &str, name: &str) -> Result<(), HarnessError> {

@@ -38,6 +38,11 @@ pub fn cluster_queue_name(tier: &str) -> String {
     bounded_name(&format!("tiergate-{tier}"))
 }
 
+/// Karpenter NodePool of a GPU class (issue 51).
+pub fn node_pool_name(class: &str) -> String {
+    bounded_name(&format!("tiergate-{class}"))
+}
+
 /// ResourceFlavor of a GPU class whose flavor names `topology` (its Topology, when the class names levels). The
 /// name carries what Kueue keeps immutable in a flavor, so an edit of it is a new flavor, never a refused update.
 pub fn gpu_class_flavor_name(class: &str, topology: Option<&str>) -> String {

@@ -139,6 +139,7 @@ mod tests {
             topology_levels: levels,
             dra: None,
             capacity: None,
+            karpenter: None,
         };
         let classes = [
             class("h100", vec![level("rack", "example.com/rack"), level("host", "kubernetes.io/hostname")]),
