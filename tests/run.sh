@@ -22,7 +22,9 @@ cargo test --workspace --locked --exclude tiergate-e2e
 # without the binaries each suite prints a skip line naming the missing one, which --nocapture keeps visible.
 # kube-scheduler, found the same way, is optional: without it the plane starts anyway and exports
 # TIERGATE_E2E_SCHEDULER_SKIP saying why, for the suites that need pods bound. cluster-autoscaler (kwok provider),
-# found the same way, is optional too: autoscaled_pools starts its own and is skipped, saying so, without it.
+# found the same way, is optional too: autoscaled_pools starts its own and is skipped, saying so, without it; so is
+# karpenter-kwok (Karpenter's kwok provider, its CRDs in karpenter-crds/ beside it or TIERGATE_E2E_KARPENTER_CRDS)
+# for karpenter_pools.
 # A real node (kubelet, kube-proxy, containerd, runc, the CNI plugins, busybox-static; root) is optional as well:
 # with it the plane exports TIERGATE_E2E_NODE=localhost and the real_node suite runs a GPU Job's pod there;
 # without it the plane exports TIERGATE_E2E_NODE_SKIP saying why (TIERGATE_E2E_NO_NODE=1 turns it off).

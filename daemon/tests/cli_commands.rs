@@ -122,6 +122,77 @@ fn check_passes_on_the_samples_and_fails_when_a_tier_has_no_pool() {
 }
 
 #[test]
+fn check_warns_of_a_karpenter_limit_below_the_quota_and_of_a_lower_weight_catch_all_but_passes() {
+    let output = tiergate(&[
+        "check",
+        "--policy",
+        &sample("karpenter/policy.yaml"),
+        "--nodepools",
+        &sample("karpenter/nodepools.yaml"),
+    ]);
+    let report = stdout(&output);
+    assert!(output.status.success(), "warnings do not fail the check: {report}{}", stderr(&output));
+    assert!(report.contains("tier gold: OK\n") && report.contains("tier bronze: OK\n"), "{report}");
+    assert!(
+        report.contains(
+            "  h100 [gpu.nvidia.com/class=h100,karpenter.k8s.aws/instance-family=p5]: -> NodePool platform-h100 \
+             (Karpenter's pick by weight: 50, above NodePool gpu-any at 10)\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains(
+            "warning: tier gold, h100: NodePool gpu-any (weight 10) can also host these pods. Karpenter picks \
+             NodePool platform-h100 (weight 50) first, but launches from NodePool gpu-any whenever NodePool \
+             platform-h100 cannot (its limits reached, no capacity), so the tier's pods may land on nodes of NodePool \
+             gpu-any. Fix: give NodePool gpu-any requirements or a taint these pods do not meet, e.g. the requirement \
+             {key: gpu.nvidia.com/class, operator: NotIn, values: [h100]}\n"
+        ),
+        "{report}"
+    );
+    assert_eq!(report.matches("warning: tier ").count(), 4, "gold h100, silver l4 and h100, bronze l4: {report}");
+    assert!(
+        report.contains(
+            "warning: NodePool platform-h100 limits nvidia.com/gpu to 8, below the 16 Kueue can admit onto it (the \
+             nominal quota of tier gold on the flavors it hosts): Kueue admits workloads Karpenter will never get \
+             nodes for, and they hold quota while their pods stay Pending. Fix: raise the limit to 16 (spec.limits: \
+             {nvidia.com/gpu: \"16\"}), or lower the quota; or use NodePool tiergate-h100, which tiergate renders \
+             from GPU class h100's `karpenter` template with a limit that follows the quota, in place of this one\n"
+        ),
+        "{report}"
+    );
+    assert_eq!(report.matches("warning: NodePool ").count(), 1, "platform-l4's limit is its quota: {report}");
+}
+
+#[test]
+fn check_fleet_warns_of_a_workers_karpenter_limit_below_the_quota_dispatched_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let east_pools = dir.path().join("us-east.yaml");
+    std::fs::write(
+        &east_pools,
+        "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: east-h100}\nspec:\n  limits: {nvidia.com/gpu: \
+         32}\n  template:\n    metadata: {labels: {gpu.nvidia.com/class: h100}}\n    spec:\n      taints: [{key: \
+         nvidia.com/gpu, value: present, effect: NoSchedule}]\n",
+    )
+    .unwrap();
+    let east = format!("us-east={}", east_pools.display());
+    let west = format!("eu-west={}", sample("fleet/workers/eu-west-nodepools.yaml"));
+    let policy = sample("fleet/policy.yaml");
+    let output =
+        tiergate(&["check", "--policy", &policy, "--fleet", "--worker-nodepools", &east, "--worker-nodepools", &west]);
+    let report = stdout(&output);
+    assert!(output.status.success(), "{report}{}", stderr(&output));
+    assert!(
+        report.contains(
+            "warning: worker us-east: NodePool east-h100 limits nvidia.com/gpu to 32, below the 64 Kueue can admit \
+             onto it (the nominal quota of tier gold on the flavors it hosts)"
+        ),
+        "{report}"
+    );
+    assert_eq!(report.matches("warning: ").count(), 1, "{report}");
+}
+
+#[test]
 fn crd_prints_the_chart_copy() {
     let output = tiergate(&["crd"]);
     assert!(output.status.success());

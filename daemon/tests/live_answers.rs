@@ -13,10 +13,15 @@ use crd_schema_support::strict;
 use std::sync::{Arc, Mutex};
 
 use http::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::client::Body;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use tiergate::admission::decide_review;
+use tiergate::answers::karpenter::{
+    KarpenterFacts, KarpenterRead, KarpenterState, NodeClaimRead, PodQuery, build_pod_query, find_karpenter_facts,
+    newest_karpenter_event, nominated_node_claims, waiting_pods,
+};
 use tiergate::answers::kueue::{KueueClusterQueue, KueueLocalQueue, KueueWorkload};
 use tiergate::answers::provisioning::{ProvisioningRequestRead, ProvisioningState};
 use tiergate::answers::why::{build_live_snapshot, parse_target};
@@ -91,6 +96,25 @@ fn answer_with_policy(
     provisioning_requests: &[ProvisioningRequestRead],
     tier_local_queues: &[KueueLocalQueue],
 ) -> WhyAnswer {
+    let karpenter = KarpenterRead::default();
+    let inputs = (workloads, provisioning_requests, tier_local_queues, &karpenter);
+    answer_with_karpenter(policy, object, adapter, labels, local_queues, inputs)
+}
+
+/// [`answer_with_policy`] with what `why` read about the pods waiting for a node.
+fn answer_with_karpenter(
+    policy: &TierPolicy,
+    object: &Value,
+    adapter: &'static WorkloadAdapter,
+    labels: &BTreeMap<String, String>,
+    local_queues: &[String],
+    (workloads, provisioning_requests, tier_local_queues, karpenter): (
+        &[KueueWorkload],
+        &[ProvisioningRequestRead],
+        &[KueueLocalQueue],
+        &KarpenterRead,
+    ),
+) -> WhyAnswer {
     let namespace = object["metadata"]["namespace"].as_str().unwrap();
     let snapshot = build_live_snapshot(policy.clone(), namespace, labels, local_queues);
     let request = tiergate::admission::build_request(object.clone()).unwrap();
@@ -108,6 +132,7 @@ fn answer_with_policy(
         workloads,
         provisioning_requests,
         tier_local_queues,
+        karpenter,
     })
 }
 
@@ -600,6 +625,331 @@ fn why_targets_come_from_the_adapter_table_in_any_case_or_plural_and_a_bad_one_i
     assert!(parse_target("deployment.batch/a").is_err());
 }
 
+// ----- why: pods waiting for Karpenter (recorded from Karpenter kwok v1.14, fixtures/live/karpenter/) -----
+
+fn karpenter_fixture(name: &str) -> Value {
+    fixture(&format!("karpenter/{name}"))
+}
+
+fn items<T: serde::de::DeserializeOwned>(name: &str) -> Vec<T> {
+    serde_json::from_value(karpenter_fixture(name)["items"].clone()).unwrap()
+}
+
+fn node_claim(name: &str) -> NodeClaimRead {
+    serde_json::from_value(karpenter_fixture(name)).unwrap()
+}
+
+/// Job train-bert as the API server returns it: with the selector it defaults from the Job's UID.
+fn live_job() -> Value {
+    let mut job = fixture("job-train-bert.yaml");
+    let uid = job["metadata"]["uid"].clone();
+    job["spec"]["selector"] = json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+    job
+}
+
+/// The sample policy whose GPU classes carry Karpenter templates: tiergate renders NodePool tiergate-l4.
+fn karpenter_policy() -> TierPolicy {
+    load_policy(Some(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/karpenter/policy.yaml"))).unwrap()
+}
+
+/// What `why` read on the recorded plane for Job train-bert: both pods waiting, pod 0 nominated to NodeClaim
+/// tiergate-l4-s6lj6 (read as `claim`), pod 1 refused by the full NodePool tiergate-l4.
+fn train_bert_read(claim: &str) -> KarpenterRead {
+    let mut events: Vec<Event> = items("events-train-bert-0-nominated.yaml");
+    events.extend(items::<Event>("events-train-bert-1-limits.yaml"));
+    KarpenterRead {
+        pods: items("pods-train-bert.yaml"),
+        events,
+        node_claims: vec![node_claim(claim)],
+        gone_node_claims: Vec::new(),
+    }
+}
+
+/// `read` with pod 0 alone, nominated to NodeClaim `claim` (the recorded event renamed), read as `fixture`.
+fn pod_zero_read(claim: &str, fixture: Option<&str>) -> KarpenterRead {
+    let mut read = train_bert_read("nodeclaim-launching.yaml");
+    read.pods.truncate(1);
+    read.events.truncate(1);
+    read.events[0].message = Some(format!("Pod should schedule on: nodeclaim/{claim}"));
+    read.node_claims = fixture.map(node_claim).into_iter().collect();
+    read
+}
+
+/// Job train-bert's answer in bronze with Kueue's Workload `workload_file`, under `policy` (the label it reads), with
+/// `read`.
+fn job_answer_with(policy: &TierPolicy, workload_file: &str, read: &KarpenterRead) -> WhyAnswer {
+    let labels = BTreeMap::from([(policy.spec.tier_label.clone(), "bronze".to_owned())]);
+    let queues = ["tiergate-bronze".to_owned()];
+    let workloads = [workload(workload_file)];
+    answer_with_karpenter(policy, &live_job(), job_adapter(), &labels, &queues, (&workloads, &[], &[], read))
+}
+
+#[test]
+fn an_admitted_job_whose_pod_finds_its_nodepool_at_its_limits_waits_for_karpenter_naming_the_pool() {
+    let answer =
+        job_answer_with(&karpenter_policy(), "workload-admitted.yaml", &train_bert_read("nodeclaim-launching.yaml"));
+    assert!(
+        matches!(&answer.hold, Hold::WaitingForKarpenter { cluster_queue, flavors }
+        if cluster_queue == "tiergate-bronze" && flavors == &["l4"]),
+        "{:?}",
+        answer.hold
+    );
+    assert_eq!(
+        answer.summary,
+        "Admitted in tier bronze; its pods wait for Karpenter: NodePool tiergate-l4 has reached its limits (all \
+         available instance types exceed limits for nodepool (NodePool=tiergate-l4)); a node launches when nodes of \
+         the pool are removed or the pool's limits are raised (tiergate renders the limit from the tiers' quota: check \
+         `tiergate check --kubeconfig`)."
+    );
+    let json = serde_json::to_value(&answer).unwrap();
+    assert_eq!(json["hold"]["state"], "waitingForKarpenter", "{json}");
+    assert_eq!(
+        json["karpenter"],
+        json!({"pod": "train-bert-1-dsb6t", "waitingPods": 2, "state": "nodePoolLimits", "nodePool": "tiergate-l4",
+            "reason": "FailedScheduling",
+            "message": "all available instance types exceed limits for nodepool (NodePool=tiergate-l4)"})
+    );
+    assert!(answer.to_table().ends_with(&format!("\n\n{}\n", answer.summary)));
+    // A pool tiergate does not render (the sample policy has no Karpenter templates): no word on the tiers' quota.
+    let answer = job_answer_with(&policy(), "workload-admitted.yaml", &train_bert_read("nodeclaim-launching.yaml"));
+    assert!(
+        answer.summary.ends_with("a node launches when nodes of the pool are removed or the pool's limits are raised."),
+        "{}",
+        answer.summary
+    );
+}
+
+#[test]
+fn each_nodeclaim_condition_karpenter_recorded_gets_its_own_sentence() {
+    let policy = karpenter_policy();
+    let summary = |read: &KarpenterRead| job_answer_with(&policy, "workload-admitted.yaml", read).summary;
+    let head = "Admitted in tier bronze; its pod waits for Karpenter: ";
+    assert_eq!(
+        summary(&pod_zero_read("tiergate-l4-s6lj6", Some("nodeclaim-launching.yaml"))),
+        format!("{head}NodeClaim tiergate-l4-s6lj6 is launching (Launched=Unknown).")
+    );
+    assert_eq!(
+        summary(&pod_zero_read("tiergate-l4-s6lj6", Some("nodeclaim-registering.yaml"))),
+        format!(
+            "{head}NodeClaim tiergate-l4-s6lj6 launched and its node has not joined the cluster yet (Registered=Unknown: \
+             Node not registered with cluster); Karpenter replaces it if the node does not join within 15 minutes."
+        )
+    );
+    assert_eq!(
+        summary(&pod_zero_read("tiergate-l4-q8m2v", Some("nodeclaim-launch-failed.yaml"))),
+        format!(
+            "{head}NodeClaim tiergate-l4-q8m2v failed to launch: LaunchFailed: translating nodeclaim to node, instance \
+             type not found (instance-type=g6.xlarge); Karpenter retries, and replaces the NodeClaim after 5 minutes \
+             without a launch."
+        )
+    );
+    assert_eq!(
+        summary(&pod_zero_read("tiergate-h100-nt7zf", Some("nodeclaim-initializing.yaml"))),
+        format!(
+            "{head}NodeClaim tiergate-h100-nt7zf has node kwok-tiergate-h100-nt7zf-ringeramber-2-iz6u8swyt8-157530093, \
+             which is not ready yet (Initialized=Unknown: Node status is NotReady)."
+        )
+    );
+    let mut gone = pod_zero_read("tiergate-l4-s6lj6", None);
+    gone.gone_node_claims = vec!["tiergate-l4-s6lj6".to_owned()];
+    assert_eq!(
+        summary(&gone),
+        format!(
+            "{head}NodeClaim tiergate-l4-s6lj6 no longer exists: Karpenter deletes a NodeClaim it cannot launch \
+             (InsufficientCapacity) and provisions again."
+        )
+    );
+    let mut deleting = pod_zero_read("tiergate-l4-s6lj6", Some("nodeclaim-registering.yaml"));
+    deleting.node_claims[0].metadata.deletion_timestamp = deleting.node_claims[0].metadata.creation_timestamp.clone();
+    assert_eq!(
+        summary(&deleting),
+        format!("{head}NodeClaim tiergate-l4-s6lj6 is being deleted; Karpenter provisions again.")
+    );
+    let facts = job_answer_with(
+        &policy,
+        "workload-admitted.yaml",
+        &pod_zero_read("tiergate-l4-q8m2v", Some("nodeclaim-launch-failed.yaml")),
+    )
+    .karpenter
+    .unwrap();
+    assert_eq!((facts.state, facts.node_pool.as_deref()), (KarpenterState::LaunchFailed, Some("tiergate-l4")));
+    assert_eq!((facts.condition.as_str(), facts.reason.as_str()), ("Launched=Unknown", "LaunchFailed"));
+}
+
+#[test]
+fn the_most_blocked_pod_is_named_and_a_pod_whose_node_is_ready_is_not_held_by_karpenter() {
+    let policy = karpenter_policy();
+    // Pod 0's NodeClaim failed to launch, pod 1 finds the pool full: the failed launch is named first.
+    let mut read = train_bert_read("nodeclaim-launch-failed.yaml");
+    read.events[0].message = Some("Pod should schedule on: nodeclaim/tiergate-l4-q8m2v".to_owned());
+    let facts = job_answer_with(&policy, "workload-admitted.yaml", &read).karpenter.unwrap();
+    assert_eq!(
+        (facts.state, facts.pod.as_str(), facts.waiting_pods),
+        (KarpenterState::LaunchFailed, "train-bert-0-5cks6", 2)
+    );
+    // A NodeClaim whose node is Ready holds nothing: kube-scheduler binds the pod next.
+    let ready = job_answer_with(
+        &policy,
+        "workload-admitted.yaml",
+        &pod_zero_read("tiergate-h100-nt7zf", Some("nodeclaim-ready.yaml")),
+    );
+    assert!(matches!(ready.hold, Hold::Admitted { .. }), "{:?}", ready.hold);
+    assert_eq!(ready.karpenter, None);
+    assert!(ready.summary.ends_with("on flavor l4: nothing is holding it."), "{}", ready.summary);
+}
+
+#[test]
+fn only_karpenters_events_on_the_waiting_pods_of_an_admitted_workload_count() {
+    let policy = karpenter_policy();
+    // kube-scheduler's FailedScheduling is not Karpenter's.
+    let mut scheduler = pod_zero_read("tiergate-l4-s6lj6", None);
+    scheduler.events[0].reason = Some("FailedScheduling".to_owned());
+    scheduler.events[0].message = Some("0/3 nodes are available: 3 Insufficient nvidia.com/gpu.".to_owned());
+    scheduler.events[0].source = None;
+    scheduler.events[0].reporting_component = Some("default-scheduler".to_owned());
+    let answer = job_answer_with(&policy, "workload-admitted.yaml", &scheduler);
+    assert!(matches!(answer.hold, Hold::Admitted { .. }) && answer.karpenter.is_none(), "{:?}", answer.karpenter);
+    // An event of another pod (the recorded one's UID) says nothing about this one.
+    let mut other = train_bert_read("nodeclaim-launching.yaml");
+    other.pods[1].metadata.uid = Some("0d9a8b7c-6e5f-4a3b-8c2d-1e0f9a8b7c6d".to_owned());
+    let facts = job_answer_with(&policy, "workload-admitted.yaml", &other).karpenter.unwrap();
+    assert_eq!(facts.state, KarpenterState::Launching);
+    // A workload Kueue has not admitted is held by Kueue, whatever Karpenter says.
+    let pending = job_answer_with(&policy, "workload-pending-quota.yaml", &train_bert_read("nodeclaim-launching.yaml"));
+    assert!(matches!(pending.hold, Hold::PendingQuota { .. }) && pending.karpenter.is_none(), "{:?}", pending.hold);
+}
+
+#[test]
+fn a_plain_pod_no_nodepool_fits_gets_karpenters_reason_per_pool() {
+    let pod = karpenter_fixture("pod-finetune-a100-b.yaml");
+    let adapter = parse_target("pod/finetune-a100-b").unwrap().0;
+    let read = KarpenterRead {
+        pods: vec![serde_json::from_value(pod.clone()).unwrap()],
+        events: items("events-finetune-a100-b-no-nodepool.yaml"),
+        ..KarpenterRead::default()
+    };
+    let queues = ["tiergate-bronze".to_owned()];
+    let answer = answer_with_karpenter(&policy(), &pod, adapter, &bronze_labels(), &queues, (&[], &[], &[], &read));
+    assert_eq!(answer.hold, Hold::NotQueued);
+    assert_eq!(
+        answer.summary,
+        "tiergate does not queue a Pod in Kueue (it sets only the GPU class, placement and priority) and no Kueue \
+         Workload owns it, so nothing in Kueue holds it; its pod waits for Karpenter: no NodePool fits (incompatible \
+         requirements, key gpu.nvidia.com/class, gpu.nvidia.com/class In [a100] not in gpu.nvidia.com/class In [h100]; \
+         incompatible requirements, key gpu.nvidia.com/class, gpu.nvidia.com/class In [a100] not in \
+         gpu.nvidia.com/class In [l4]): a NodePool must match the pods' node selector and tolerations and offer an \
+         instance type with the resources they request."
+    );
+}
+
+/// What Karpenter says in the recorded events `events_fixture` about their pod (a recorded pod given its name and
+/// UID), when the tier's pools are `tier_pools`.
+fn facts_for(events_fixture: &str, tier_pools: &[&str]) -> KarpenterFacts {
+    let events: Vec<Event> = items(events_fixture);
+    let mut pod: Pod = serde_json::from_value(karpenter_fixture("pod-finetune-a100-b.yaml")).unwrap();
+    pod.metadata.name = events[0].involved_object.name.clone();
+    pod.metadata.uid = events[0].involved_object.uid.clone();
+    let read = KarpenterRead { pods: vec![pod], events, ..KarpenterRead::default() };
+    let tier_pools: Vec<String> = tier_pools.iter().map(|pool| (*pool).to_owned()).collect();
+    find_karpenter_facts(&read, &tier_pools).unwrap()
+}
+
+#[test]
+fn a_nodepool_at_its_limits_holds_a_pod_unless_the_tiers_own_pool_is_another() {
+    // Karpenter names a pool at its limits only for them (it checks limits before fit): the one that may fit.
+    let limits = "all available instance types exceed limits for nodepool (NodePool=tiergate-l4)";
+    for events in ["events-finetune-a100-mismatch-and-limits.yaml", "events-notebook-untolerated.yaml"] {
+        let facts = facts_for(events, &[]);
+        assert_eq!((facts.state, facts.node_pool.as_deref()), (KarpenterState::NodePoolLimits, Some("tiergate-l4")));
+        assert_eq!(facts.message, limits);
+        assert_eq!(facts_for(events, &["tiergate-l4"]).state, KarpenterState::NodePoolLimits);
+        // The tier's pool (rendered by tiergate) is not at its limits: it does not fit either.
+        let facts = facts_for(events, &["tiergate-h100"]);
+        assert_eq!((facts.state, facts.node_pool), (KarpenterState::NoNodePool, None));
+    }
+    let facts = facts_for("events-notebook-untolerated.yaml", &["tiergate-h100"]);
+    assert!(
+        facts.message.starts_with("did not tolerate taint (taint=nvidia.com/gpu=present:NoSchedule); "),
+        "{}",
+        facts.message
+    );
+    assert_eq!(facts_for("events-finetune-a100-b-no-nodepool.yaml", &[]).state, KarpenterState::NoNodePool);
+}
+
+#[test]
+fn a_pods_newest_karpenter_event_counts_once_the_limit_is_raised_it_is_nominated() {
+    // Pod 1: at the limit (22:06), at the limit with a second pool added (22:16), nominated once the limit was raised
+    // (22:18).
+    let mut read = train_bert_read("nodeclaim-launching.yaml");
+    read.events.truncate(1);
+    read.events.extend(items::<Event>("events-train-bert-1-after-limit-raised.yaml"));
+    assert_eq!(
+        newest_karpenter_event(&read.pods[1], &read.events).and_then(|event| event.reason.as_deref()),
+        Some("Nominated")
+    );
+    assert_eq!(nominated_node_claims(&read.pods, &read.events), ["tiergate-l4-4h9r5", "tiergate-l4-s6lj6"]);
+    // Without the nomination, the 22:16 event counts: the tier's pool at its limit, whichever policy.
+    read.events.retain(|event| event.message.as_deref() != Some("Pod should schedule on: nodeclaim/tiergate-l4-4h9r5"));
+    for policy in [policy(), karpenter_policy()] {
+        let facts = job_answer_with(&policy, "workload-admitted.yaml", &read).karpenter.unwrap();
+        assert_eq!((facts.state, facts.pod.as_str()), (KarpenterState::NodePoolLimits, "train-bert-1-dsb6t"));
+        assert_eq!(facts.message, "all available instance types exceed limits for nodepool (NodePool=tiergate-l4)");
+    }
+}
+
+#[test]
+fn a_workloads_pods_are_found_by_its_selector_or_its_ownership_and_only_unbound_pending_ones_wait() {
+    let job = job_adapter();
+    assert_eq!(
+        build_pod_query(job, &live_job()),
+        Some(PodQuery::Selector("batch.kubernetes.io/controller-uid=7c1e4a52-3b8e-4d0a-9f3c-2a1b5c6d7e80".to_owned()))
+    );
+    assert_eq!(
+        build_pod_query(job, &fixture("job-train-bert.yaml")),
+        Some(PodQuery::ControlledBy("7c1e4a52-3b8e-4d0a-9f3c-2a1b5c6d7e80".to_owned()))
+    );
+    assert_eq!(
+        build_pod_query(parse_target("pod/x").unwrap().0, &fixture("pod-train-bert-0.yaml")),
+        Some(PodQuery::Itself)
+    );
+    let deployment = json!({"metadata": {"uid": "u"}, "spec": {"selector": {"matchLabels": {"app": "web"},
+        "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}, {"key": "canary", "operator": "DoesNotExist"}]}}});
+    assert_eq!(
+        build_pod_query(parse_target("deployment/web").unwrap().0, &deployment),
+        Some(PodQuery::Selector("app=web,tier in (a,b),!canary".to_owned()))
+    );
+    let mut pods: Vec<Pod> = items("pods-train-bert.yaml");
+    assert_eq!(
+        waiting_pods(&PodQuery::ControlledBy("7c1e4a52-3b8e-4d0a-9f3c-2a1b5c6d7e80".to_owned()), &pods).len(),
+        2
+    );
+    assert!(waiting_pods(&PodQuery::ControlledBy("another".to_owned()), &pods).is_empty());
+    pods[0].spec.as_mut().unwrap().node_name = Some("gpu-a".to_owned());
+    pods[1].status.as_mut().unwrap().phase = Some("Running".to_owned());
+    assert!(waiting_pods(&PodQuery::Itself, &pods).is_empty());
+}
+
+#[test]
+fn the_recorded_node_claims_match_karpenters_v1_node_claim_schema() {
+    let crd = fixture_dir().join("karpenter/karpenter.sh_nodeclaims.yaml");
+    let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(crd).unwrap()).unwrap();
+    let version = crd["spec"]["versions"].as_array().unwrap().iter().find(|version| version["name"] == "v1");
+    let checker = SchemaChecker::new(version.unwrap()["schema"]["openAPIV3Schema"].clone());
+    let mut checked = 0;
+    for entry in std::fs::read_dir(fixture_dir().join("karpenter")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("nodeclaim-") {
+            let errors = checker.errors(&karpenter_fixture(&name));
+            assert!(errors.is_empty(), "{name}: {errors:#?}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 5);
+    let mut wrong = karpenter_fixture("nodeclaim-launching.yaml");
+    wrong["spec"]["requirements"][0]["operator"] = json!("Within");
+    assert!(!checker.errors(&wrong).is_empty());
+}
+
 // ----- status -----
 
 fn degraded_policy() -> TierPolicy {
@@ -693,6 +1043,8 @@ fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
         labels: BTreeMap::from([("gpu.nvidia.com/class".to_owned(), class.to_owned())]),
         requirements: Vec::new(),
         taints: Vec::new(),
+        weight: None,
+        limits: BTreeMap::new(),
     };
     let pools = [pool("gpu-h100", "h100"), pool("gpu-l4", "l4")];
     let inputs = StatusInputs {
@@ -721,6 +1073,7 @@ fn status_names_the_live_nodepool_a_flavor_lands_on_and_filters_by_tier() {
 struct Call {
     method: String,
     path: String,
+    query: String,
 }
 
 fn not_found() -> (StatusCode, Value) {
@@ -747,7 +1100,12 @@ where
     let recorded = calls.clone();
     let server = tokio::spawn(async move {
         while let Some((request, send)) = handle.next_request().await {
-            let call = Call { method: request.method().to_string(), path: request.uri().path().to_owned() };
+            let uri = request.uri();
+            let call = Call {
+                method: request.method().to_string(),
+                path: uri.path().to_owned(),
+                query: uri.query().unwrap_or_default().to_owned(),
+            };
             let (status, reply) = responder(&call);
             recorded.lock().unwrap().push(call);
             let response = Response::builder()
@@ -920,6 +1278,100 @@ fn not_found_for_all(_: &Call) -> (StatusCode, Value) {
     not_found()
 }
 
+/// The API server of the recorded Karpenter plane for Job train-bert, admitted by Kueue: its pods, their Events and
+/// NodeClaim tiergate-l4-s6lj6 answered by `node_claim`.
+fn karpenter_server(node_claim: fn() -> (StatusCode, Value)) -> impl Fn(&Call) -> (StatusCode, Value) {
+    move |call: &Call| match (call.path.as_str(), call.query.as_str()) {
+        ("/apis/batch/v1/namespaces/ml-team-dev/jobs/train-bert", _) => (StatusCode::OK, live_job()),
+        ("/apis/kueue.x-k8s.io/v1beta2/namespaces/ml-team-dev/workloads", _) => {
+            list("Workload", vec![fixture("workload-admitted.yaml")])
+        }
+        ("/api/v1/namespaces/ml-team-dev/pods", _) => (StatusCode::OK, karpenter_fixture("pods-train-bert.yaml")),
+        ("/api/v1/namespaces/ml-team-dev/events", query) if query.ends_with("train-bert-0-5cks6") => {
+            (StatusCode::OK, karpenter_fixture("events-train-bert-0-nominated.yaml"))
+        }
+        ("/api/v1/namespaces/ml-team-dev/events", _) => {
+            (StatusCode::OK, karpenter_fixture("events-train-bert-1-limits.yaml"))
+        }
+        ("/apis/karpenter.sh/v1/nodeclaims/tiergate-l4-s6lj6", _) => node_claim(),
+        _ => why_server(call),
+    }
+}
+
+fn launching_claim() -> (StatusCode, Value) {
+    (StatusCode::OK, karpenter_fixture("nodeclaim-launching.yaml"))
+}
+
+#[tokio::test]
+async fn why_reads_an_admitted_jobs_waiting_pods_their_events_and_nominated_node_claims_with_gets_only() {
+    let (fetched, calls) = with_mock_api(karpenter_server(launching_claim), |client| async move {
+        fetch_why_inputs(&client, job_adapter(), "ml-team-dev", "train-bert", "default").await
+    })
+    .await;
+    let fetched = fetched.unwrap();
+    assert!(calls.iter().all(|call| call.method == "GET"), "{calls:?}");
+    let reads: Vec<String> = calls
+        .iter()
+        .skip(5)
+        .map(|call| if call.query.is_empty() { call.path.clone() } else { format!("{}?{}", call.path, call.query) })
+        .collect();
+    assert_eq!(
+        reads,
+        [
+            "/api/v1/namespaces/ml-team-dev/pods?&labelSelector=batch.kubernetes.io%2Fcontroller-uid%3D7c1e4a52-3b8e-4d0a-9f3c-2a1b5c6d7e80",
+            "/api/v1/namespaces/ml-team-dev/events?&fieldSelector=involvedObject.kind%3DPod%2CinvolvedObject.name%3Dtrain-bert-0-5cks6",
+            "/api/v1/namespaces/ml-team-dev/events?&fieldSelector=involvedObject.kind%3DPod%2CinvolvedObject.name%3Dtrain-bert-1-dsb6t",
+            "/apis/karpenter.sh/v1/nodeclaims/tiergate-l4-s6lj6",
+        ]
+    );
+    assert_eq!((fetched.karpenter.pods.len(), fetched.karpenter.events.len()), (2, 2));
+    assert_eq!(fetched.karpenter.node_claims[0].metadata.name.as_deref(), Some("tiergate-l4-s6lj6"));
+    assert_eq!(fetched.karpenter_note, None);
+    let facts = find_karpenter_facts(&fetched.karpenter, &[]).unwrap();
+    assert_eq!((facts.state, facts.pod.as_str()), (KarpenterState::NodePoolLimits, "train-bert-1-dsb6t"));
+}
+
+#[tokio::test]
+async fn without_karpenter_or_the_right_to_read_it_why_says_nothing_about_it_and_a_refusal_is_noted() {
+    let fetch = |node_claim: fn() -> (StatusCode, Value)| async move {
+        with_mock_api(karpenter_server(node_claim), |client| async move {
+            fetch_why_inputs(&client, job_adapter(), "ml-team-dev", "train-bert", "default").await
+        })
+        .await
+        .0
+        .unwrap()
+    };
+    // karpenter.sh/v1 not served: the API server's bare `404 page not found`, not a Status.
+    let unserved = fetch(|| (StatusCode::NOT_FOUND, json!("404 page not found"))).await;
+    assert_eq!((unserved.karpenter, unserved.karpenter_note), (KarpenterRead::default(), None));
+    // The NodeClaim's own NotFound: Karpenter deleted it.
+    let gone = fetch(|| {
+        let (status, mut body) = not_found();
+        body["details"] = json!({"name": "tiergate-l4-s6lj6", "group": "karpenter.sh", "kind": "nodeclaims"});
+        (status, body)
+    })
+    .await;
+    assert_eq!(gone.karpenter.gone_node_claims, ["tiergate-l4-s6lj6"]);
+    let forbidden = fetch(|| {
+        (StatusCode::FORBIDDEN, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
+            "message": "nodeclaims.karpenter.sh \"tiergate-l4-s6lj6\" is forbidden: User \"dev\" cannot get resource \"nodeclaims\""}))
+    })
+    .await;
+    assert_eq!(forbidden.karpenter, KarpenterRead::default());
+    let note = forbidden.karpenter_note.unwrap();
+    assert!(
+        note.starts_with("failed to read NodeClaim tiergate-l4-s6lj6 (")
+            && note.ends_with("that needs get on nodeclaims.karpenter.sh"),
+        "{note}"
+    );
+    // A pending workload's pods are not read at all (the paths of the first read test).
+    let (_, calls) = with_mock_api(why_server, |client| async move {
+        fetch_why_inputs(&client, job_adapter(), "ml-team-dev", "train-bert", "default").await
+    })
+    .await;
+    assert!(calls.iter().all(|call| !call.path.ends_with("/pods") && !call.path.ends_with("/events")), "{calls:?}");
+}
+
 // ----- RBAC -----
 
 #[test]
@@ -929,10 +1381,20 @@ fn the_documented_cluster_roles_grant_only_get_and_list() {
     let roles: Vec<&Value> = documents.iter().filter(|document| document["kind"] == "ClusterRole").collect();
     let names: Vec<&str> = roles.iter().filter_map(|role| role["metadata"]["name"].as_str()).collect();
     assert_eq!(names, ["tiergate-why", "tiergate-why-cluster", "tiergate-status"]);
-    for role in roles {
+    for role in &roles {
         for rule in role["rules"].as_array().unwrap() {
             let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
             assert!(!verbs.is_empty() && verbs.iter().all(|verb| matches!(*verb, "get" | "list")), "{rule}");
         }
     }
+    // What `why` reads for Karpenter: the namespace's pods and Events (a RoleBinding there suffices), and the
+    // cluster-scoped NodeClaims (bound cluster-wide with tiergate-why-cluster).
+    let grants = |role: &Value, group: &str, resource: &str, verb: &str| {
+        role["rules"].as_array().unwrap().iter().any(|rule| {
+            let has = |field: &str, value: &str| rule[field].as_array().unwrap().iter().any(|item| item == value);
+            has("apiGroups", group) && has("resources", resource) && has("verbs", verb)
+        })
+    };
+    assert!(grants(roles[0], "", "pods", "list") && grants(roles[0], "", "events", "list"));
+    assert!(grants(roles[1], "karpenter.sh", "nodeclaims", "get"));
 }

@@ -458,3 +458,20 @@ fn a_karpenter_template_on_a_class_without_node_labels_is_refused() {
     let refused = yaml_refused_at(&text, "spec.gpuClasses[1].karpenter");
     assert!(refused.contains("without nodeLabels"), "{refused}");
 }
+
+#[test]
+fn a_karpenter_template_on_a_class_without_a_scheduling_taint_is_refused() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../samples/karpenter/policy.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let untainted =
+        text.replacen("nodeTaints: [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]", "nodeTaints: []", 1);
+    let refused = yaml_refused_at(&untainted, "spec.gpuClasses[0].nodeTaints");
+    assert!(refused.contains("karpenter.sh/nodepool"), "{refused}");
+    let soft = text.replacen(
+        "effect: NoSchedule}]\n      memoryGib: 80",
+        "effect: PreferNoSchedule}]\n      memoryGib: 80",
+        1,
+    );
+    assert_ne!(soft, text);
+    yaml_refused_at(&soft, "spec.gpuClasses[0].nodeTaints");
+}

@@ -5,10 +5,17 @@
 //! label is one its nodes will carry and every `NoSchedule`/`NoExecute` taint of the pool is tolerated. Each
 //! such target must match exactly one pool, so the autoscaler grows exactly one nodepool per choice.
 //!
+//! Karpenter tries NodePools by descending `spec.weight` and launches from the first one the pods fit, so when
+//! only Karpenter NodePools can host a target and one of them has the strictly highest weight, that one is the
+//! target's pool; the lower-weight ones are warned about (Karpenter falls back to them when the pick cannot
+//! launch). A NodePool's `spec.limits` below what Kueue can admit onto it is warned about too ([`karpenter::limit_warnings`]).
+//! Warnings never fail the check.
+//!
 //! Inputs, in one YAML file (several documents, or `kind: List` with `items`):
-//! - Karpenter `NodePool` (`karpenter.sh/v1`): `spec.template.metadata.labels`, `spec.template.spec.taints`
-//!   and `spec.template.spec.requirements` (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`). A label the
-//!   pool neither sets nor constrains does not match: Karpenter cannot guess a custom label's value.
+//! - Karpenter `NodePool` (`karpenter.sh/v1`): `spec.template.metadata.labels`, `spec.template.spec.taints`,
+//!   `spec.template.spec.requirements` (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`), `spec.weight` and
+//!   `spec.limits`. A label the pool neither sets nor constrains does not match: Karpenter cannot guess a custom
+//!   label's value.
 //!   `startupTaints` are ignored (they are removed once the node is ready).
 //! - cluster-autoscaler node-group templates, in tiergate's own small form:
 //!   ```yaml
@@ -21,11 +28,16 @@
 //!   ```
 
 pub mod fleet;
+mod karpenter;
+
+pub use self::karpenter::build_nodepool_warnings;
+use self::karpenter::karpenter_pick;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -100,6 +112,12 @@ pub struct NodePool {
     pub requirements: Vec<Requirement>,
     /// Taints every node of the pool carries.
     pub taints: Vec<Taint>,
+    /// Karpenter `spec.weight`: Karpenter tries NodePools by descending weight. `None` when unset (Karpenter
+    /// orders it as 0), and for node-group templates and live node groups.
+    pub weight: Option<i32>,
+    /// Karpenter `spec.limits`: the most of each resource the pool's nodes may hold together (resource name ->
+    /// quantity). Empty when the NodePool sets none, and for node-group templates and live node groups.
+    pub limits: BTreeMap<String, Quantity>,
 }
 
 impl NodePool {
@@ -111,6 +129,11 @@ impl NodePool {
             PoolSource::LiveNodes => "node group",
         };
         format!("{kind} {}", self.name)
+    }
+
+    /// The weight Karpenter orders this pool by: `spec.weight`, 0 when unset.
+    pub fn effective_weight(&self) -> i32 {
+        self.weight.unwrap_or(0)
     }
 }
 
@@ -142,6 +165,27 @@ struct NamedMeta {
 #[derive(Deserialize)]
 struct KarpenterSpec {
     template: KarpenterTemplate,
+    #[serde(default)]
+    weight: Option<i32>,
+    #[serde(default)]
+    limits: Option<BTreeMap<String, LimitQuantity>>,
+}
+
+/// A value of a NodePool's `spec.limits`: a quantity string, or a bare number as YAML writes `nvidia.com/gpu: 8`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum LimitQuantity {
+    Text(String),
+    Number(serde_json::Number),
+}
+
+impl LimitQuantity {
+    fn into_quantity(self) -> Quantity {
+        match self {
+            Self::Text(text) => Quantity(text),
+            Self::Number(number) => Quantity(number.to_string()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -193,12 +237,18 @@ fn collect_pools(document: Value, at: &str, pools: &mut Vec<NodePool>) -> Result
         }
         "NodePool" => {
             let pool: KarpenterNodePool = serde_json::from_value(document).map_err(|error| format!("{at}: {error}"))?;
+            let limits = pool.spec.limits.unwrap_or_default();
+            // Karpenter labels every node of a pool with the pool's name: a pod can select the pool by it.
+            let mut labels = pool.spec.template.metadata.labels;
+            labels.insert(tiergate_karpenter::NODEPOOL_LABEL.to_owned(), pool.metadata.name.clone());
             pools.push(NodePool {
                 name: pool.metadata.name,
                 source: PoolSource::Karpenter,
-                labels: pool.spec.template.metadata.labels,
+                labels,
                 requirements: pool.spec.template.spec.requirements,
                 taints: pool.spec.template.spec.taints,
+                weight: pool.spec.weight,
+                limits: limits.into_iter().map(|(resource, limit)| (resource, limit.into_quantity())).collect(),
             });
         }
         "NodeGroupTemplate" => {
@@ -210,6 +260,8 @@ fn collect_pools(document: Value, at: &str, pools: &mut Vec<NodePool>) -> Result
                 labels: group.spec.labels,
                 requirements: Vec::new(),
                 taints: group.spec.taints,
+                weight: None,
+                limits: BTreeMap::new(),
             });
         }
         other => {
@@ -294,10 +346,25 @@ pub struct TargetReport {
     pub target: String,
     /// The pod's nodeSelector.
     pub selector: BTreeMap<String, String>,
-    /// Pools that can host it.
+    /// Pools that can host it; only Karpenter's pick when [`Self::weight_pick`] is set.
     pub matches: Vec<String>,
     /// Pools that cannot, with the reason.
     pub rejections: Vec<(String, String)>,
+    /// Set when several Karpenter NodePools can host it and one has the strictly highest weight.
+    pub weight_pick: Option<WeightPick>,
+    /// The weight several Karpenter NodePools that can host it share at the top (so Karpenter has no order
+    /// between them); `None` otherwise.
+    pub tied_weight: Option<i32>,
+}
+
+/// Karpenter's choice among several NodePools that can host a target: the one of strictly highest weight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightPick {
+    /// The weight of the pick (the target's only entry in `matches`).
+    pub weight: i32,
+    /// The other NodePools that can host the target, with their lower weights, highest first: Karpenter launches
+    /// from them when the pick cannot (its limits reached, no capacity).
+    pub lower: Vec<(String, i32)>,
 }
 
 /// Every target of one tier.
@@ -344,13 +411,25 @@ impl CheckReport {
             for target in &tier.targets {
                 let selector: Vec<String> =
                     target.selector.iter().map(|(key, value)| format!("{key}={value}")).collect();
-                let found = match target.matches.len() {
-                    0 => "no pool can host these pods".to_owned(),
-                    1 => format!("-> {}", target.matches[0]),
-                    count => format!(
-                        "{count} pools can host these pods, expected exactly one: {}",
-                        target.matches.join(", ")
-                    ),
+                let found = match (target.matches.as_slice(), &target.weight_pick) {
+                    ([], _) => "no pool can host these pods".to_owned(),
+                    ([pool], None) => format!("-> {pool}"),
+                    ([pool], Some(pick)) => {
+                        let lower: Vec<String> =
+                            pick.lower.iter().map(|(name, weight)| format!("{name} at {weight}")).collect();
+                        format!("-> {pool} (Karpenter's pick by weight: {}, above {})", pick.weight, lower.join(", "))
+                    }
+                    (pools, _) => {
+                        let tie = target
+                            .tied_weight
+                            .map(|weight| format!(" (all at weight {weight}: Karpenter has no order between them)"))
+                            .unwrap_or_default();
+                        format!(
+                            "{} pools can host these pods, expected exactly one: {}{tie}",
+                            pools.len(),
+                            pools.join(", ")
+                        )
+                    }
                 };
                 let _ = writeln!(text, "  {} [{}]: {found}", target.target, selector.join(","));
                 if target.matches.is_empty() {
@@ -368,9 +447,11 @@ impl CheckReport {
         }
         text.push_str(&self.quota_summary);
         let summary = if self.passed() {
-            "every tier matches exactly one pool per GPU class and placement rule"
+            "every tier matches exactly one pool (or one Karpenter NodePool of highest weight) per GPU class and \
+             placement rule"
         } else {
-            "some tiers do not match exactly one pool; fix the pools' labels/taints or the policy's gpuClasses"
+            "some tiers do not match exactly one pool; fix the pools' labels/taints (or Karpenter weights) or the \
+             policy's gpuClasses"
         };
         let _ = writeln!(text, "{summary}");
         text
@@ -384,9 +465,13 @@ pub fn build_check_report(spec: &TierPolicySpec, pools: &[NodePool]) -> CheckRep
         .iter()
         .map(|tier| TierReport { tier: tier.name.clone(), targets: build_targets(spec, tier, pools) })
         .collect();
-    let used: Vec<&String> = tiers.iter().flat_map(|tier| &tier.targets).flat_map(|target| &target.matches).collect();
+    let targets = || tiers.iter().flat_map(|tier| &tier.targets);
+    let fallbacks = targets().flat_map(|target| &target.weight_pick).flat_map(|pick| &pick.lower).map(|(name, _)| name);
+    let used: Vec<&String> = targets().flat_map(|target| &target.matches).chain(fallbacks).collect();
     let unused_pools = pools.iter().map(NodePool::display_name).filter(|name| !used.contains(&name)).collect();
-    let warnings = check_capacity_warnings(spec, &tiers, pools);
+    let mut warnings = check_capacity_warnings(spec, &tiers, pools);
+    let running_here: Vec<&Tier> = spec.tiers.iter().filter(|tier| tier.dispatch.is_none()).collect();
+    warnings.extend(build_nodepool_warnings(spec, &tiers, &running_here, pools));
     CheckReport { tiers, unused_pools, quota_summary: crate::plan::quota::quota_summary(spec), warnings }
 }
 
@@ -447,15 +532,29 @@ fn build_target(
     tolerations: Vec<Toleration>,
     pools: &[NodePool],
 ) -> TargetReport {
-    let mut matches = Vec::new();
+    let mut hosts = Vec::new();
     let mut rejections = Vec::new();
-    for pool in pools {
+    for (index, pool) in pools.iter().enumerate() {
         match pool_rejection(pool, &selector, &tolerations) {
-            None => matches.push(pool.display_name()),
+            None => hosts.push(index),
             Some(reason) => rejections.push((pool.display_name(), reason)),
         }
     }
-    TargetReport { target, selector, matches, rejections }
+    let shown = |index: &usize| pools.get(*index).map(NodePool::display_name).unwrap_or_default();
+    let weight_of = |index: &usize| pools.get(*index).map_or(0, NodePool::effective_weight);
+    let all_karpenter =
+        hosts.iter().all(|index| pools.get(*index).is_some_and(|pool| pool.source == PoolSource::Karpenter));
+    let (matches, weight_pick) = match karpenter_pick(pools, &hosts) {
+        Some((chosen, lower)) => {
+            let lower = lower.iter().map(|index| (shown(index), weight_of(index))).collect();
+            (vec![shown(&chosen)], Some(WeightPick { weight: weight_of(&chosen), lower }))
+        }
+        None => (hosts.iter().map(shown).collect(), None),
+    };
+    let tied_weight = (weight_pick.is_none() && hosts.len() > 1 && all_karpenter)
+        .then(|| hosts.iter().map(weight_of).max())
+        .flatten();
+    TargetReport { target, selector, matches, rejections, weight_pick, tied_weight }
 }
 
 #[cfg(test)]
@@ -595,6 +694,210 @@ spec:
         assert!(!tolerates(&toleration("nvidia.com/gpu", "Exists", None, Some("NoExecute")), &gpu));
         let everything = Toleration { operator: Some("Exists".into()), ..Toleration::default() };
         assert!(tolerates(&everything, &gpu));
+    }
+
+    /// The Karpenter sample's classes as a platform's NodePools of weight 50 (h100 limited to 8 GPUs, l4 to
+    /// 12), plus a catch-all GPU NodePool of weight 10 (`samples/karpenter/nodepools.yaml`).
+    const PLATFORM_POOLS: &str = include_str!("../../../samples/karpenter/nodepools.yaml");
+
+    fn sample_policy(name: &str) -> TierPolicySpec {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples").join(name).join("policy.yaml");
+        load_policy(Some(&path)).unwrap().spec
+    }
+
+    fn target<'a>(report: &'a CheckReport, tier: &str, target: &str) -> &'a TargetReport {
+        let tier = report.tiers.iter().find(|candidate| candidate.tier == tier).unwrap();
+        tier.targets.iter().find(|candidate| candidate.target == target).unwrap()
+    }
+
+    fn limit_warnings_of(report: &CheckReport) -> Vec<&String> {
+        report.warnings.iter().filter(|warning| warning.contains("Kueue can admit onto it")).collect()
+    }
+
+    #[test]
+    fn karpenter_weight_and_limits_are_read_and_other_sources_have_none() {
+        let pools = parse_nodepools(PLATFORM_POOLS, "pools").unwrap();
+        assert_eq!(pools[0].weight, Some(50));
+        assert_eq!(pools[0].limits.get("nvidia.com/gpu"), Some(&Quantity("8".into())), "a bare YAML number");
+        assert_eq!(pools[0].limits.get("cpu"), Some(&Quantity("1536".into())));
+        assert_eq!(pools[1].limits.get("nvidia.com/gpu"), Some(&Quantity("12".into())));
+        let ca = parse_nodepools(POOLS, "pools").unwrap().into_iter().find(|pool| pool.name == "ca-l4").unwrap();
+        assert_eq!((ca.weight, ca.limits.len(), ca.effective_weight()), (None, 0, 0));
+        let error = parse_nodepools(&PLATFORM_POOLS.replace("weight: 10", "weight: heavy"), "p.yaml").unwrap_err();
+        assert!(error.to_string().contains("document 2"), "{error}");
+    }
+
+    #[test]
+    fn a_unique_top_weight_is_karpenters_pick_and_each_lower_nodepool_that_fits_is_warned_about() {
+        let spec = sample_policy("karpenter");
+        let report = build_check_report(&spec, &parse_nodepools(PLATFORM_POOLS, "pools").unwrap());
+        let text = report.to_text();
+        assert!(report.passed(), "{text}");
+        let gold = target(&report, "gold", "h100");
+        assert_eq!(gold.matches, ["NodePool platform-h100"]);
+        let pick = WeightPick { weight: 50, lower: vec![("NodePool gpu-any".to_owned(), 10)] };
+        assert_eq!(gold.weight_pick.as_ref(), Some(&pick));
+        assert!(
+            text.contains(
+                "  h100 [gpu.nvidia.com/class=h100,karpenter.k8s.aws/instance-family=p5]: -> NodePool platform-h100 \
+                 (Karpenter's pick by weight: 50, above NodePool gpu-any at 10)\n"
+            ),
+            "{text}"
+        );
+        assert!(report.unused_pools.is_empty(), "the catch-all is used when a pick cannot launch: {text}");
+        let weight_warnings: Vec<&String> = report.warnings.iter().filter(|w| w.contains("can also host")).collect();
+        assert_eq!(weight_warnings.len(), 4, "gold h100, silver l4 and h100, bronze l4: {text}");
+        assert_eq!(
+            weight_warnings[0],
+            "tier gold, h100: NodePool gpu-any (weight 10) can also host these pods. Karpenter picks NodePool \
+             platform-h100 (weight 50) first, but launches from NodePool gpu-any whenever NodePool platform-h100 \
+             cannot (its limits reached, no capacity), so the tier's pods may land on nodes of NodePool gpu-any. \
+             Fix: give NodePool gpu-any requirements or a taint these pods do not meet, e.g. the requirement \
+             {key: gpu.nvidia.com/class, operator: NotIn, values: [h100]}"
+        );
+
+        let tainted = PLATFORM_POOLS.replace(
+            "        - {key: karpenter.k8s.aws/instance-family, operator: Exists}\n      taints: [",
+            "        - {key: karpenter.k8s.aws/instance-family, operator: Exists}\n      taints: [{key: catch-all, \
+             effect: NoSchedule}, ",
+        );
+        let report = build_check_report(&spec, &parse_nodepools(&tainted, "pools").unwrap());
+        assert!(report.passed(), "{}", report.to_text());
+        assert!(target(&report, "gold", "h100").weight_pick.is_none(), "the fix removes the fallback");
+        assert!(!report.to_text().contains("can also host"), "{}", report.to_text());
+    }
+
+    #[test]
+    fn equal_top_weights_leave_karpenters_choice_open_and_fail() {
+        let spec = sample_policy("karpenter");
+        for (pools, weight) in [
+            (PLATFORM_POOLS.replace("weight: 10", "weight: 50"), 50),
+            (PLATFORM_POOLS.replace("  weight: 50\n", "").replace("  weight: 10\n", ""), 0),
+        ] {
+            let report = build_check_report(&spec, &parse_nodepools(&pools, "pools").unwrap());
+            let text = report.to_text();
+            assert!(!report.passed(), "{text}");
+            let gold = target(&report, "gold", "h100");
+            assert_eq!((gold.weight_pick.as_ref(), gold.tied_weight), (None, Some(weight)), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "2 pools can host these pods, expected exactly one: NodePool platform-h100, NodePool gpu-any (all \
+                     at weight {weight}: Karpenter has no order between them)"
+                )),
+                "{text}"
+            );
+            assert!(!text.contains("can also host"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_karpenter_weight_does_not_outrank_a_pool_of_another_autoscaler() {
+        let spec = sample_policy("karpenter");
+        let group = "---\napiVersion: tiergate.io/v1alpha1\nkind: NodeGroupTemplate\nmetadata: {name: ca-h100}\n\
+                     spec:\n  labels: {gpu.nvidia.com/class: h100, karpenter.k8s.aws/instance-family: p5}\n  taints: \
+                     [{key: nvidia.com/gpu, value: present, effect: NoSchedule}]\n";
+        let pools = parse_nodepools(&format!("{PLATFORM_POOLS}{group}"), "pools").unwrap();
+        let report = build_check_report(&spec, &pools);
+        let gold = target(&report, "gold", "h100");
+        assert!(!report.passed() && gold.weight_pick.is_none() && gold.tied_weight.is_none(), "{}", report.to_text());
+        assert_eq!(gold.matches.len(), 3);
+    }
+
+    #[test]
+    fn a_nodepool_limit_below_the_quota_it_hosts_is_warned_with_the_sum_the_tiers_and_the_fix() {
+        let spec = sample_policy("karpenter");
+        let report = build_check_report(&spec, &parse_nodepools(PLATFORM_POOLS, "pools").unwrap());
+        assert!(report.passed(), "a warning does not fail the check: {}", report.to_text());
+        assert_eq!(
+            limit_warnings_of(&report),
+            ["NodePool platform-h100 limits nvidia.com/gpu to 8, below the 16 Kueue can admit onto it (the nominal \
+                 quota of tier gold on the flavors it hosts): Kueue admits workloads Karpenter will never get nodes \
+                 for, and they hold quota while their pods stay Pending. Fix: raise the limit to 16 (spec.limits: \
+                 {nvidia.com/gpu: \"16\"}), or lower the quota; or use NodePool tiergate-h100, which tiergate renders \
+                 from GPU class h100's `karpenter` template with a limit that follows the quota, in place of this one"],
+            "l4 holds silver's 8 and bronze's 4, exactly its limit of 12"
+        );
+
+        let l4_short = PLATFORM_POOLS.replace("\"12\"", "11");
+        let mut without_templates = spec.clone();
+        without_templates.gpu_classes.iter_mut().for_each(|class| class.karpenter = None);
+        let report = build_check_report(&without_templates, &parse_nodepools(&l4_short, "pools").unwrap());
+        let warnings = limit_warnings_of(&report);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[1].starts_with(
+                "NodePool platform-l4 limits nvidia.com/gpu to 11, below the 12 Kueue can admit onto it (the nominal \
+                 quota of tier silver, tier bronze on the flavors it hosts)"
+            ),
+            "{}",
+            warnings[1]
+        );
+        assert!(
+            warnings[1].ends_with(
+                "or give GPU class l4 a `karpenter` template (spec.gpuClasses[1].karpenter) so tiergate renders its \
+                 NodePool with a limit that follows the quota"
+            ),
+            "{}",
+            warnings[1]
+        );
+    }
+
+    #[test]
+    fn a_limit_at_or_above_the_quota_or_no_gpu_limit_is_not_warned() {
+        let spec = sample_policy("karpenter");
+        for h100_limit in ["16", "20", "1k"] {
+            let pools = PLATFORM_POOLS.replace("nvidia.com/gpu: 8,", &format!("nvidia.com/gpu: \"{h100_limit}\","));
+            let report = build_check_report(&spec, &parse_nodepools(&pools, "pools").unwrap());
+            assert!(limit_warnings_of(&report).is_empty(), "{h100_limit}: {:?}", report.warnings);
+        }
+        let cpu_only = PLATFORM_POOLS.replace("nvidia.com/gpu: 8, ", "");
+        let report = build_check_report(&spec, &parse_nodepools(&cpu_only, "pools").unwrap());
+        assert!(limit_warnings_of(&report).is_empty(), "{:?}", report.warnings);
+    }
+
+    #[test]
+    fn a_cohorts_own_pool_of_the_class_counts_on_the_pool_its_flavor_lands_on() {
+        let mut spec = sample_policy("karpenter");
+        let quota =
+            crate::policy::ResourceQuota { nominal: Quantity("8".into()), borrowing_limit: None, lending_limit: None };
+        spec.cohorts[0].pools.insert("h100".into(), BTreeMap::from([("nvidia.com/gpu".to_owned(), quota)]));
+        let pools = PLATFORM_POOLS.replace("nvidia.com/gpu: 8,", "nvidia.com/gpu: 16,");
+        let report = build_check_report(&spec, &parse_nodepools(&pools, "pools").unwrap());
+        let warnings = limit_warnings_of(&report);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "NodePool platform-h100 limits nvidia.com/gpu to 16, below the 24 Kueue can admit onto it (the \
+                 nominal quota of tier gold, cohort gpu on the flavors it hosts)"
+            ),
+            "{}",
+            warnings[0]
+        );
+    }
+
+    #[test]
+    fn each_placement_rule_flavor_counts_on_its_own_rule_nodepool() {
+        let spec = sample_policy("spot-mix");
+        let pool = |name: &str, node_type: &str, limit: u32, taints: &str| {
+            format!(
+                "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  limits: \
+                 {{nvidia.com/gpu: {limit}}}\n  template:\n    metadata: {{labels: {{gpu.nvidia.com/class: l4, \
+                 node-type: {node_type}}}}}\n    spec:\n      taints: [{{key: nvidia.com/gpu, value: present, \
+                 effect: NoSchedule}}{taints}]\n"
+            )
+        };
+        let spot_taint = ", {key: node-type, value: spot, effect: NoSchedule}";
+        let text = [pool("l4-ondemand", "ondemand", 5, ""), pool("l4-spot", "spot", 10, spot_taint)].join("---\n");
+        let report = build_check_report(&spec, &parse_nodepools(&text, "pools").unwrap());
+        assert!(target(&report, "bronze", "l4 + od-spot/spot").matches == ["NodePool l4-spot"]);
+        let warnings = limit_warnings_of(&report);
+        assert_eq!(warnings.len(), 1, "bronze's 16 GPUs split 6 on-demand, 10 spot: {warnings:?}");
+        assert!(
+            warnings[0].starts_with("NodePool l4-ondemand limits nvidia.com/gpu to 5, below the 6 Kueue can admit"),
+            "{}",
+            warnings[0]
+        );
     }
 
     #[test]

@@ -829,13 +829,20 @@ mod tests {
         let desired = desired(&policy, &view);
         let mut kinds: Vec<&str> = desired.objects().iter().map(DesiredObject::kind).collect();
         kinds.dedup();
-        // spot-mix has no worker clusters, topology levels or DRA classes: every other kind, in apply order.
+        // spot-mix has no worker clusters, topology levels, DRA classes or Karpenter templates: every other kind,
+        // in apply order.
         let local_kinds: Vec<&str> = OWNED_KINDS
             .into_iter()
             .filter(|kind| {
                 !matches!(
                     *kind,
-                    "Namespace" | "Topology" | "DeviceClass" | "MultiKueueCluster" | "MultiKueueConfig" | "Cohort"
+                    "Namespace"
+                        | "Topology"
+                        | "DeviceClass"
+                        | "NodePool"
+                        | "MultiKueueCluster"
+                        | "MultiKueueConfig"
+                        | "Cohort"
                 )
             })
             .collect();

@@ -3,6 +3,7 @@
 //! table rendering; pure, no I/O (`crate::live` lists the objects).
 
 pub use tiergate_kueue::read as kueue;
+pub mod karpenter;
 pub mod provisioning;
 pub mod sharing;
 pub mod status;

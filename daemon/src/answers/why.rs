@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
+use super::karpenter::{KarpenterFacts, KarpenterRead, find_karpenter_facts, karpenter_clause};
 use super::kueue::{
     ADMITTED, AdmissionCheckState, EVICTED, FINISHED, KueueCondition, KueueLocalQueue, KueueWorkload, PODS_READY,
     QUOTA_RESERVED,
@@ -16,7 +17,7 @@ use super::kueue::{
 use super::provisioning::{ProvisioningFacts, ProvisioningRequestRead, find_provisioning_facts, provisioning_sentence};
 use super::status::{TenantStatus, build_tenant_rows, usage_text};
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
-use crate::plan::names::cluster_queue_name;
+use crate::plan::names::{cluster_queue_name, node_pool_name};
 use crate::policy::TierPolicy;
 use crate::reconcile::drain::DRAINING_TAINT;
 use crate::view::{ClusterView, NamespaceView, Snapshot};
@@ -130,6 +131,9 @@ pub struct WhyInputs<'a> {
     /// The policy's LocalQueues in every namespace when the tier shares its quota among its tenants (empty when
     /// it does not, or they could not be listed): who a pending workload waits behind.
     pub tier_local_queues: &'a [KueueLocalQueue],
+    /// The pods waiting for a node and what Karpenter said about them, read when Kueue admitted the workload or
+    /// does not queue its kind ([`waits_for_nodes`]); empty otherwise, or without Karpenter.
+    pub karpenter: &'a KarpenterRead,
 }
 
 /// The answer to `why`.
@@ -158,6 +162,9 @@ pub struct WhyAnswer {
     /// among its tenants.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant_order: Option<TenantOrder>,
+    /// What Karpenter says about its pods that wait for a node, when it says something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub karpenter: Option<KarpenterFacts>,
     /// One plain sentence: what holds the workload and what would unblock it.
     pub summary: String,
 }
@@ -298,6 +305,14 @@ pub enum Hold {
         /// Flavors chosen, e.g. `l4`.
         flavors: Vec<String>,
     },
+    /// Kueue admitted the workload and its pods wait for Karpenter to launch their nodes (the answer's
+    /// `karpenter` says why).
+    WaitingForKarpenter {
+        /// ClusterQueue.
+        cluster_queue: String,
+        /// Flavors chosen, e.g. `l4`.
+        flavors: Vec<String>,
+    },
     /// The workload finished.
     Finished {
         /// Kueue's message.
@@ -365,16 +380,26 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
         decision: annotation(DECISION_ANNOTATION).map(str::to_owned),
     };
     let tier = build_tier_facts(inputs);
-    let workload = find_workload(inputs).map(|workload| build_workload_facts(workload, inputs.provisioning_requests));
-    let hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
-    let mut summary = build_summary(&hold, inputs, &namespace, &tier);
+    let workload = find_workload(inputs.object, inputs.workloads)
+        .map(|workload| build_workload_facts(workload, inputs.provisioning_requests));
+    let mut hold = build_hold(inputs, &namespace, &tier, workload.as_ref());
+    let karpenter = match &hold {
+        Hold::Admitted { .. } | Hold::NotQueued => {
+            find_karpenter_facts(inputs.karpenter, &tier_node_pools(inputs, tier.tier.as_deref()))
+        }
+        _ => None,
+    };
+    if let (Hold::Admitted { cluster_queue, flavors }, Some(_)) = (&hold, &karpenter) {
+        hold = Hold::WaitingForKarpenter { cluster_queue: cluster_queue.clone(), flavors: flavors.clone() };
+    }
+    let mut summary = build_summary(&hold, inputs, &namespace, &tier, karpenter.as_ref());
     let tenant_order = build_tenant_order(inputs, &hold, &namespace, tier.tier.as_deref());
     if let (Some(order), Some(tier_name)) = (&tenant_order, tier.tier.as_deref()) {
         summary = format!("{summary} {}", tenant_order_sentence(order, tier_name, &namespace));
     }
     if let (Some(policy), Some(facts)) = (inputs.policy, workload.as_ref()) {
         let admitted: Vec<String> = match &hold {
-            Hold::Admitted { flavors, .. } => flavors.clone(),
+            Hold::Admitted { flavors, .. } | Hold::WaitingForKarpenter { flavors, .. } => flavors.clone(),
             _ => Vec::new(),
         };
         let note = super::sharing::sharing_note(
@@ -401,8 +426,47 @@ pub fn build_why_answer(inputs: &WhyInputs<'_>) -> WhyAnswer {
         workload,
         hold,
         tenant_order,
+        karpenter,
         summary,
     }
+}
+
+/// Whether `why` reads the object's pods for Karpenter: Kueue admitted its Workload and it has not finished, or
+/// tiergate does not queue the kind and no Workload owns it (nothing in Kueue holds it, so its pods may wait for
+/// nodes).
+pub fn waits_for_nodes(adapter: &WorkloadAdapter, object: &Value, workloads: &[KueueWorkload]) -> bool {
+    match find_workload(object, workloads) {
+        Some(workload) => workload.is_true(ADMITTED) && !workload.is_true(FINISHED),
+        None => adapter.queueing == Queueing::NotQueued,
+    }
+}
+
+/// The NodePools tiergate renders for the GPU classes `tier` may land on (its class and fallbacks, those with a
+/// `karpenter` template).
+fn tier_node_pools(inputs: &WhyInputs<'_>, tier: Option<&str>) -> Vec<String> {
+    let Some((spec, tier)) = inputs.policy.map(|policy| &policy.spec).zip(tier) else { return Vec::new() };
+    let Some(tier) = spec.tier(tier) else { return Vec::new() };
+    std::iter::once(&tier.gpu_class)
+        .chain(&tier.fallback_gpu_classes)
+        .filter(|class| spec.gpu_class(class).is_some_and(|class| class.karpenter.is_some()))
+        .map(|class| node_pool_name(class))
+        .collect()
+}
+
+/// Whether the NodePool Karpenter names is one tiergate renders (a GPU class's with a `karpenter` template).
+fn rendered_by_tiergate(inputs: &WhyInputs<'_>, facts: &KarpenterFacts) -> bool {
+    let (Some(policy), Some(pool)) = (inputs.policy, facts.node_pool.as_deref()) else { return false };
+    policy.spec.gpu_classes.iter().any(|class| class.karpenter.is_some() && node_pool_name(&class.name) == pool)
+}
+
+/// The tier whose ClusterQueue is `cluster_queue` (else the namespace's tier).
+fn tier_of_queue(inputs: &WhyInputs<'_>, tier: &TierFacts, cluster_queue: &str) -> String {
+    inputs
+        .policy
+        .and_then(|policy| policy.spec.tiers.iter().find(|tier| cluster_queue_name(&tier.name) == cluster_queue))
+        .map(|tier| tier.name.clone())
+        .or_else(|| tier.tier.clone())
+        .unwrap_or_else(|| "?".to_owned())
 }
 
 /// Where the workload's tenant stands, when it waits for quota in a tier sharing among its tenants and the tier's
@@ -478,10 +542,9 @@ fn build_tier_facts(inputs: &WhyInputs<'_>) -> TierFacts {
 
 /// The Workload of the object: owned by it (or carrying its UID as job-uid), else, for a pod, owned by the
 /// pod's controller (a Job's pods are accounted in the Job's Workload).
-fn find_workload<'a>(inputs: &WhyInputs<'a>) -> Option<&'a KueueWorkload> {
-    let uid = inputs.object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
-    let controller_uid = inputs
-        .object
+fn find_workload<'a>(object: &Value, workloads: &'a [KueueWorkload]) -> Option<&'a KueueWorkload> {
+    let uid = object.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default();
+    let controller_uid = object
         .pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)
         .into_iter()
@@ -490,10 +553,9 @@ fn find_workload<'a>(inputs: &WhyInputs<'a>) -> Option<&'a KueueWorkload> {
         .and_then(|owner| owner.get("uid"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    let mut candidates: Vec<&KueueWorkload> =
-        inputs.workloads.iter().filter(|workload| workload.belongs_to(uid)).collect();
+    let mut candidates: Vec<&KueueWorkload> = workloads.iter().filter(|workload| workload.belongs_to(uid)).collect();
     if candidates.is_empty() {
-        candidates = inputs.workloads.iter().filter(|workload| workload.belongs_to(controller_uid)).collect();
+        candidates = workloads.iter().filter(|workload| workload.belongs_to(controller_uid)).collect();
     }
     // A re-created Workload replaces the finished one; prefer one that is still active.
     candidates.sort_by_key(|workload| (workload.is_true(FINISHED), workload.metadata.name.clone()));
@@ -660,15 +722,16 @@ fn draining_note(message: &str) -> Option<String> {
     ))
 }
 
-fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts) -> String {
-    let tier_name = |cluster_queue: &str| -> String {
-        inputs
-            .policy
-            .and_then(|policy| policy.spec.tiers.iter().find(|tier| cluster_queue_name(&tier.name) == cluster_queue))
-            .map(|tier| tier.name.clone())
-            .or_else(|| tier.tier.clone())
-            .unwrap_or_else(|| "?".to_owned())
-    };
+fn build_summary(
+    hold: &Hold,
+    inputs: &WhyInputs<'_>,
+    namespace: &str,
+    tier: &TierFacts,
+    karpenter: Option<&KarpenterFacts>,
+) -> String {
+    let tier_name = |cluster_queue: &str| tier_of_queue(inputs, tier, cluster_queue);
+    let karpenter_clause =
+        karpenter.map(|facts| karpenter_clause(facts, rendered_by_tiergate(inputs, facts))).unwrap_or_default();
     let in_tier = tier.tier.as_deref().map(|name| format!(" in tier {name}")).unwrap_or_default();
     let kind = inputs.adapter.kind;
     match hold {
@@ -699,6 +762,9 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
             tier_name(cluster_queue),
             if flavors.is_empty() { "-".to_owned() } else { flavors.join(", ") }
         ),
+        Hold::WaitingForKarpenter { cluster_queue, .. } => {
+            format!("Admitted in tier {}; {karpenter_clause}", tier_name(cluster_queue))
+        }
         Hold::QuotaReserved { cluster_queue } => format!(
             "Quota is reserved in ClusterQueue {cluster_queue} (tier {}) and no admission check holds it: Kueue \
              admits it next, nothing else is needed.",
@@ -754,7 +820,8 @@ fn build_summary(hold: &Hold, inputs: &WhyInputs<'_>, namespace: &str, tier: &Ti
         }
         Hold::NotQueued => format!(
             "tiergate does not queue a {kind} in Kueue (it sets only the GPU class, placement and priority) and no \
-             Kueue Workload owns it, so nothing in Kueue holds it; look at its pods' scheduling events."
+             Kueue Workload owns it, so nothing in Kueue holds it; {}",
+            if karpenter.is_some() { karpenter_clause } else { "look at its pods' scheduling events.".to_owned() }
         ),
         Hold::NoWorkload { queue } => format!(
             "Kueue has not created a Workload for this {kind}: check that Kueue manages {kind}s and that the object \

@@ -1,22 +1,25 @@
 //! `tiergate check`: reads a policy and nodepools, prints which pools can host each tier, and exits non-zero
-//! unless every tier matches exactly one pool per GPU class (and placement rule). With `--fleet`, each tier that
-//! dispatches is checked against each of its workers' own nodepools files instead. With `--kubeconfig` and DRA
-//! classes, Kueue's Configuration must also map each class's DeviceClass, and with tiers sharing among their tenants
-//! hold the `admissionFairSharing` they need (`reconcile::monitor::kueue_config`).
+//! unless every tier matches exactly one pool per GPU class (and placement rule; among Karpenter NodePools, one
+//! of strictly highest weight). Warnings (lower-weight NodePools that can also host a tier, NodePool limits below
+//! the quota they host) are printed for the files and the live cluster alike and never change the exit status.
+//! With `--fleet`, each tier that dispatches is checked against each of its workers' own nodepools files instead.
+//! With `--kubeconfig` and DRA classes, Kueue's Configuration must also map each class's DeviceClass, and with
+//! tiers sharing among their tenants hold the `admissionFairSharing` they need
+//! (`reconcile::monitor::kueue_config`).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use super::CmdError;
 use crate::check::fleet::build_fleet_check_report;
-use crate::check::{NodePool, build_check_report, parse_nodepools};
+use crate::check::{NodePool, build_check_report, build_nodepool_warnings, parse_nodepools};
 use crate::cli::CheckArgs;
 use crate::inputs::{load_policy, read_file};
 use crate::live::pools::fetch_live_pools;
 use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::kueue_device_class_mappings;
 use crate::plan::tenants::any_tier_shares;
-use crate::policy::TierPolicySpec;
+use crate::policy::{Tier, TierPolicySpec};
 use crate::reconcile::monitor::kueue_config::{
     KueueFairSharingCheck, KueueMappingCheck, build_kueue_fair_sharing_check, build_kueue_mapping_check,
     read_kueue_configuration,
@@ -122,5 +125,18 @@ fn run_fleet(args: &CheckArgs, spec: &TierPolicySpec, live: Option<Vec<NodePool>
     };
     let report = build_fleet_check_report(spec, local.as_deref(), &workers);
     print!("{}", report.to_text());
+    if let (Some(pools), Some(tiers)) = (&local, &report.local) {
+        let running: Vec<&Tier> = spec.tiers.iter().filter(|tier| tier.dispatch.is_none()).collect();
+        for warning in build_nodepool_warnings(spec, tiers, &running, pools) {
+            println!("warning: this cluster: {warning}");
+        }
+    }
+    for worker in &report.workers {
+        let Some(pools) = workers.get(&worker.worker) else { continue };
+        let running: Vec<&Tier> = spec.tiers_dispatched_to(&worker.worker).collect();
+        for warning in build_nodepool_warnings(spec, &worker.tiers, &running, pools) {
+            println!("warning: worker {}: {warning}", worker.worker);
+        }
+    }
     Ok(report.passed())
 }

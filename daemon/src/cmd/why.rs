@@ -37,7 +37,7 @@ pub async fn build_live_answer(
 ) -> Result<WhyAnswer, CmdError> {
     let (adapter, name) = parse_target(target)?;
     let fetched = fetch_why_inputs(client, adapter, namespace, &name, policy_name).await?;
-    if let Some(note) = &fetched.tier_local_queues_note {
+    for note in [&fetched.tier_local_queues_note, &fetched.karpenter_note].into_iter().flatten() {
         eprintln!("note: {note}");
     }
     let decision = decide_live(&fetched, namespace).await?;
@@ -52,6 +52,7 @@ pub async fn build_live_answer(
         workloads: &fetched.workloads,
         provisioning_requests: &fetched.provisioning_requests,
         tier_local_queues: &fetched.tier_local_queues,
+        karpenter: &fetched.karpenter,
     }))
 }
 

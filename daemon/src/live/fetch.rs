@@ -4,17 +4,21 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Event, Namespace, Pod};
 use kube::api::{Api, ListParams};
-use kube::core::DynamicObject;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tiergate_workloads::WorkloadAdapter;
 
 use super::LiveError;
 use crate::admission::claims::claim_template_view;
+use crate::answers::karpenter::{
+    KarpenterRead, MAX_PODS_READ, PodQuery, build_pod_query, nominated_node_claims, waiting_pods,
+};
 use crate::answers::kueue::{KueueClusterQueue, KueueCohort, KueueLocalQueue, KueueWorkload};
 use crate::answers::provisioning::ProvisioningRequestRead;
+use crate::answers::why::waits_for_nodes;
 use crate::cache::kinds::{KueueKind, build_ownership_selector, claim_template_resource};
 pub use crate::cache::kinds::{adapter_resource, provisioning_request_resource, workload_resource};
 use crate::policy::TierPolicy;
@@ -42,6 +46,11 @@ pub struct WhyFetched {
     pub tier_local_queues: Vec<KueueLocalQueue>,
     /// Why they could not be listed (no right to list LocalQueues across namespaces, say).
     pub tier_local_queues_note: Option<String>,
+    /// The pods waiting for a node and what Karpenter said about them, when Kueue admitted the workload or does not
+    /// queue its kind (else empty).
+    pub karpenter: KarpenterRead,
+    /// Why they could not be read (no right to list pods or events, or to get NodeClaims).
+    pub karpenter_note: Option<String>,
 }
 
 /// The live objects `status` reads.
@@ -119,6 +128,11 @@ pub async fn fetch_why_inputs(
         policy.as_ref().and_then(|policy| policy.spec.tier_of(&labels)).is_some_and(|tier| tier.tenant_fair_sharing);
     let (tier_local_queues, tier_local_queues_note) =
         if sharing { fetch_policy_local_queues(client, policy_name).await? } else { (Vec::new(), None) };
+    let (karpenter, karpenter_note) = if waits_for_nodes(adapter, &object, &workloads) {
+        fetch_karpenter(client, adapter, namespace, &object).await?
+    } else {
+        (KarpenterRead::default(), None)
+    };
     Ok(WhyFetched {
         object,
         policy,
@@ -129,7 +143,113 @@ pub async fn fetch_why_inputs(
         provisioning_requests,
         tier_local_queues,
         tier_local_queues_note,
+        karpenter,
+        karpenter_note,
     })
+}
+
+/// Karpenter's `NodeClaim` (`karpenter.sh/v1`, cluster-scoped).
+fn node_claim_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(tiergate_karpenter::GROUP, tiergate_karpenter::VERSION, "NodeClaim"),
+        "nodeclaims",
+    )
+}
+
+/// The HTTP status of an API error (`None` for a transport error).
+fn status_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// What is known when a read is refused: nothing, and a note saying which right is missing.
+fn refused(what: &str, right: &str, error: &kube::Error) -> (KarpenterRead, Option<String>) {
+    let cause = match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    };
+    let note = format!(
+        "failed to read {what} ({cause}), so what Karpenter says about the workload's pods is not shown; that \
+         needs {right}"
+    );
+    (KarpenterRead::default(), Some(note))
+}
+
+/// The object's pods that wait for a node (by its selector, or the pods it controls), the Events of the first
+/// [`MAX_PODS_READ`] of them (one LIST each, by `involvedObject.name`) and, when Karpenter nominated them to
+/// NodeClaims, those NodeClaims (one GET each). Nothing, and no error, where Karpenter is not installed (its API
+/// is not served: 404) or a read is refused (403, with a note).
+async fn fetch_karpenter(
+    client: &kube::Client,
+    adapter: &WorkloadAdapter,
+    namespace: &str,
+    object: &Value,
+) -> Result<(KarpenterRead, Option<String>), LiveError> {
+    let nothing = || Ok((KarpenterRead::default(), None));
+    let Some(query) = build_pod_query(adapter, object) else { return nothing() };
+    let params = match &query {
+        PodQuery::Itself => None,
+        PodQuery::Selector(selector) => Some(ListParams::default().labels(selector)),
+        PodQuery::ControlledBy(_) => Some(ListParams::default()),
+    };
+    let listed = match params {
+        None => {
+            let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+            let what = format!("Pod {namespace}/{name}");
+            vec![serde_json::from_value(object.clone()).map_err(|source| LiveError::Decode { what, source })?]
+        }
+        Some(params) => match Api::<Pod>::namespaced(client.clone(), namespace).list(&params).await {
+            Ok(list) => list.items,
+            Err(error) => match status_code(&error) {
+                Some(403) => return Ok(refused(&format!("the pods in {namespace}"), "list on pods", &error)),
+                Some(404) => return nothing(),
+                _ => return Err(LiveError::List { what: format!("Pods in {namespace}"), source: error }),
+            },
+        },
+    };
+    let waiting = waiting_pods(&query, &listed);
+    let events_api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let mut events = Vec::new();
+    for pod in waiting.iter().take(MAX_PODS_READ) {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let params = ListParams::default().fields(&format!("involvedObject.kind=Pod,involvedObject.name={name}"));
+        match events_api.list(&params).await {
+            Ok(list) => events.extend(list.items),
+            Err(error) => match status_code(&error) {
+                Some(403) => return Ok(refused(&format!("the Events in {namespace}"), "list on events", &error)),
+                Some(404) => {}
+                _ => {
+                    let what = format!("Events of Pod {namespace}/{name}");
+                    return Err(LiveError::List { what, source: error });
+                }
+            },
+        }
+    }
+    let claims: Api<DynamicObject> = Api::all_with(client.clone(), &node_claim_resource());
+    let (mut node_claims, mut gone_node_claims) = (Vec::new(), Vec::new());
+    for name in nominated_node_claims(&waiting, &events) {
+        let what = format!("NodeClaim {name}");
+        match claims.get(&name).await {
+            Ok(claim) => node_claims.push(
+                serde_json::to_value(claim)
+                    .and_then(serde_json::from_value)
+                    .map_err(|source| LiveError::Decode { what, source })?,
+            ),
+            // The NodeClaim's own NotFound (a JSON Status naming it): Karpenter deleted it. A bare 404 (`404 page
+            // not found`) is karpenter.sh/v1 not served: no Karpenter.
+            Err(kube::Error::Api(status)) if status.code == 404 && status.reason == "NotFound" => {
+                gone_node_claims.push(name);
+            }
+            Err(error) => match status_code(&error) {
+                Some(404) => return nothing(),
+                Some(403) => return Ok(refused(&what, "get on nodeclaims.karpenter.sh", &error)),
+                _ => return Err(LiveError::Get { what, source: error }),
+            },
+        }
+    }
+    Ok((KarpenterRead { pods: waiting, events, node_claims, gone_node_claims }, None))
 }
 
 /// The LocalQueues of TierPolicy `policy_name` in every namespace (one LIST, by its ownership labels), or, where

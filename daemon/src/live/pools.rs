@@ -1,6 +1,6 @@
 //! `tiergate check --kubeconfig`: the same `NodePool` inputs `crate::check` reads from files, built from the live
 //! cluster: Karpenter NodePools (`karpenter.sh/v1`, when the CRD is served) and groups of live nodes.
-//! `build_node_pools` is pure; `fetch_live_pools` lists (I/O).
+//! `build_node_pools` and `build_karpenter_pools` are pure; `fetch_live_pools` lists (I/O).
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::LiveError;
-use crate::check::{NodePool, PoolSource, parse_nodepools};
+use crate::check::{CheckError, NodePool, PoolSource, parse_nodepools};
 
 /// Node labels naming the node group a node belongs to, in the order they are tried (Karpenter, EKS, eksctl,
 /// GKE, AKS). Nodes without one are grouped by their labels and taints.
@@ -65,9 +65,33 @@ pub fn build_node_pools(nodes: &[Node], karpenter_pools: &[String]) -> Vec<NodeP
             } else {
                 format!("{key} ({} nodes)", members.len())
             };
-            Some(NodePool { name, source: PoolSource::LiveNodes, labels, requirements: Vec::new(), taints })
+            Some(NodePool {
+                name,
+                source: PoolSource::LiveNodes,
+                labels,
+                requirements: Vec::new(),
+                taints,
+                weight: None,
+                limits: BTreeMap::new(),
+            })
         })
         .collect()
+}
+
+/// The live Karpenter NodePools as `check` reads them from a file (labels, requirements, taints, `spec.weight`
+/// and `spec.limits`), through the very same parser.
+pub fn build_karpenter_pools(items: Vec<DynamicObject>) -> Result<Vec<NodePool>, CheckError> {
+    let items: Vec<Value> = items
+        .into_iter()
+        .map(|item| {
+            let mut value = serde_json::to_value(item).unwrap_or(Value::Null);
+            value["apiVersion"] = json!("karpenter.sh/v1");
+            value["kind"] = json!("NodePool");
+            value
+        })
+        .collect();
+    let text = json!({"kind": "List", "items": items}).to_string();
+    parse_nodepools(&text, "the live Karpenter NodePools")
 }
 
 fn node_taints(node: &Node) -> Vec<Taint> {
@@ -80,23 +104,10 @@ pub async fn fetch_live_pools(client: &kube::Client) -> Result<Vec<NodePool>, Li
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"), "nodepools");
     let karpenter: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
     let mut pools = match karpenter.list(&ListParams::default()).await {
-        Ok(list) if !list.items.is_empty() => {
-            let items: Vec<Value> = list
-                .items
-                .into_iter()
-                .map(|item| {
-                    let mut value = serde_json::to_value(item).unwrap_or(Value::Null);
-                    value["apiVersion"] = json!("karpenter.sh/v1");
-                    value["kind"] = json!("NodePool");
-                    value
-                })
-                .collect();
-            let text = json!({"kind": "List", "items": items}).to_string();
-            parse_nodepools(&text, "the live Karpenter NodePools").map_err(|error| LiveError::Decode {
-                what: "Karpenter NodePools".to_owned(),
-                source: serde::de::Error::custom(error.to_string()),
-            })?
-        }
+        Ok(list) if !list.items.is_empty() => build_karpenter_pools(list.items).map_err(|error| LiveError::Decode {
+            what: "Karpenter NodePools".to_owned(),
+            source: serde::de::Error::custom(error.to_string()),
+        })?,
         Ok(_) => Vec::new(),
         Err(kube::Error::Api(status)) if status.is_not_found() => Vec::new(),
         Err(source) => {
@@ -154,6 +165,35 @@ mod tests {
         assert!(!gpu.labels.contains_key("kubernetes.io/hostname"));
         assert_eq!(gpu.taints.len(), 1);
         assert_eq!(pools.iter().find(|pool| pool.name.starts_with("nodes like c")).unwrap().labels.len(), 1);
+    }
+
+    #[test]
+    fn live_karpenter_nodepools_keep_their_weight_and_limits() {
+        let nodepool = |name: &str, spec: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1",
+                "kind": "NodePool",
+                "metadata": {"name": name},
+                "spec": spec,
+            }))
+            .unwrap()
+        };
+        let template =
+            json!({"spec": {"requirements": [{"key": "gpu.nvidia.com/class", "operator": "In", "values": ["h100"]}]}});
+        let items = vec![
+            nodepool(
+                "platform-h100",
+                json!({"template": template, "weight": 60, "limits": {"nvidia.com/gpu": "8", "cpu": 1000}}),
+            ),
+            nodepool("gpu-any", json!({"template": template})),
+        ];
+        let pools = build_karpenter_pools(items).unwrap();
+        let platform = &pools[0];
+        assert_eq!((platform.source, platform.weight), (PoolSource::Karpenter, Some(60)));
+        let limits: Vec<(&str, &str)> =
+            platform.limits.iter().map(|(resource, limit)| (resource.as_str(), limit.0.as_str())).collect();
+        assert_eq!(limits, [("cpu", "1000"), ("nvidia.com/gpu", "8")]);
+        assert_eq!((pools[1].weight, pools[1].limits.len()), (None, 0));
     }
 
     #[test]

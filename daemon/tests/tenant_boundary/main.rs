@@ -8,6 +8,7 @@ mod gate_marks;
 #[path = "../gate_support/mod.rs"]
 mod gate_support;
 mod gpu_classes;
+mod karpenter;
 mod kinds_and_children;
 mod owners_and_updates;
 mod policy_mistakes;

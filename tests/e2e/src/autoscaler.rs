@@ -371,7 +371,8 @@ fn spawn_taint_lifter(client: &Client, selector: String) -> (CancellationToken, 
     (token, task)
 }
 
-async fn lift_not_ready(nodes: &Api<Node>, node: &Node) {
+/// Drops the `not-ready` taint from `node`, keeping its other taints (a conflict is retried on the next pass).
+pub(crate) async fn lift_not_ready(nodes: &Api<Node>, node: &Node) {
     let taints = node.spec.as_ref().and_then(|spec| spec.taints.clone()).unwrap_or_default();
     if !taints.iter().any(|taint| taint.key == NOT_READY_TAINT) {
         return;

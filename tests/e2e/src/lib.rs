@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod autoscaler;
 pub mod control_plane;
+pub mod karpenter;
 pub mod real_node;
 pub mod webhook;
 
@@ -264,7 +265,11 @@ pub async fn install_tierpolicy_crd(client: &Client, cleanup: &Cleanup) -> Resul
 
 /// Installs (server-side applies) `crd` and waits until it is established; when it was absent before, `cleanup`
 /// removes it at the end.
-async fn install_crd(client: &Client, cleanup: &Cleanup, crd: CustomResourceDefinition) -> Result<(), HarnessError> {
+pub async fn install_crd(
+    client: &Client,
+    cleanup: &Cleanup,
+    crd: CustomResourceDefinition,
+) -> Result<(), HarnessError> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let name = crd.metadata.name.clone().unwrap_or_default();
     wait_for("an earlier CRD of tiergate to finish terminating", Duration::from_secs(60), || {

@@ -29,6 +29,16 @@ fn check_template(path: &str, class: &GpuClass, template: &KarpenterPoolTemplate
             "give the class the nodeLabels its nodes carry, or remove `karpenter`",
         );
     }
+    let fences = class.node_taints.iter().any(|taint| matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute"));
+    if !fences {
+        problems.push(
+            format!("{path}.nodeTaints"),
+            "a class with a karpenter template needs a NoSchedule or NoExecute taint: without one, any pod that \
+             selects the NodePool by its karpenter.sh/nodepool or instance-type labels makes Karpenter buy this \
+             class's nodes, whatever its tier (a pod tolerating the taint is confined to its own tier's class)",
+            "add a taint, e.g. {key: nvidia.com/gpu, value: present, effect: NoSchedule}",
+        );
+    }
     let reference = &template.node_class_ref;
     for (field, value) in [("group", &reference.group), ("kind", &reference.kind), ("name", &reference.name)] {
         if value.trim().is_empty() {

@@ -13,7 +13,7 @@ pub mod images;
 pub mod kueue;
 pub mod node;
 pub mod pki;
-mod process;
+pub mod process;
 pub mod provisioning;
 
 use std::path::{Path, PathBuf};
