@@ -13,7 +13,8 @@
 //! 4. that pod takes a node gold frees, so gold's next admitted Job waits for Karpenter, and `kubectl tiergate why`
 //!    names Karpenter's reason;
 //! 5. with a catch-all GPU NodePool of lower weight that fits every pod, silver's next Job still grows tiergate's
-//!    pool.
+//!    pool, and `tiergate check --kubeconfig` reports the catch-all;
+//! 6. without l4's template, tiergate prunes its NodePool.
 //!
 //! Timings are printed, never asserted. Skipped (and passing), saying why, without a reachable cluster, Kueue's
 //! v1beta2 CRDs, kube-scheduler, the `karpenter-kwok` binary and its CRDs, or where a Karpenter is installed already.
@@ -33,8 +34,8 @@ use tiergate::policy::TierPolicy;
 use tiergate::validation::validate_policy;
 use tiergate_e2e::karpenter::{self, InstanceType, Karpenter};
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, SCHEDULER_SKIP_ENV, ensure, is_admitted, job_workload, one_gpu_job,
-    random_name, repository_file, run_cluster_test, skip, start_tiergate, wait_for, wait_for_local_queue,
+    Cleanup, E2E_TIER_LABEL, HarnessError, SCHEDULER_SKIP_ENV, apply_policy, ensure, is_admitted, job_workload,
+    one_gpu_job, random_name, repository_file, run_cluster_test, skip, start_tiergate, wait_for, wait_for_local_queue,
 };
 
 /// The shipped sample the suite serves.
@@ -168,7 +169,31 @@ async fn scenarios(
     over_quota_buys_nothing(client, run, policy, karpenter).await?;
     limit_stops_growth(client, cleanup, run, policy, karpenter).await?;
     why_names_karpenters_reason(client, run, policy).await?;
-    catch_all_does_not_take_the_tiers_pods(client, cleanup, run, policy, karpenter).await
+    catch_all_does_not_take_the_tiers_pods(client, cleanup, run, policy, karpenter).await?;
+    pruned_with_its_template(client, run, policy).await
+}
+
+/// Scenario 6: the l4 class loses its template, and tiergate prunes its NodePool like any object it owns (the h100
+/// pool stays).
+async fn pruned_with_its_template(client: &Client, run: &Run, policy: &TierPolicy) -> Result<(), HarnessError> {
+    let mut edited = policy.clone();
+    let l4 = run.name("l4");
+    let class = edited.spec.gpu_classes.iter_mut().find(|class| class.name == l4).ok_or("no l4 class")?;
+    class.karpenter = None;
+    apply_policy(client, &edited).await?;
+    let pools = Api::<DynamicObject>::all_with(client.clone(), &karpenter::node_pool_resource());
+    wait_for("tiergate to prune the l4 NodePool", CONVERGE, || async {
+        let pool = pools.get_opt(&run.pool("l4")).await.ok()?;
+        pool.is_none_or(|pool| pool.metadata.deletion_timestamp.is_some()).then_some(())
+    })
+    .await?;
+    ensure(pools.get_opt(&run.pool("h100")).await?.is_some(), || "the h100 NodePool went too".to_owned())?;
+    println!(
+        "karpenter_pools: without l4's template, tiergate pruned {} and kept {}",
+        run.pool("l4"),
+        run.pool("h100")
+    );
+    Ok(())
 }
 
 /// Scenario 1: One 1-GPU Job of gold, then of bronze: each grows exactly its class's pool by one NodeClaim.
