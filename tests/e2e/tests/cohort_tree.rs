@@ -447,7 +447,13 @@ async fn owned_versions(client: &Client, policy: &str) -> Result<BTreeMap<String
     let mut versions = BTreeMap::new();
     let params = ListParams::default().labels(&build_ownership_selector(policy));
     for kind in KueueKind::ALL {
-        for object in api(client, kind).list(&params).await?.items {
+        let listed = match api(client, kind).list(&params).await {
+            Ok(list) => list.items,
+            // An optional kind the API server does not serve (Karpenter's NodePool without Karpenter): none owned.
+            Err(kube::Error::Api(status)) if status.code == 404 && kind.is_optional() => Vec::new(),
+            Err(error) => return Err(error.into()),
+        };
+        for object in listed {
             let key = format!("{} {}/{}", kind.name(), object.namespace().unwrap_or_default(), object.name_any());
             versions.insert(key, object.metadata.generation.unwrap_or_default());
         }
