@@ -289,3 +289,18 @@ fn check_fleet_passes_on_the_sample_and_fails_when_a_worker_lacks_a_pool() {
     assert!(!output.status.success());
     assert!(stdout(&output).contains("tier silver: FAIL"), "{}", stdout(&output));
 }
+
+#[test]
+fn a_reader_closing_stdout_early_ends_render_quietly_and_successfully() {
+    // As `tiergate render | head -1`: the reader is gone before the first write, which then fails with EPIPE.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("render")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "exit {:?}: {}", output.status, stderr(&output));
+    assert!(!stderr(&output).contains("error"), "{}", stderr(&output));
+}

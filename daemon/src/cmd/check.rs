@@ -42,14 +42,14 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     } else {
         let pools = load_check_pools(&args, live_pools.unwrap_or_default())?;
         let report = build_check_report(&policy.spec, &pools);
-        print!("{}", report.to_text());
+        super::write_stdout(&report.to_text())?;
         report.passed()
     };
     if let Some(kueue) = &kueue {
-        print!("{}", kueue.to_text());
+        super::write_stdout(&kueue.to_text())?;
     }
     if let Some(sharing) = &sharing {
-        print!("{}", sharing.to_text());
+        super::write_stdout(&sharing.to_text())?;
     }
     let passed = passed
         && kueue.as_ref().is_none_or(KueueMappingCheck::passed)
@@ -124,18 +124,18 @@ fn run_fleet(args: &CheckArgs, spec: &TierPolicySpec, live: Option<Vec<NodePool>
         (_, live) => Some(load_check_pools(args, live.unwrap_or_default())?),
     };
     let report = build_fleet_check_report(spec, local.as_deref(), &workers);
-    print!("{}", report.to_text());
+    super::write_stdout(&report.to_text())?;
     if let (Some(pools), Some(tiers)) = (&local, &report.local) {
         let running: Vec<&Tier> = spec.tiers.iter().filter(|tier| tier.dispatch.is_none()).collect();
         for warning in build_nodepool_warnings(spec, tiers, &running, pools) {
-            println!("warning: this cluster: {warning}");
+            super::write_stdout(&format!("warning: this cluster: {warning}\n"))?;
         }
     }
     for worker in &report.workers {
         let Some(pools) = workers.get(&worker.worker) else { continue };
         let running: Vec<&Tier> = spec.tiers_dispatched_to(&worker.worker).collect();
         for warning in build_nodepool_warnings(spec, &worker.tiers, &running, pools) {
-            println!("warning: worker {}: {warning}", worker.worker);
+            super::write_stdout(&format!("warning: worker {}: {warning}\n", worker.worker))?;
         }
     }
     Ok(report.passed())

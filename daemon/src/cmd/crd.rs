@@ -11,7 +11,7 @@ use crate::policy::TierPolicy;
 
 /// Runs `tiergate crd`.
 pub fn run() -> Result<ExitCode, CmdError> {
-    print!("{}", serde_saphyr::to_string(&TierPolicy::crd())?);
-    print!("---\n{}", serde_saphyr::to_string(&TierGateParameters::crd())?);
+    super::write_stdout(&serde_saphyr::to_string(&TierPolicy::crd())?)?;
+    super::write_stdout(&format!("---\n{}", serde_saphyr::to_string(&TierGateParameters::crd())?))?;
     Ok(ExitCode::SUCCESS)
 }

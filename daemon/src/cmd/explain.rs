@@ -42,7 +42,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     let scorer = Scorer::default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
-    print!("{}", render(&decision, original.as_ref())?);
+    super::write_stdout(&render(&decision, original.as_ref())?)?;
     Ok(match decision.verdict {
         Verdict::Deny { .. } | Verdict::Invalid { .. } | Verdict::Failed { closed: true, .. } => {
             ExitCode::from(DENIED_EXIT_CODE)

@@ -20,8 +20,16 @@ use crate::cli::Command;
 /// Error type at the command edge: any error, printed with its causes by `main`.
 pub type CmdError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Runs one subcommand to completion.
+/// Runs one subcommand to completion. A reader that closed stdout early (`tiergate render | head`) ends it
+/// quietly and successfully, as for any Unix filter.
 pub fn run(command: Command) -> Result<ExitCode, CmdError> {
+    match run_command(command) {
+        Err(error) if is_broken_pipe(&*error) => Ok(ExitCode::SUCCESS),
+        outcome => outcome,
+    }
+}
+
+fn run_command(command: Command) -> Result<ExitCode, CmdError> {
     match command {
         Command::Render(args) => render::run(args),
         Command::Check(args) => check::run(args),
@@ -33,6 +41,20 @@ pub fn run(command: Command) -> Result<ExitCode, CmdError> {
         Command::Status(args) => block_on(status::run(args)),
         Command::Why(args) => block_on(why::run(args)),
     }
+}
+
+/// Whether `error` is stdout's reader having gone away.
+fn is_broken_pipe(error: &(dyn std::error::Error + 'static)) -> bool {
+    error.downcast_ref::<std::io::Error>().is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Writes `text` to stdout; a closed stdout is an error (`run` turns a broken pipe into a quiet success), never the
+/// panic of `print!`.
+pub(crate) fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(text.as_bytes())?;
+    stdout.flush()
 }
 
 fn block_on<F: std::future::Future<Output = Result<ExitCode, CmdError>>>(future: F) -> Result<ExitCode, CmdError> {

@@ -5,7 +5,6 @@
 //! The Kueue Configuration fragment DRA classes need goes to stderr (`--kueue-config`: alone, to stdout).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::process::ExitCode;
 
 use super::CmdError;
@@ -86,7 +85,7 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
                 .to_owned(),
             _ => [fragment.clone(), fair_sharing.clone()].into_iter().flatten().collect::<Vec<_>>().join(""),
         };
-        std::io::stdout().lock().write_all(text.as_bytes())?;
+        super::write_stdout(&text)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut fleet = build_fleet(&policy, &management, &worker_views);
@@ -125,6 +124,6 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
             format!("{}\n", serde_json::to_string_pretty(&both)?)
         }
     };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::write_stdout(&text)?;
     Ok(ExitCode::SUCCESS)
 }

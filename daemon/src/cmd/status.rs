@@ -35,7 +35,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
         local_queues: &fetched.local_queues,
         tier: args.tier.as_deref(),
     })?;
-    print!("{}", render_answer(&answer, args.output, answer.to_table())?);
+    super::write_stdout(&render_answer(&answer, args.output, answer.to_table())?)?;
     Ok(ExitCode::SUCCESS)
 }
 

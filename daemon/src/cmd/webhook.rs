@@ -66,7 +66,12 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         _ => {
             let dir = tempfile::Builder::new().prefix("tiergate-webhook-tls-").tempdir()?;
             let (cert, key, ca) = write_self_signed(dir.path(), &args.listen)?;
-            println!("self-signed certificate: {} (key {}, CA {})", cert.display(), key.display(), ca.display());
+            super::write_stdout(&format!(
+                "self-signed certificate: {} (key {}, CA {})\n",
+                cert.display(),
+                key.display(),
+                ca.display()
+            ))?;
             _generated = dir;
             (cert, key)
         }

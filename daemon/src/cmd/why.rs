@@ -23,7 +23,7 @@ pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
     let (client, default_namespace) = connect(&connection).await?;
     let namespace = args.namespace.unwrap_or(default_namespace);
     let answer = build_live_answer(&client, &args.target, &namespace, &args.policy_name).await?;
-    print!("{}", render_answer(&answer, args.output, answer.to_table())?);
+    super::write_stdout(&render_answer(&answer, args.output, answer.to_table())?)?;
     Ok(ExitCode::SUCCESS)
 }
 
