@@ -591,13 +591,7 @@ fn build_cluster_scoped(policy: &TierPolicy, side: Side, keep: impl Fn(&Tier) ->
 
     let running_here: Vec<&Tier> =
         tiers.iter().copied().filter(|tier| side == Side::Worker || tier.dispatch.is_none()).collect();
-    let mut node_pools = nodepools::build_node_pools(spec, &running_here, &labels);
-    node_pools.retain(|pool| {
-        side == Side::Management
-            || built_classes
-                .iter()
-                .any(|class| pool.metadata.name.as_deref() == Some(&names::node_pool_name(&class.name)))
-    });
+    let node_pools = nodepools::build_node_pools(spec, built_classes.iter().copied(), &running_here, &labels);
 
     let workload_priority_classes = spec
         .priority_buckets

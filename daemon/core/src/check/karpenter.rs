@@ -9,7 +9,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::{NodePool, PoolSource, TierReport, pool_rejection};
 use crate::plan::names::node_pool_name;
-use crate::plan::quota::{FlavorRole, format_millis, parse_millis, tier_quota};
+use crate::plan::nodepools::flavor_class_name;
+use crate::plan::quota::{format_millis, parse_millis, tier_quota};
 use crate::plan::{FlavorSelector, flavor_for_gpu_class};
 use crate::policy::{GpuClass, Tier, TierPolicySpec};
 
@@ -92,11 +93,7 @@ pub(super) fn limit_warnings(spec: &TierPolicySpec, running: &[&Tier], pools: &[
     let mut loads: PoolLoads = BTreeMap::new();
     for tier in running {
         for flavor in tier_quota(spec, tier).flavors {
-            let class_name = match flavor.role {
-                FlavorRole::Class | FlavorRole::Fallback => flavor.source.as_str(),
-                FlavorRole::Rule => tier.gpu_class.as_str(),
-            };
-            let Some(class) = spec.gpu_class(class_name) else { continue };
+            let Some(class) = spec.gpu_class(flavor_class_name(tier, &flavor)) else { continue };
             let resource = class.primary_resource();
             let nominal = flavor.nominal.iter().find(|(name, _)| name == resource).map(|(_, quantity)| quantity);
             charge_pool(&mut loads, pools, &flavor.selector, class, nominal, format!("tier {}", tier.name));

@@ -18,7 +18,7 @@ use tiergate_karpenter::{
 };
 
 use super::names::node_pool_name;
-use super::quota::{FlavorRole, format_millis, parse_millis, tier_quota};
+use super::quota::{FlavorRole, FlavorShare, format_millis, parse_millis, tier_quota};
 use crate::policy::karpenter::{DEFAULT_CONSOLIDATE_AFTER, DEFAULT_EXPIRE_AFTER, DEFAULT_POOL_WEIGHT};
 use crate::policy::{GpuClass, KarpenterPoolTemplate, Tier, TierPolicySpec};
 
@@ -29,11 +29,16 @@ pub const CONSOLIDATION_POLICY: &str = "WhenEmpty";
 /// [`CONSOLIDATION_POLICY`] but is held too in case the platform edits the policy in place.
 pub const HELD_DISRUPTION_REASONS: [&str; 2] = ["Drifted", "Underutilized"];
 
-/// One NodePool per GPU class with a `karpenter` template (declaration order), sized for the tiers of `tiers`
-/// (those that run in this cluster).
-pub fn build_node_pools(spec: &TierPolicySpec, tiers: &[&Tier], labels: &BTreeMap<String, String>) -> Vec<NodePool> {
-    spec.gpu_classes
-        .iter()
+/// One NodePool per class of `classes` (those built in this cluster) with a `karpenter` template, in their order,
+/// sized for the tiers of `tiers` (those that run in this cluster).
+pub fn build_node_pools<'a>(
+    spec: &TierPolicySpec,
+    classes: impl IntoIterator<Item = &'a GpuClass>,
+    tiers: &[&Tier],
+    labels: &BTreeMap<String, String>,
+) -> Vec<NodePool> {
+    classes
+        .into_iter()
         .filter_map(|class| class.karpenter.as_ref().map(|template| (class, template)))
         .map(|(class, template)| NodePool {
             metadata: ObjectMeta {
@@ -103,11 +108,7 @@ pub fn class_gpu_limit(spec: &TierPolicySpec, tiers: &[&Tier], class: &GpuClass)
     let mut millis: i128 = 0;
     for tier in tiers {
         for flavor in tier_quota(spec, tier).flavors {
-            let on_class = match flavor.role {
-                FlavorRole::Class | FlavorRole::Fallback => flavor.source == class.name,
-                FlavorRole::Rule => tier.gpu_class == class.name,
-            };
-            if !on_class {
+            if flavor_class_name(tier, &flavor) != class.name {
                 continue;
             }
             let nominal = flavor.nominal.iter().find(|(name, _)| name == resource).map(|(_, quantity)| quantity);
@@ -119,4 +120,13 @@ pub fn class_gpu_limit(spec: &TierPolicySpec, tiers: &[&Tier], class: &GpuClass)
         millis += pool.and_then(|quota| parse_millis(&quota.nominal.0)).unwrap_or(0);
     }
     Quantity(format_millis(millis, "0"))
+}
+
+/// The GPU class whose nodes a flavor of `tier` is on: its own class for the class or a fallback flavor, the tier's
+/// primary class for a placement-rule flavor (rules are nodes of the primary class).
+pub fn flavor_class_name<'a>(tier: &'a Tier, flavor: &'a FlavorShare) -> &'a str {
+    match flavor.role {
+        FlavorRole::Class | FlavorRole::Fallback => &flavor.source,
+        FlavorRole::Rule => &tier.gpu_class,
+    }
 }
