@@ -21,7 +21,12 @@ TENANT = "tiergate-perf-tenant"
 
 def exit_on_sigterm() -> None:
     """Makes SIGTERM raise SystemExit, so that the scripts' `finally` blocks delete what they created."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(f"{Path(sys.argv[0]).stem}: terminated"))
+    def leave(*_) -> None:
+        # A second SIGTERM (`timeout` forwards the one it got, `pkill -f` reaches both) must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        sys.exit(f"{Path(sys.argv[0]).stem}: terminated")
+
+    signal.signal(signal.SIGTERM, leave)
 
 
 def fail(message: str) -> None:

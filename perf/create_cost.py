@@ -23,7 +23,9 @@ whole work in every namespace), the Job asking no GPU (cpu-job), a 1-GPU Pod (gp
 After the paired rounds it splits where the time goes, per create in one namespace at a time, from the API
 server's /metrics (each webhook's calls and time by name, each admission plugin's time, each policy's check time)
 and tiergate's own (its admission requests and their latency): how many times tiergate is called per create
-(reinvocation) and what the gate's validating half (and mutating half, --mutating-gate) costs.
+(reinvocation) and what the gate's validating half (and mutating half, --mutating-gate) costs. Match-condition
+time is the API server's `apiserver_admission_match_condition_evaluation_seconds`, which it records only when a
+condition excluded the request (or failed), not when all held.
 
   set -a; . /tmp/plane.env; set +a        # the e2e harness's throwaway control plane (target/debug/control-plane up)
   python3 perf/create_cost.py --rounds 6 --creates 150
@@ -66,7 +68,8 @@ APISERVER_METRICS = ("apiserver_admission_webhook_admission_duration_seconds_",
                      "apiserver_admission_step_admission_duration_seconds_",
                      "apiserver_request_duration_seconds_",
                      "apiserver_validating_admission_policy_check_duration_seconds_",
-                     "apiserver_mutating_admission_policy_check_duration_seconds_")
+                     "apiserver_mutating_admission_policy_check_duration_seconds_",
+                     "apiserver_admission_match_condition_evaluation_seconds_")
 TIERGATE_METRICS = ("tiergate_admission_requests_total", "tiergate_admission_latency_seconds_")
 
 RENDER_CHART = """
@@ -231,7 +234,7 @@ def print_split(found: dict, creates: int) -> None:
     print(f"\nWhere the time goes: {creates} creates per workload and namespace, one namespace at a time; per create, "
           "from the API server's /metrics (mean of each histogram) and tiergate's.\n")
     print("| workload | namespace | server, admit, validate (ms) | webhook calls (name x calls: mean ms) | "
-          "admission plugins (ms) | policy checks (mean ms) | tiergate: reviews, mean ms |")
+          "admission plugins (ms) | policy checks; match conditions that excluded (mean ms) | tiergate: reviews, mean ms |")
     print("|---|---|---|---|---|---|---|")
     for (name, namespace), (server, ours) in found.items():
         calls = []
@@ -256,6 +259,13 @@ def print_split(found: dict, creates: int) -> None:
                 count = summed(server, f"{metric}_count", policy=policy)
                 total = summed(server, f"{metric}_sum", policy=policy)
                 checks.append(f"{kind} {policy} x{count / creates:.2f}: {1000 * total / max(count, 1):.2f}")
+        conditions = []
+        metric = "apiserver_admission_match_condition_evaluation_seconds"
+        for owner in label_values(server, f"{metric}_count", "name"):
+            count = summed(server, f"{metric}_count", name=owner)
+            total = summed(server, f"{metric}_sum", name=owner)
+            conditions.append(f"{owner} x{count / creates:.2f}: {1000 * total / max(count, 1):.3f}")
+        checks.extend(f"match conditions {condition}" for condition in conditions)
         reviews = summed(ours, "tiergate_admission_requests_total")
         latency = summed(ours, "tiergate_admission_latency_seconds_sum")
         ours_text = f"{reviews / creates:.2f}, {1000 * latency / reviews:.3f}" if reviews else "0"

@@ -502,3 +502,28 @@ fn every_fixture_decision_matches_the_documented_table() {
         assert!(row.contains(&format!("| {outcome} |")), "{name}: decided {outcome}, documented {row}");
     }
 }
+
+// ---- The patch as sent (issue 52) ----
+
+/// The server folds deep edits into one `replace` per member (`admission::fold`): for every recorded review,
+/// scored or not, the folded patch stores exactly what the patch as built stores.
+#[test]
+fn the_folded_patch_of_every_recorded_review_stores_the_same_object() {
+    let mut folded_jobs = 0;
+    for name in every_fixture() {
+        let fixture = Fixture::load(&name);
+        for inputs in [AdmissionInputs::default(), scored(score(Some("l4"), &["train-llama"]))] {
+            let decision = decide(&fixture, &inputs);
+            let body = serde_json::to_vec(&fixture.raw).unwrap();
+            let object = tiergate::admission::review_object(&body).unwrap();
+            let Some(folded) = tiergate::admission::fold_deep_edits(&decision.patch, object) else { continue };
+            assert_eq!(
+                fixture.patched(&Decision { patch: folded, ..decision.clone() }),
+                fixture.patched(&decision),
+                "{name}"
+            );
+            folded_jobs += usize::from(name.starts_with("job-"));
+        }
+    }
+    assert!(folded_jobs > 0, "no recorded Job had its pod template edits folded");
+}

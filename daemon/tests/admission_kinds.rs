@@ -514,3 +514,26 @@ proptest! {
         prop_assert_eq!(parent_denied, any_pod_denied, "{}: {:?}", name, parent_decision.verdict);
     }
 }
+
+/// Issue 52: the patch the server sends, deep edits folded into one `replace` per member, stores the same object
+/// as the patch as built, for every recorded kind.
+#[test]
+fn the_folded_patch_of_every_kind_stores_the_same_object() {
+    let mut folded_any = false;
+    for name in fixture_names() {
+        let request = load(&name);
+        let decision = decide(&request);
+        let body = serde_json::to_vec(&raw(&name)).unwrap();
+        let object = tiergate::admission::review_object(&body).unwrap();
+        let Some(folded) = tiergate::admission::fold_deep_edits(&decision.patch, object) else { continue };
+        folded_any = true;
+        assert!(folded.0.len() < decision.patch.0.len(), "{name}: {folded:?}");
+        // Both applied to the object as the API server sent it (the request's lean view prunes `env`).
+        let mut through_folded = serde_json::from_str::<Value>(object.get()).unwrap();
+        let mut through_built = through_folded.clone();
+        json_patch::patch(&mut through_built, &decision.patch).unwrap();
+        json_patch::patch(&mut through_folded, &folded).unwrap();
+        assert_eq!(through_folded, through_built, "{name}");
+    }
+    assert!(folded_any, "no recorded kind has an edit deep enough to fold");
+}

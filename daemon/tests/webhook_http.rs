@@ -25,6 +25,11 @@ async fn valid_review_gets_the_bronze_patch_over_tls() {
     assert_eq!(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "tiergate-bronze");
     assert_eq!(job["spec"]["suspend"], true);
     assert_eq!(job["spec"]["template"]["spec"]["nodeSelector"]["gpu.nvidia.com/class"], "l4");
+    // Issue 52: the pod template's edits travel as one `replace /spec` (admission::fold), cheaper for the API
+    // server to apply; nothing else under /spec is sent.
+    let spec_paths: Vec<String> =
+        patch.0.iter().map(|op| op.path().to_string()).filter(|path| path.starts_with("/spec")).collect();
+    assert_eq!(spec_paths, ["/spec"]);
 }
 
 #[tokio::test]

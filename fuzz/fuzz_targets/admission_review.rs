@@ -1,11 +1,15 @@
 //! AdmissionReview bytes -> `parse_review` -> `mutate` and `decide_review` (placement, built-in scorer) on the
-//! sample snapshot -> `encode_review`. Besides "no panic": every patch tiergate returns applies to the object.
+//! sample snapshot -> `encode_review`. Besides "no panic": every patch tiergate returns applies to the object, and
+//! the patch as sent (deep edits folded, `admission::fold`) stores what the patch as built stores.
 #![no_main]
 
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tiergate::admission::{AdmissionInputs, build_static_snapshot, decide_review, encode_review, mutate, parse_review};
+use tiergate::admission::{
+    AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, parse_review,
+    review_object,
+};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::placement::PlacementLedger;
 use tiergate::scoring::Scorer;
@@ -41,6 +45,15 @@ fuzz_target!(|data: &[u8]| {
         {
             let applied = json_patch::patch(&mut object, &decision.patch);
             assert!(applied.is_ok(), "patch does not apply: {applied:?}\npatch: {:?}", decision.patch);
+        }
+        if let Some(sent) = review_object(data)
+            && let Some(folded) = fold_deep_edits(&decision.patch, sent)
+        {
+            let mut through_built: serde_json::Value = serde_json::from_str(sent.get()).expect("the object is JSON");
+            let mut through_folded = through_built.clone();
+            json_patch::patch(&mut through_built, &decision.patch).expect("the patch as built applies");
+            json_patch::patch(&mut through_folded, &folded).expect("the folded patch applies");
+            assert_eq!(through_folded, through_built, "folding changed the stored object: {folded:?}");
         }
         encode_review(&decision.response(&request)).expect("the answer encodes");
     }

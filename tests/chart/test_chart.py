@@ -221,6 +221,9 @@ def test_webhook_defaults_are_safe_for_the_write_path(rendered) -> None:
         if webhook["name"] == "claims.tiergate.io":
             # Every DRA claim names a DeviceClass: all are judged (CREATE only, their spec is immutable).
             assert "matchConditions" not in webhook
+        elif webhook["name"] == "jobs.tiergate.io":
+            # issue 52: every Job of a tiered namespace is sent (webhook.matchConditions.jobs filters them).
+            assert "matchConditions" not in webhook
         else:
             assert webhook["matchConditions"], "non-GPU requests must not reach the webhook"
         reference = webhook["clientConfig"]["service"]
@@ -272,7 +275,9 @@ def test_webhook_rules_cover_every_kind_the_webhook_handles(rendered) -> None:
 def test_pod_deletes_and_jobsets_are_options(rendered) -> None:
     webhooks = {w["name"]: w for w in only(rendered("pod-deletes-no-jobsets"), "MutatingWebhookConfiguration")["webhooks"]}
     # kinds.tiergate.io (issue 16) is on by default and independent of the JobSet switch.
-    assert set(webhooks) == {"pods.tiergate.io", "workloads.tiergate.io", "claims.tiergate.io", "kinds.tiergate.io"}
+    assert set(webhooks) == {
+        "pods.tiergate.io", "jobs.tiergate.io", "workloads.tiergate.io", "claims.tiergate.io", "kinds.tiergate.io"
+    }
     assert webhooks["pods.tiergate.io"]["rules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
 
 

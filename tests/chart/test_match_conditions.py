@@ -120,9 +120,43 @@ def test_an_opted_out_namespace_is_not_sent() -> None:
     request = load("job-create-bronze-gpu-scored.json")
     labels = NAMESPACES["ml-team-dev"] | {"tiergate.io/ignore": "true"}
     configured = webhooks()
-    workloads = next(w for w in configured if w["name"] == "workloads.tiergate.io")
-    assert not selector_matches(workloads["namespaceSelector"], labels)
+    jobs = next(w for w in configured if w["name"] == "jobs.tiergate.io")
+    assert not selector_matches(jobs["namespaceSelector"], labels)
     assert sent_to_tiergate(request, configured)
+
+
+def cpu_only_job() -> dict[str, Any]:
+    request = load("job-create-bronze-gpu-scored.json")
+    for container in request["object"]["spec"]["template"]["spec"]["containers"]:
+        container["resources"] = {"requests": {"cpu": "1"}}
+    return request
+
+
+def test_every_job_of_a_tiered_namespace_is_sent_by_default() -> None:
+    # issue 52: the filter cost a GPU Job two conversions in the API server and saved nothing.
+    configured = webhooks()
+    jobs = next(w for w in configured if w["name"] == "jobs.tiergate.io")
+    assert "matchConditions" not in jobs
+    assert sent_to_tiergate(cpu_only_job(), configured)
+    assert sent_to_tiergate(load("job-create-bronze-gpu-scored.json"), configured)
+
+
+def test_jobs_are_filtered_like_the_other_kinds_when_asked() -> None:
+    configured = webhooks({"webhook": {"matchConditions": {"jobs": True}}})
+    assert not sent_to_tiergate(cpu_only_job(), configured)
+    assert sent_to_tiergate(load("job-create-bronze-gpu-scored.json"), configured)
+    update = load("job-update-bronze-add-label.json")
+    assert sent_to_tiergate(update, configured)
+
+
+def test_deployments_and_statefulsets_stay_filtered() -> None:
+    request = load("deployment-create-smart-scheduler-strategy.json")
+    del request["object"]["metadata"]["annotations"]
+    configured = webhooks()
+    workloads = next(w for w in configured if w["name"] == "workloads.tiergate.io")
+    assert workloads["matchConditions"]
+    assert {resource for rule in workloads["rules"] for resource in rule["resources"]} == {"deployments", "statefulsets"}
+    assert not sent_to_tiergate(request, configured)
 
 
 def test_pod_deletes_are_sent_when_enabled_without_a_cel_error() -> None:

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::DecisionLabel;
 use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
-use super::{Decision, Request as ReviewRequest, Verdict};
+use super::{Decision, Request as ReviewRequest, Verdict, review_object};
 use crate::metrics::{AdmissionLabels, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
 use crate::policy::FailureMode;
@@ -291,10 +291,9 @@ async fn handle_mutate(State(served): State<Arc<Served>>, request: Request) -> R
             tracing::warn!(reason = error.reason(), %error, "malformed admission review");
             invalid_response(uid, &error)
         }
-        Ok(request) => {
-            drop(body);
-            respond(state, limits.decision_timeout, &request).await
-        }
+        // The body stays (it is charged until the answer is encoded): the patch is folded against the object as
+        // sent, which the lean request holds only in part.
+        Ok(request) => respond(state, limits.decision_timeout, &request, &body).await,
     };
     let body = encode_review(&response);
     state.metrics.admission_latency_seconds.observe(started.elapsed().as_secs_f64());
@@ -426,9 +425,14 @@ fn too_busy(state: &AdmissionState, exhausted: Exhausted) -> Response {
     (StatusCode::TOO_MANY_REQUESTS, [(header::RETRY_AFTER, RETRY_AFTER_SECONDS.to_string())], message).into_response()
 }
 
-async fn respond(state: &AdmissionState, decision_timeout: Duration, request: &ReviewRequest) -> AdmissionResponse {
+async fn respond(
+    state: &AdmissionState,
+    decision_timeout: Duration,
+    request: &ReviewRequest,
+    body: &[u8],
+) -> AdmissionResponse {
     let snapshot = state.snapshot.load_full();
-    let decision = if snapshot.synced {
+    let mut decision = if snapshot.synced {
         let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
         match tokio::time::timeout(decision_timeout, decided).await {
             Ok(decision) => decision,
@@ -445,6 +449,11 @@ async fn respond(state: &AdmissionState, decision_timeout: Duration, request: &R
             vec![message],
         )
     };
+    if decision.label() == DecisionLabel::Mutated
+        && let Some(object) = review_object(body)
+    {
+        decision.fold_for_api_server(object);
+    }
     record(&state.metrics, &decision);
     log(request, &decision);
     decision.response(request)
