@@ -128,6 +128,15 @@ async fn drive(
         (admitted(client, &jobs).await.ok()?.len() == SLOTS).then_some(())
     })
     .await?;
+    // Kueue orders a queue by its Workloads' creation time, which has whole seconds: B's Workloads must be created
+    // in a later second than A's, or first come, first served (fair sharing off) cannot tell them apart. Wait for
+    // Kueue to have made every A Workload, then let the second turn.
+    let a_jobs = jobs.len();
+    wait_for("Kueue's Workloads of A's Jobs", CONVERGE, || async {
+        (workloads_in(client, a).await.ok()? >= a_jobs).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     for index in 0..8 {
         jobs.push((b.to_owned(), submit(client, b, &format!("b-{index:02}"), &queue, &class).await?));
     }
@@ -148,6 +157,13 @@ async fn drive(
         delete_job(client, namespace, name).await?;
     }
     Ok(order)
+}
+
+/// How many Kueue Workloads `namespace` holds.
+async fn workloads_in(client: &Client, namespace: &str) -> Result<usize, kube::Error> {
+    let api =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &tiergate::live::fetch::workload_resource());
+    Ok(api.list(&Default::default()).await?.items.len())
 }
 
 /// Finishes the oldest admitted Job of `jobs` and waits for the one Kueue admits in its place.
