@@ -4,6 +4,9 @@
 # again whenever tests/requirements.txt changes), so a machine with only Rust and Python passes with this command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A test run builds each crate once: incremental state would only take disk (3 GB of the 11 GB a clean clone's run
+# wrote; CI runs on a machine whose free disk varies), not time.
+export CARGO_INCREMENTAL=0
 
 venv=target/test-venv
 if ! cmp -s tests/requirements.txt "$venv/installed-requirements.txt"; then

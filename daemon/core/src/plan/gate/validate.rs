@@ -76,8 +76,33 @@ fn breaks_a_rule(variables: &[Variable], validations: &[Validation]) -> String {
             format!("[{}].all({}, {body})", resolve(&variable.expression, &inlined), bound_name(&variable.name))
         },
     );
-    format!("!{bound}")
+    let outermost = BOUND_READS
+        .iter()
+        .fold(bound, |body, (read, name)| format!("[{read}].all({name}, {})", replace_reads(&body, read, name)));
+    format!("!{outermost}")
 }
+
+/// `expression` with every whole read `read` (not part of a longer name, as `params.spec` is of
+/// `params.specX`) replaced by `name`.
+fn replace_reads(expression: &str, read: &str, name: &str) -> String {
+    let is_name = |character: char| character.is_ascii_alphanumeric() || character == '_';
+    let mut out = String::with_capacity(expression.len());
+    let mut rest = expression;
+    while let Some(at) = rest.find(read) {
+        let (before, after) = (&rest[..at], &rest[at + read.len()..]);
+        let whole = !before.ends_with(is_name) && !after.starts_with(is_name);
+        out.push_str(before);
+        out.push_str(if whole { name } else { read });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// What the match condition reads everywhere, bound once around everything under a name of its own: each
+/// `dyn(object)` is a call and each `params.spec` a selection, and both wrap the object anew, where a bound name is
+/// one lookup. Together a GPU request's program makes 11% fewer allocations (`perf/gate_program.py`).
+const BOUND_READS: [(&str, &str); 2] = [(OBJECT, "tg_object"), (P, "tg_params")];
 
 /// The match condition's name for `variables.<name>`.
 fn bound_name(name: &str) -> String {
@@ -119,8 +144,6 @@ fn variables() -> Vec<Variable> {
             "gpu",
             format!("({not_exempt}) && ({not_trusted}) && {}", asks_gpu("variables.specs", &outside_asks_gpu(OBJECT))),
         ),
-        variable("reaching", format!("variables.specs.map(g, g.filter(s, {}))", reaches_gpu("s", 1))),
-        variable("gpuSpecs", "variables.outside ? variables.specs : variables.reaching".to_owned()),
         variable("kept", by_kind(&templates_kept, "false")),
         variable("free", format!("variables.queued && {F}.classLeftToKueue")),
         variable("claim", format!("request.kind.kind == 'ResourceClaim' ? {OBJECT}.spec : {OBJECT}.spec.spec")),
@@ -194,7 +217,13 @@ fn validations() -> Vec<Validation> {
     let suspended = "where Kueue suspends the kind, be created with suspend: true";
     [
         (
-            format!("variables.kept || variables.gpuSpecs.all(g, g.all(s, {}))", confined("s", 1, "variables.free")),
+            // Confined first: a spec the webhook confined (nearly every GPU create) is done without walking its
+            // requests again to see whether it reaches a GPU.
+            format!(
+                "variables.kept || variables.specs.all(g, g.all(s, {} || (!variables.outside && !{})))",
+                confined("s", 1, "variables.free"),
+                reaches_gpu("s", 1)
+            ),
             format!(
                 "GPU pods must select a GPU class of this tier (all node labels of one class in nodeSelector, or \
                  required node affinity In the tier's values; the classes are in this binding's TierGateParameters, \
@@ -340,11 +369,28 @@ mod tests {
     }
 
     #[test]
+    fn only_whole_reads_are_replaced_by_their_bound_name() {
+        assert_eq!(
+            replace_reads("params.spec.tier == params.specs || xparams.spec.a || (params.spec)", P, "tg_params"),
+            "tg_params.tier == params.specs || xparams.spec.a || (tg_params)"
+        );
+    }
+
+    #[test]
+    fn the_match_condition_reads_the_object_and_the_parameters_only_through_their_binds() {
+        let spec = build_validating_spec();
+        let condition = &spec.match_conditions.as_deref().unwrap_or_default()[0].expression;
+        let inner = condition.strip_prefix("![params.spec].all(tg_params, [dyn(object)].all(tg_object, ");
+        let inner = inner.unwrap_or_else(|| panic!("the binds of the object and the parameters come first"));
+        assert!(!inner.contains(OBJECT) && !inner.contains(P), "a read escaped its bind");
+    }
+
+    #[test]
     fn resolving_writes_out_inlined_variables_and_reads_bound_ones() {
         let inlined = [("free", "variables.queued && params.spec.tier.classLeftToKueue")];
         assert_eq!(
-            resolve("variables.gpu || variables.free || variables.gpuSpecs", &inlined),
-            "tg_gpu || (tg_queued && params.spec.tier.classLeftToKueue) || tg_gpuSpecs"
+            resolve("variables.gpu || variables.free || variables.specs", &inlined),
+            "tg_gpu || (tg_queued && params.spec.tier.classLeftToKueue) || tg_specs"
         );
     }
 }
