@@ -83,9 +83,10 @@ def skip_string(text: str, at: int) -> int:
     return at + 1
 
 
-def split_top_level(text: str, separator: str) -> list[str]:
-    parts, depth, start, at = [], 0, 0, 0
-    while at < len(text):
+def top_level_parts(text: str, start: int, end: int, separator: str) -> list[tuple[int, int]]:
+    """The spans of `text[start:end]` split at `separator` outside brackets and strings."""
+    parts, depth, first, at = [], 0, start, start
+    while at < end:
         character = text[at]
         if character in "'\"":
             at = skip_string(text, at)
@@ -95,19 +96,19 @@ def split_top_level(text: str, separator: str) -> list[str]:
         elif character in ")]":
             depth -= 1
         elif depth == 0 and text.startswith(separator, at):
-            parts.append(text[start:at])
+            parts.append((first, at))
             at += len(separator)
-            start = at
+            first = at
             continue
         at += 1
-    parts.append(text[start:])
+    parts.append((first, end))
     return parts
 
 
-def rules(expression: str) -> tuple[str, str, list[str]]:
-    """`breaks-a-rule` as (before, after, the rules): the innermost bound body's top-level conjunction."""
-    binder = expression.rfind("].all(tg_")
-    start = expression.index(", ", binder) + 2
+def bind_body(expression: str, name: str) -> tuple[int, int]:
+    """The span of the body of the bind `[...].all(tg_<name>, <body>)`, without one pair of parentheses around the
+    whole conjunction (`all_of` writes them)."""
+    start = expression.index(f"].all(tg_{name}, ") + len(f"].all(tg_{name}, ")
     depth, at = 1, start
     while depth:
         if expression[at] in "'\"":
@@ -115,33 +116,40 @@ def rules(expression: str) -> tuple[str, str, list[str]]:
             continue
         depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(expression[at], 0)
         at += 1
-    body = expression[start:at - 1]
-    wrapped = body.startswith("(") and body.endswith(")") and len(split_top_level(body, " && ")) == 1
-    inner = body[1:-1] if wrapped else body
-    before = expression[:start] + ("(" if wrapped else "")
-    after = (")" if wrapped else "") + expression[at - 1:]
-    return before, after, split_top_level(inner, " && ")
+    end = at - 1
+    if expression[start] == "(" and expression[end - 1] == ")" and \
+            len(top_level_parts(expression, start + 1, end - 1, " && ")) > 1:
+        return start + 1, end - 1
+    return start, end
+
+
+def rule_spans(expression: str) -> list[tuple[int, int]]:
+    """Where each rule of `breaks-a-rule` is, in the order of the validations: those `gpu` guards, in the body of
+    the bind of `kept` (`validate.rs`, `breaks_a_rule`), then the others, after that group in the body of `gpu`."""
+    guarded = top_level_parts(expression, *bind_body(expression, "kept"), " && ")
+    rest = top_level_parts(expression, *bind_body(expression, "gpu"), " && ")
+    return guarded + rest[1:]
 
 
 def variants(policy: dict) -> dict[str, dict]:
     conditions = policy["spec"]["matchConditions"]
     (index,) = [n for n, condition in enumerate(conditions) if condition["name"] == "breaks-a-rule"]
-    before, after, parts = rules(conditions[index]["expression"])
+    expression = conditions[index]["expression"]
+    spans = rule_spans(expression)
     validations = policy["spec"]["validations"]
-    if len(parts) != len(validations):
-        fail(f"breaks-a-rule has {len(parts)} rules and the policy {len(validations)} validations")
+    if len(spans) != len(validations):
+        fail(f"breaks-a-rule has {len(spans)} rules and the policy {len(validations)} validations")
 
-    def with_condition(expression: str) -> dict:
+    def with_condition(changed_expression: str) -> dict:
         changed = json.loads(json.dumps(policy))
-        changed["spec"]["matchConditions"][index]["expression"] = expression
+        changed["spec"]["matchConditions"][index]["expression"] = changed_expression
         return changed
 
     found = {"floor": with_condition("false"), "gate": policy}
     for number, validation in enumerate(validations):
         words = " ".join(validation["message"].split()[:6])
-        ablated = list(parts)
-        ablated[number] = "true"
-        found[f"without {number} ({words} ...)"] = with_condition(before + " && ".join(ablated) + after)
+        start, end = spans[number]
+        found[f"without {number} ({words} ...)"] = with_condition(expression[:start] + "true" + expression[end:])
     return found
 
 
