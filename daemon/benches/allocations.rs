@@ -4,8 +4,8 @@
 
 mod support;
 
-use support::{fixture, many_namespaces, score, sized_reviews};
-use tiergate::admission::{AdmissionInputs, build_static_snapshot, encode_review, mutate, parse_review};
+use support::{answer, fixture, many_namespaces, score, sized_reviews};
+use tiergate::admission::{AdmissionInputs, build_static_snapshot, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::plan::desired;
 use tiergate_compat::strategy::{parse_custom_pod_strategy, parse_schedule_strategy};
@@ -39,10 +39,7 @@ fn main() {
         let Ok(request) = parse_review(body) else { continue };
         let runs = if body.len() > 500_000 { 5 } else { 50 };
         count(&format!("mutate, {name} ({} B)", body.len()), runs, || mutate(&request, &snapshot, &inputs));
-        count(&format!("parse+mutate+encode, {name}"), runs, || {
-            let Ok(request) = parse_review(body) else { return Vec::new() };
-            encode_review(&mutate(&request, &snapshot, &inputs).response(&request)).unwrap_or_default()
-        });
+        count(&format!("parse+mutate+fold+encode, {name}"), runs, || answer(body, &snapshot, &inputs));
     }
     let namespaces = many_namespaces(&policy, 1_000);
     count("plan::desired, 1,000 namespaces, 3 tiers", 5, || desired(&policy, &namespaces));

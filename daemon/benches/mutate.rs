@@ -1,5 +1,6 @@
 //! The pure core under criterion: `mutate()` on recorded fixtures and on the same Job grown to 100 KiB and 1 MiB
-//! (target: ≤ 40 µs end to end on the 10 KB Job; `parse` alone beside it), `plan::desired` for 1,000 namespaces,
+//! (target: ≤ 40 µs end to end on the 10 KB Job; `parse` alone beside it; end to end is what the server does with
+//! a review: parse, decide, fold the patch, encode the answer), `plan::desired` for 1,000 namespaces,
 //! strategy parsing, and the flavor-drain step of a reconcile. Allocation counts for the same inputs are in the
 //! `allocations` bench.
 
@@ -8,8 +9,8 @@ mod support;
 use std::sync::{Arc, OnceLock};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use support::{fixture, many_namespaces, score, sized_reviews};
-use tiergate::admission::{AdmissionInputs, build_static_snapshot, encode_review, mutate, parse_review};
+use support::{answer, fixture, many_namespaces, score, sized_reviews};
+use tiergate::admission::{AdmissionInputs, build_static_snapshot, fold_deep_edits, mutate, parse_review};
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::plan::desired;
 use tiergate::policy::GpuClass;
@@ -32,13 +33,9 @@ fn bench_mutate(c: &mut Criterion) {
         let Ok(request) = parse_review(&body) else { continue };
         let inputs = AdmissionInputs { score: scored.then(score), ..AdmissionInputs::default() };
         c.bench_function(&format!("mutate/{name}"), |b| b.iter(|| mutate(&request, &snapshot, &inputs)));
-        c.bench_function(&format!("parse+mutate+encode/{name}"), |b| {
-            b.iter(|| {
-                let Ok(request) = parse_review(&body) else { return Vec::new() };
-                let decision = mutate(&request, &snapshot, &inputs);
-                encode_review(&decision.response(&request)).unwrap_or_default()
-            })
-        });
+        let patch = mutate(&request, &snapshot, &inputs).patch;
+        c.bench_function(&format!("fold/{name}"), |b| b.iter(|| fold_deep_edits(&patch, &body)));
+        c.bench_function(&format!("parse+mutate+fold+encode/{name}"), |b| b.iter(|| answer(&body, &snapshot, &inputs)));
     }
 }
 
@@ -55,12 +52,8 @@ fn bench_sizes(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("mutate", &name), &request, |b, request| {
             b.iter(|| mutate(request, &snapshot, &inputs))
         });
-        group.bench_with_input(BenchmarkId::new("parse+mutate+encode", &name), &body, |b, body| {
-            b.iter(|| {
-                let Ok(request) = parse_review(body) else { return Vec::new() };
-                let decision = mutate(&request, &snapshot, &inputs);
-                encode_review(&decision.response(&request)).unwrap_or_default()
-            })
+        group.bench_with_input(BenchmarkId::new("parse+mutate+fold+encode", &name), &body, |b, body| {
+            b.iter(|| answer(body, &snapshot, &inputs))
         });
     }
     group.finish();

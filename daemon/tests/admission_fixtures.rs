@@ -515,8 +515,8 @@ fn the_folded_patch_of_every_recorded_review_stores_the_same_object() {
         for inputs in [AdmissionInputs::default(), scored(score(Some("l4"), &["train-llama"]))] {
             let decision = decide(&fixture, &inputs);
             let body = serde_json::to_vec(&fixture.raw).unwrap();
-            let object = tiergate::admission::review_object(&body).unwrap();
-            let Some(folded) = tiergate::admission::fold_deep_edits(&decision.patch, object) else { continue };
+            let Some(folded) = tiergate::admission::fold_deep_edits(&decision.patch, &body) else { continue };
+            let folded = serde_json::from_slice(&folded).unwrap();
             assert_eq!(
                 fixture.patched(&Decision { patch: folded, ..decision.clone() }),
                 fixture.patched(&decision),

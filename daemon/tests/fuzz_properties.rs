@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 use tiergate::admission::{
     AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, parse_review,
-    review_object,
 };
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view, parse_policy};
 use tiergate::placement::PlacementLedger;
@@ -45,10 +44,10 @@ fn check_admission(data: &[u8], snapshot: &Snapshot, runtime: &tokio::runtime::R
             json_patch::patch(&mut object, &decision.patch).unwrap();
         }
         // The patch as sent (deep edits folded) stores what the patch as built stores, on the object as sent.
-        if let Some(sent) = review_object(data)
-            && let Some(folded) = fold_deep_edits(&decision.patch, sent)
-        {
-            let mut through_built: serde_json::Value = serde_json::from_str(sent.get()).unwrap();
+        if let Some(folded) = fold_deep_edits(&decision.patch, data) {
+            let folded: json_patch::Patch = serde_json::from_slice(&folded).unwrap();
+            let body: serde_json::Value = serde_json::from_slice(data).unwrap();
+            let mut through_built = body["request"]["object"].clone();
             let mut through_folded = through_built.clone();
             json_patch::patch(&mut through_built, &decision.patch).unwrap();
             json_patch::patch(&mut through_folded, &folded).unwrap();

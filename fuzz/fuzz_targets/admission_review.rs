@@ -8,7 +8,6 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tiergate::admission::{
     AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, parse_review,
-    review_object,
 };
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::placement::PlacementLedger;
@@ -46,10 +45,10 @@ fuzz_target!(|data: &[u8]| {
             let applied = json_patch::patch(&mut object, &decision.patch);
             assert!(applied.is_ok(), "patch does not apply: {applied:?}\npatch: {:?}", decision.patch);
         }
-        if let Some(sent) = review_object(data)
-            && let Some(folded) = fold_deep_edits(&decision.patch, sent)
-        {
-            let mut through_built: serde_json::Value = serde_json::from_str(sent.get()).expect("the object is JSON");
+        if let Some(folded) = fold_deep_edits(&decision.patch, data) {
+            let folded: json_patch::Patch = serde_json::from_slice(&folded).expect("the folded patch is JSON");
+            let body: serde_json::Value = serde_json::from_slice(data).expect("a body the fold read is JSON");
+            let mut through_built = body["request"]["object"].clone();
             let mut through_folded = through_built.clone();
             json_patch::patch(&mut through_built, &decision.patch).expect("the patch as built applies");
             json_patch::patch(&mut through_folded, &folded).expect("the folded patch applies");

@@ -1,12 +1,13 @@
 //! Inputs shared by the benches: recorded fixtures, the same Job grown to 100 KiB and 1 MiB, a score, and a
-//! policy with 1,000 tenant namespaces; reads fixture files.
+//! policy with 1,000 tenant namespaces; reads fixture files. And [`answer`], the server's work on one review.
 
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
+use tiergate::admission::{AdmissionInputs, DecisionLabel, encode_review, mutate, parse_review};
 use tiergate::policy::TierPolicy;
 use tiergate::scoring::{ScoreOutcome, ScoreSource};
-use tiergate::view::{ClusterView, NamespaceView};
+use tiergate::view::{ClusterView, NamespaceView, Snapshot};
 
 /// A recorded review from `shared/fixtures/admission` (empty when the directory is missing).
 pub fn fixture(name: &str) -> Vec<u8> {
@@ -74,4 +75,15 @@ pub fn many_namespaces(policy: &TierPolicy, count: usize) -> ClusterView {
         })
         .collect();
     ClusterView { namespaces, ..ClusterView::default() }
+}
+
+/// What the webhook server does with one review body (`server::respond` without its I/O): parse, decide, fold a
+/// mutating decision's patch against the body, encode the answer.
+pub fn answer(body: &[u8], snapshot: &Snapshot, inputs: &AdmissionInputs) -> Vec<u8> {
+    let Ok(request) = parse_review(body) else { return Vec::new() };
+    let mut decision = mutate(&request, snapshot, inputs);
+    if decision.label() == DecisionLabel::Mutated {
+        decision.fold_for_api_server(body);
+    }
+    encode_review(&decision.response(&request)).unwrap_or_default()
 }

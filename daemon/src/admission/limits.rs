@@ -409,6 +409,10 @@ mod tests {
         let objects = br#"[{"a":1},{"b":2}]"#;
         assert_eq!(structure_cost(objects), 3 * STRUCTURE_COST_BYTES + ELEMENT_COST_BYTES);
         assert_eq!(structure_cost(br#""aaaaaaaaaaaaaaa""#), 0);
+        // Brackets, commas and escaped quotes inside strings are not structure; an unterminated string runs to the
+        // end of the body.
+        assert_eq!(structure_cost(br#"["{[,\"\\",{"k\"{":"\\"}]"#), 2 * STRUCTURE_COST_BYTES + ELEMENT_COST_BYTES);
+        assert_eq!(structure_cost(br#"[{"a":"[,{\"#), 2 * STRUCTURE_COST_BYTES);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::DecisionLabel;
 use super::limits::{Charge, Exhausted, RETRY_AFTER_SECONDS, RequestBudget, WebhookLimits, structure_cost};
 use super::review::{decide_review, encode_review, invalid_response, parse_review};
-use super::{Decision, Request as ReviewRequest, Verdict, review_object};
+use super::{Decision, Request as ReviewRequest, Verdict};
 use crate::metrics::{AdmissionLabels, Metrics, ReasonLabels};
 use crate::placement::PlacementLedger;
 use crate::policy::FailureMode;
@@ -449,10 +449,8 @@ async fn respond(
             vec![message],
         )
     };
-    if decision.label() == DecisionLabel::Mutated
-        && let Some(object) = review_object(body)
-    {
-        decision.fold_for_api_server(object);
+    if decision.label() == DecisionLabel::Mutated {
+        decision.fold_for_api_server(body);
     }
     record(&state.metrics, &decision);
     log(request, &decision);

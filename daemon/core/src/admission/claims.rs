@@ -425,6 +425,7 @@ fn decide_claim(
         patch: json_patch::diff(object, &after),
         object: Some(after),
         object_as_sent_at: Vec::new(),
+        patch_as_sent: None,
         warnings: vec![warning.clone()],
         reasons: vec![warning],
     })

@@ -89,6 +89,9 @@ pub struct Decision {
     /// Pointers an UPDATE left as sent (immutable after creation) without copying them into `object`, which still
     /// holds the edits tiergate undid there.
     pub object_as_sent_at: Vec<&'static str>,
+    /// `patch` as the webhook sends it, deep edits folded (`admission::fold`), when they were; `None` sends
+    /// `patch` itself.
+    pub patch_as_sent: Option<Vec<u8>>,
     /// AdmissionResponse warnings.
     pub warnings: Vec<String>,
     /// Why each change was made (or not), in order.
@@ -104,6 +107,7 @@ impl Decision {
             patch: json_patch::Patch(Vec::new()),
             object: None,
             object_as_sent_at: Vec::new(),
+            patch_as_sent: None,
             warnings: Vec::new(),
             reasons,
         }
@@ -135,13 +139,11 @@ impl Decision {
         }
     }
 
-    /// Folds the patch's deep edits into one `replace` per top-level member, built from `object`, the request's
-    /// object as the API server sent it (`admission::fold`): the same stored object, cheaper for the API server
-    /// to apply. Left as built when nothing folds.
-    pub fn fold_for_api_server(&mut self, object: &serde_json::value::RawValue) {
-        if let Some(folded) = super::fold::fold_deep_edits(&self.patch, object) {
-            self.patch = folded;
-        }
+    /// Folds the patch's deep edits into one `replace` per top-level member, written from the object of the
+    /// review `body` as the API server sent it (`admission::fold`): the same stored object, cheaper for the API
+    /// server to apply. Sent as built when nothing folds.
+    pub fn fold_for_api_server(&mut self, body: &[u8]) {
+        self.patch_as_sent = super::fold::fold_deep_edits(&self.patch, body);
     }
 
     /// The AdmissionResponse for `request`.
@@ -153,7 +155,7 @@ impl Decision {
             Verdict::Allow if self.patch.0.is_empty() => {}
             // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
             // decision's own patch is serialized in place, not cloned first.
-            Verdict::Allow => match patch_bytes(&self.patch) {
+            Verdict::Allow => match self.patch_as_sent.clone().map_or_else(|| patch_bytes(&self.patch), Ok) {
                 Ok(bytes) => match response.with_patch(json_patch::Patch(Vec::new())) {
                     Ok(patched) => {
                         response = patched;

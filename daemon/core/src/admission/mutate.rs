@@ -1424,6 +1424,7 @@ impl Work<'_> {
             patch,
             object: Some(self.after),
             object_as_sent_at: self.as_sent,
+            patch_as_sent: None,
             warnings: self.warnings,
             reasons: self.reasons,
         })
