@@ -338,9 +338,12 @@ impl<'de> Visitor<'de> for ObjectSeed<'_, '_> {
                 _ => map.next_value::<IgnoredAny>().map(|_| None),
             });
         };
-        let kept = read_members(map, |name, map| match name == *field {
-            true => map.next_value_seed(ObjectSeed { fields, paths }).map(Some),
-            false => map.next_value::<IgnoredAny>().map(|_| None),
+        let kept = read_members(map, |name, map| {
+            if name == *field {
+                map.next_value_seed(ObjectSeed { fields, paths }).map(Some)
+            } else {
+                map.next_value::<IgnoredAny>().map(|_| None)
+            }
         })?;
         Ok(kept.into_iter().next().map(|(_, members)| members).unwrap_or_default())
     }
