@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use proptest::prelude::*;
 use tiergate::admission::{
-    AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, parse_review,
+    AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, object_as_sent,
+    parse_review,
 };
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view, parse_policy};
 use tiergate::placement::PlacementLedger;
@@ -26,22 +27,6 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 
 fn sample_snapshot() -> Snapshot {
     build_static_snapshot(load_policy(None).unwrap(), parse_cluster_view(SAMPLE_CLUSTER, "sample").unwrap(), None)
-}
-
-/// `request.object` of a review body as sent, when serde_json can hold it as a Value: the fold copies what no edit
-/// reaches as the bytes sent, which may hold what a Value cannot (a lone surrogate escape; Go reads it as U+FFFD).
-/// Parts of the body outside the object are not read.
-fn object_as_sent(body: &[u8]) -> Option<serde_json::Value> {
-    #[derive(serde::Deserialize)]
-    struct Review {
-        request: Request,
-    }
-    #[derive(serde::Deserialize)]
-    struct Request {
-        object: Box<serde_json::value::RawValue>,
-    }
-    let review: Review = serde_json::from_slice(body).ok()?;
-    serde_json::from_str(review.request.object.get()).ok()
 }
 
 /// fuzz_targets/admission_review.rs: decide without panicking; every patch applies to the object; the answer

@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use tiergate::admission::{
-    AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, parse_review,
+    AdmissionInputs, build_static_snapshot, decide_review, encode_review, fold_deep_edits, mutate, object_as_sent,
+    parse_review,
 };
 use tiergate::inputs::{SAMPLE_CLUSTER, load_policy, parse_cluster_view};
 use tiergate::placement::PlacementLedger;
@@ -29,22 +30,6 @@ fn fixed() -> &'static Fixed {
             tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts");
         Fixed { snapshot: build_static_snapshot(policy, view, None), scorer: Scorer::default(), runtime }
     })
-}
-
-/// `request.object` of a review body as sent, when serde_json can hold it as a Value: the fold copies what no edit
-/// reaches as the bytes sent, which may hold what a Value cannot (a lone surrogate escape; Go reads it as U+FFFD).
-/// Parts of the body outside the object are not read.
-fn object_as_sent(body: &[u8]) -> Option<serde_json::Value> {
-    #[derive(serde::Deserialize)]
-    struct Review {
-        request: Request,
-    }
-    #[derive(serde::Deserialize)]
-    struct Request {
-        object: Box<serde_json::value::RawValue>,
-    }
-    let review: Review = serde_json::from_slice(body).ok()?;
-    serde_json::from_str(review.request.object.get()).ok()
 }
 
 fuzz_target!(|data: &[u8]| {

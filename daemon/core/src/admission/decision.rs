@@ -154,7 +154,7 @@ impl Decision {
             Verdict::Skip { .. } => {}
             Verdict::Allow if self.patch.0.is_empty() => {}
             // `with_patch` takes the patch by value: it is given an empty one to set the patch type, and the
-            // decision's own patch is serialized in place, not cloned first.
+            // decision's own patch is serialized in place, not cloned first (the folded one is copied as written).
             Verdict::Allow => match self.patch_as_sent.clone().map_or_else(|| patch_bytes(&self.patch), Ok) {
                 Ok(bytes) => match response.with_patch(json_patch::Patch(Vec::new())) {
                     Ok(patched) => {

@@ -84,6 +84,24 @@ fn separate(bytes: &mut Vec<u8>) {
     }
 }
 
+/// `request.object` of a review body as sent, as a Value, for checking a fold against the patch as built: `None`
+/// where serde_json cannot hold it (the fold copies what no edit reaches as the bytes sent, which may hold a lone
+/// surrogate escape that Go reads as U+FFFD). Like the fold, it reads nothing of the body outside the object.
+pub fn object_as_sent(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Review<'a> {
+        #[serde(borrow)]
+        request: Request<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Request<'a> {
+        #[serde(borrow)]
+        object: &'a RawValue,
+    }
+    let review: Review<'_> = serde_json::from_slice(body).ok()?;
+    serde_json::from_str(review.request.object.get()).ok()
+}
+
 /// The members worth folding: every edit under them is an add, replace or remove below the member itself, and
 /// one reaches [`FOLD_FROM_DEPTH`]. `None` when there is none.
 fn members_to_fold(patch: &Patch) -> Option<Vec<String>> {

@@ -25,7 +25,7 @@ pub use crate::request::{Request, metadata_of, owner_references};
 pub use boundary::{MIRROR_POD_WRITER_PREFIX, VENDOR_GPU_RESOURCE_PREFIXES};
 pub use decision::{AdmissionInputs, Decision, DecisionLabel, Verdict};
 pub use error::MutateError;
-pub use fold::fold_deep_edits;
+pub use fold::{fold_deep_edits, object_as_sent};
 pub use lean::{LeanError, lean_request};
 pub use multikueue::MULTIKUEUE_MARKS;
 pub use mutate::{DECISION_ANNOTATION, TIER_ANNOTATION, mutate};
