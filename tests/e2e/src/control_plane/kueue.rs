@@ -1,13 +1,16 @@
 //! Kueue as the control plane runs it: its manager configuration (the file `kueue --config` reads, with the DRA
 //! `deviceClassMappings` it is given, also stored as `kueue-system/kueue-manager-config` as a release install does)
-//! and its admission webhooks registered by URL, since a control plane without nodes has no Service to send them
-//! to. Pure: builds objects and text.
+//! and its admission webhooks registered by Service as a release install registers them. A control plane without
+//! nodes cannot route to a ClusterIP, so the Service is an ExternalName one naming the loopback address the webhook
+//! server listens on: the API server dials it directly, over HTTP/1.1 as in any cluster (it would speak HTTP/2 to a
+//! webhook registered by a loopback URL). Pure: builds objects and text.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference, ValidatingWebhook,
     ValidatingWebhookConfiguration, WebhookClientConfig,
 };
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::core::ObjectMeta;
 use tiergate::plan::dra::DeviceClassMapping;
@@ -19,6 +22,33 @@ pub const MANAGER_CONFIG: (&str, &str) = ("kueue-manager-config", "controller_ma
 /// Names of the two webhook configurations (a release install's, after its name prefix).
 pub const WEBHOOK_CONFIGURATIONS: (&str, &str) =
     ("kueue-mutating-webhook-configuration", "kueue-validating-webhook-configuration");
+
+/// The Service Kueue's webhooks are registered with (a release install's name).
+pub const WEBHOOK_SERVICE: &str = "kueue-webhook-service";
+/// The address Kueue's webhook server listens on, which the Service names.
+pub const WEBHOOK_HOST: &str = "127.0.0.1";
+
+/// The name the API server checks Kueue's serving certificate for: `<service>.<namespace>.svc`.
+pub fn webhook_service_host() -> String {
+    format!("{WEBHOOK_SERVICE}.{KUEUE_NAMESPACE}.svc")
+}
+
+/// The ExternalName Service Kueue's webhooks are sent to: [`WEBHOOK_HOST`], at the port each webhook names.
+pub fn build_webhook_service() -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(WEBHOOK_SERVICE.to_owned()),
+            namespace: Some(KUEUE_NAMESPACE.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ExternalName".to_owned()),
+            external_name: Some(WEBHOOK_HOST.to_owned()),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
 
 /// A kind Kueue's webhook server handles: controller-runtime serves it at
 /// `/{mutate,validate}-<group with dots as dashes>-<version>-<lowercase kind>`.
@@ -104,7 +134,7 @@ pub fn build_manager_config(
         "namespace": KUEUE_NAMESPACE,
         "health": {"healthProbeBindAddress": format!("127.0.0.1:{health_port}")},
         "metrics": {"bindAddress": "0"},
-        "webhook": {"host": "127.0.0.1", "port": webhook_port, "certDir": cert_dir},
+        "webhook": {"host": WEBHOOK_HOST, "port": webhook_port, "certDir": cert_dir},
         "leaderElection": {"leaderElect": false},
         "internalCertManagement": {"enable": false},
         "manageJobsWithoutQueueName": false,
@@ -139,11 +169,16 @@ fn outside_system_namespaces() -> LabelSelector {
     }
 }
 
-fn client_config(base_url: &str, path: &str, ca_pem: &str) -> WebhookClientConfig {
+fn client_config(port: i32, path: &str, ca_pem: &str) -> WebhookClientConfig {
     WebhookClientConfig {
-        url: Some(format!("{base_url}{path}")),
+        url: None,
         ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
-        service: None,
+        service: Some(ServiceReference {
+            namespace: KUEUE_NAMESPACE.to_owned(),
+            name: WEBHOOK_SERVICE.to_owned(),
+            path: Some(path.to_owned()),
+            port: Some(port),
+        }),
     }
 }
 
@@ -161,11 +196,11 @@ fn webhook_name(prefix: char, kind: &WebhookKind) -> String {
     format!("{prefix}{}.kb.io", kind.kind.to_lowercase())
 }
 
-/// Kueue's two webhook configurations for `kinds`, calling `base_url` (`https://127.0.0.1:<port>`) and trusting
-/// `ca_pem`; `failurePolicy: Fail` as a release install registers them.
+/// Kueue's two webhook configurations for `kinds`, calling [`WEBHOOK_SERVICE`] at `port` and trusting `ca_pem`;
+/// `failurePolicy: Fail` as a release install registers them.
 pub fn build_webhook_configurations(
     kinds: &[WebhookKind],
-    base_url: &str,
+    port: i32,
     ca_pem: &str,
 ) -> (MutatingWebhookConfiguration, ValidatingWebhookConfiguration) {
     let workload_namespaces = |kind: &WebhookKind| (kind.group != "kueue.x-k8s.io").then(outside_system_namespaces);
@@ -175,7 +210,7 @@ pub fn build_webhook_configurations(
         .map(|kind| MutatingWebhook {
             name: webhook_name('m', kind),
             admission_review_versions: vec!["v1".to_owned()],
-            client_config: client_config(base_url, &kind.path("mutate"), ca_pem),
+            client_config: client_config(port, &kind.path("mutate"), ca_pem),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "None".to_owned(),
             namespace_selector: workload_namespaces(kind),
@@ -189,7 +224,7 @@ pub fn build_webhook_configurations(
         .map(|kind| ValidatingWebhook {
             name: webhook_name('v', kind),
             admission_review_versions: vec!["v1".to_owned()],
-            client_config: client_config(base_url, &kind.path("validate"), ca_pem),
+            client_config: client_config(port, &kind.path("validate"), ca_pem),
             failure_policy: Some("Fail".to_owned()),
             side_effects: "None".to_owned(),
             namespace_selector: workload_namespaces(kind),
@@ -256,15 +291,29 @@ mod tests {
     }
 
     #[test]
+    fn the_webhook_service_names_the_address_the_webhook_server_listens_on() {
+        let service = build_webhook_service();
+        let spec = service.spec.unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
+        assert_eq!(spec.external_name.as_deref(), Some(WEBHOOK_HOST));
+        let config: serde_json::Value = serde_json::from_str(&build_manager_config(1, "/c", 2, &[], &[])).unwrap();
+        assert_eq!(config["webhook"]["host"], WEBHOOK_HOST);
+        assert_eq!(webhook_service_host(), "kueue-webhook-service.kueue-system.svc");
+    }
+
+    #[test]
     fn workload_webhooks_skip_system_namespaces_and_kueues_own_kinds_do_not() {
         let mut kinds = kueue_own_webhook_kinds();
         kinds.push(framework_webhook_kind("apps", "v1", "Deployment", "deployments"));
-        let (mutating, validating) = build_webhook_configurations(&kinds, "https://127.0.0.1:1", "ca");
+        let (mutating, validating) = build_webhook_configurations(&kinds, 1, "ca");
         let mutating = mutating.webhooks.unwrap();
         let deployment = mutating.iter().find(|webhook| webhook.name == "mdeployment.kb.io").unwrap();
         assert!(deployment.namespace_selector.is_some());
         assert_eq!(deployment.rules.as_ref().unwrap()[0].operations.as_ref().unwrap(), &["CREATE", "UPDATE"]);
-        assert_eq!(deployment.client_config.url.as_deref(), Some("https://127.0.0.1:1/mutate-apps-v1-deployment"));
+        let service = deployment.client_config.service.as_ref().unwrap();
+        assert_eq!(deployment.client_config.url, None);
+        assert_eq!((service.namespace.as_str(), service.name.as_str()), (KUEUE_NAMESPACE, WEBHOOK_SERVICE));
+        assert_eq!((service.path.as_deref(), service.port), (Some("/mutate-apps-v1-deployment"), Some(1)));
         let validating = validating.webhooks.unwrap();
         let cohort = validating.iter().find(|webhook| webhook.name == "vcohort.kb.io").unwrap();
         assert!(cohort.namespace_selector.is_none());

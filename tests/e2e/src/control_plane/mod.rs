@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -30,8 +30,8 @@ use tiergate::plan::dra::DeviceClassMapping;
 
 use self::assets::{Assets, MissingBinary};
 use self::kueue::{
-    KUEUE_NAMESPACE, MANAGER_CONFIG, WebhookKind, build_manager_config, build_webhook_configurations, framework_name,
-    framework_webhook_kind, kueue_own_webhook_kinds,
+    KUEUE_NAMESPACE, MANAGER_CONFIG, WebhookKind, build_manager_config, build_webhook_configurations,
+    build_webhook_service, framework_name, framework_webhook_kind, kueue_own_webhook_kinds,
 };
 use self::node::{NodeBinaries, RealNode};
 use self::pki::{Credentials, build_credentials, build_kubeconfig};
@@ -580,8 +580,9 @@ impl ControlPlane {
         }
         let mut kinds = kueue_own_webhook_kinds();
         kinds.extend(webhook_kinds);
-        let base_url = format!("https://127.0.0.1:{webhook_port}");
-        let (mutating, validating) = build_webhook_configurations(&kinds, &base_url, &credentials.ca.cert);
+        let port = i32::from(webhook_port);
+        let (mutating, validating) = build_webhook_configurations(&kinds, port, &credentials.ca.cert);
+        apply(&Api::<Service>::namespaced(client.clone(), KUEUE_NAMESPACE), &build_webhook_service()).await?;
         apply(&Api::<MutatingWebhookConfiguration>::all(client.clone()), &mutating).await?;
         apply(&Api::<ValidatingWebhookConfiguration>::all(client.clone()), &validating).await?;
         Ok(())

@@ -33,7 +33,7 @@ pub struct Pem {
 pub struct Credentials {
     /// The CA that signs every certificate below (the API server's client CA too).
     pub ca: Pem,
-    /// Serving certificate for the loopback names (API servers, Kueue's webhook server).
+    /// Serving certificate for the loopback names (API servers, Kueue's webhook server) and Kueue's webhook Service.
     pub serving: Pem,
     /// Client certificate of user `tiergate-e2e-admin` in group `system:masters`.
     pub admin: Pem,
@@ -52,8 +52,9 @@ fn now() -> Result<i64, HarnessError> {
 pub fn build_credentials() -> Result<Credentials, HarnessError> {
     let now = now()?;
     let (ca_cert, ca_key) = tiergate::certs::build_ca(now, LIFETIME)?;
-    let names: Vec<String> =
+    let mut names: Vec<String> =
         LOOPBACK_NAMES.iter().chain(&POD_FACING_ADDRESSES).map(|name| (*name).to_owned()).collect();
+    names.push(super::kueue::webhook_service_host());
     let (serving_cert, serving_key) =
         tiergate::certs::build_serving_certificate(&ca_cert, &ca_key, &names, now, LIFETIME)?;
     let admin = build_client_certificate(&ca_cert, &ca_key, "tiergate-e2e-admin", Some("system:masters"))?;
