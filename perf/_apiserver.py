@@ -79,8 +79,9 @@ def await_type_checking(names: list[str]) -> None:
     deadline = time.monotonic() + 300
     for name in names:
         while time.monotonic() < deadline:
-            status = json.loads(kubectl("get", "validatingadmissionpolicy", name, "-o", "json")).get("status", {})
-            if "typeChecking" in status:
+            # The daemon applies the gate after it reports ready, so the policy may not exist yet.
+            found = kubectl("get", "validatingadmissionpolicy", name, "--ignore-not-found", "-o", "json")
+            if found.strip() and "typeChecking" in json.loads(found).get("status", {}):
                 break
             time.sleep(2)
     time.sleep(5)

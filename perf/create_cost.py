@@ -11,9 +11,11 @@ three alike:
 tiergate runs as `tiergate run` on this machine against the cluster (it reconciles a copy of the sample policy and
 applies the gate as it does in production), and its webhook is registered exactly as the chart registers it: the
 chart's MutatingWebhookConfiguration, rendered with the real Helm library (target/test-venv, `make -C tests
-chart-venv` or tests/run.sh chart makes it), its service client config swapped for a URL on
-TIERGATE_E2E_WEBHOOK_HOST:TIERGATE_E2E_WEBHOOK_PORT (a free port instead when the host is loopback, so that an e2e
-suite can run beside it) with a CA made here.
+chart-venv` or tests/run.sh chart makes it), calling a Service with a CA made here. The Service is an ExternalName
+one naming TIERGATE_E2E_WEBHOOK_HOST, where tiergate listens on TIERGATE_E2E_WEBHOOK_PORT (a free port instead when
+the host is loopback, so that an e2e suite can run beside it): the API server dials it directly, and speaks
+HTTP/1.1 to it as to any webhook registered by a Service, where it speaks HTTP/2 to one registered by a loopback URL.
+The e2e harness registers Kueue's webhooks the same way.
 
 Workloads, as a tenant sends them: a 1-GPU Job with 30 env vars and no class, queue or priority (gpu-job), the same
 Job naming the LocalQueue tiergate-bronze as a Kueue user does (gpu-job-queued: Kueue's webhooks then do their
@@ -27,16 +29,22 @@ and tiergate's own (its admission requests and their latency): how many times ti
 time is the API server's `apiserver_admission_match_condition_evaluation_seconds`, which it records only when a
 condition excluded the request (or failed), not when all held.
 
+--profile SECONDS then measures CPU per create of the plain GPU Job, namespace by namespace, while one connection
+creates it without pause: each process's CPU time where it runs on this machine (/proc: the API server of
+KUBECONFIG, the harness's Kueue, tiergate), and the API server's CPU profile (/debug/pprof/profile) split by frame
+with `go tool pprof` (Go on PATH, or GO). The profiles are kept in the temporary directory.
+
   set -a; . /tmp/plane.env; set +a        # the e2e harness's throwaway control plane (target/debug/control-plane up)
   python3 perf/create_cost.py --rounds 6 --creates 150
   python3 perf/create_cost.py --rounds 6 --creates 150 --mutating-gate
+  python3 perf/create_cost.py --rounds 0 --split 0 --profile 20
 
-Needs KUBECONFIG (a cluster with Kueue's webhooks, where it may create three namespaces tiergate-perf-<time>-*, a
-RoleBinding in kueue-system, a TierPolicy tiergate-perf-<time> (tiergate reconciles it: ClusterQueues, flavors,
-the gate) and a MutatingWebhookConfiguration 00-tiergate-perf-<time>, all deleted on exit, with tiergate's CRDs
-if it installed them), TIERGATE_E2E_WEBHOOK_HOST (an address of this machine the API server reaches) and _PORT,
-kubectl, openssl and target/test-venv. Python's standard library only (the chart is rendered by the venv's
-Python).
+Needs KUBECONFIG (a cluster with Kueue's webhooks, where it may create four namespaces tiergate-perf-<time>-*
+(tiergate's own holds the webhook's Service), a RoleBinding in kueue-system, a TierPolicy tiergate-perf-<time>
+(tiergate reconciles it: ClusterQueues, flavors, the gate) and a MutatingWebhookConfiguration 00-tiergate-perf-<time>,
+all deleted on exit, with tiergate's CRDs if it installed them), TIERGATE_E2E_WEBHOOK_HOST (an address of this
+machine the API server reaches, as an IP address or a DNS name) and _PORT, kubectl, openssl and target/test-venv.
+Python's standard library only (the chart is rendered by the venv's Python).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ import argparse
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -118,9 +127,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def make_certificates(files: Path, host: str) -> bytes:
-    """A CA and a serving certificate for `host` (openssl); returns the CA's PEM."""
+def make_certificates(files: Path, host: str, service_name: str) -> bytes:
+    """A CA and a serving certificate for `host` and the Service name `service_name` (openssl); returns the CA's
+    PEM."""
     san = f"IP:{host}" if host.replace(".", "").isdigit() or ":" in host else f"DNS:{host}"
+    san += f",DNS:{service_name}"
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=files, check=True, capture_output=True)
@@ -135,9 +146,9 @@ def make_certificates(files: Path, host: str) -> bytes:
     return (files / "ca.crt").read_bytes()
 
 
-def webhook_configuration(name: str, url: str, ca: bytes) -> dict:
+def webhook_configuration(name: str, service: dict, ca: bytes) -> dict:
     """The chart's MutatingWebhookConfiguration (kueue-system excluded, so that namespace reaches no webhook), each
-    webhook pointed at `url`."""
+    webhook calling `service` (namespace, name, port) at its own path, as the chart registers it."""
     python = ROOT / "target/test-venv/bin/python"
     if not python.exists():
         fail("target/test-venv is missing: tests/run.sh chart (or the chart tests' setup) makes it")
@@ -148,7 +159,8 @@ def webhook_configuration(name: str, url: str, ca: bytes) -> dict:
         fail(f"rendering the chart: {rendered.stderr.strip()}")
     configuration = json.loads(rendered.stdout)
     for webhook in configuration["webhooks"]:
-        webhook["clientConfig"] = {"url": url, "caBundle": base64.b64encode(ca).decode()}
+        path = webhook["clientConfig"]["service"]["path"]
+        webhook["clientConfig"] = {"service": {**service, "path": path}, "caBundle": base64.b64encode(ca).decode()}
     configuration["metadata"] = {"name": name}
     return configuration
 
@@ -219,6 +231,118 @@ def split(connection: Connection, sets: dict[str, dict], creates: int, admin: st
             after, ours_after = apiserver_metrics(APISERVER_METRICS), scrape(f"{admin}/metrics")
             found[(name, namespace)] = (difference(after, before), difference(ours_after, ours))
     return found
+
+
+PPROF_LINE = re.compile(r"^\s*\S+\s+\S+%\s+\S+%\s+([\d.]+)(s|ms|us|µs)\s+\S+%\s+(\S.*)$", re.MULTILINE)
+PROFILE_FRAMES = (
+    ("the create's admission and storage", "handlers.CreateResource.createHandler.func1.2"),
+    ("mutating admission, both rounds", "admission.(*reinvoker).Admit"),
+    ("mutating webhooks", "mutating.(*mutatingDispatcher).Dispatch"),
+    ("calls of mutating webhooks", "mutating.(*mutatingDispatcher).callAttrMutatingHook"),
+    ("review encoded", "client-go/rest.(*Request).Body"),
+    ("answer read", "client-go/rest.Result.Into"),
+    ("patch applied", "json-patch%2ev4.Patch.ApplyIndent"),
+    ("second round: object compared", "mutating.(*webhookReinvokeContext).IsOutputChangedSinceLastWebhookInvocation"),
+    ("webhooks matched", "generic.(*Webhook).ShouldCallHook"),
+    ("validating admission", "admission.(*reinvoker).Validate"),
+    ("ValidatingAdmissionPolicy", "validating.(*dispatcher).Dispatch"),
+    ("policy: object, request to unstructured", "cel.newActivation"),
+    ("policy: CEL program", "cel.(*evaluationActivation).Evaluate"),
+    ("dry-run storage", "registry.(*DryRunnableStorage).Create"),
+    ("response written", "responsewriters.WriteObjectNegotiated"),
+    ("garbage collection", "runtime.gcBgMarkWorker"),
+)
+
+
+def local_processes(daemon_pid: int) -> dict[str, int]:
+    """The processes whose CPU a create costs, where they run on this machine: the API server of KUBECONFIG (by its
+    port), the Kueue manager the e2e harness started beside it (its config under the kubeconfig's directory), and
+    tiergate. A remote cluster's are not found; their column then stays empty."""
+    config = json.loads(kubectl("config", "view", "--minify", "-o", "json"))
+    port = config["clusters"][0]["cluster"]["server"].rsplit(":", 1)[-1]
+    plane = str(Path(os.environ["KUBECONFIG"]).resolve().parent)
+    found = {"tiergate": daemon_pid}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        program = Path(command[0].decode(errors="replace")).name
+        arguments = [argument.decode(errors="replace") for argument in command[1:]]
+        if program == "kube-apiserver" and f"--secure-port={port}" in arguments:
+            found["kube-apiserver"] = int(entry.name)
+        elif program == "kueue" and any(a.startswith(f"--config={plane}/kueue/") for a in arguments):
+            found["kueue"] = int(entry.name)
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of `pid` so far (/proc/PID/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile(connection: Connection, sets: dict[str, dict], seconds: int, files: Path, daemon_pid: int) -> None:
+    """CPU per create of the plain GPU Job, per namespace, while one connection creates it without pause: each
+    local process's CPU time (kube-apiserver, Kueue, tiergate), and the API server's CPU profile by frame
+    (cumulative), read with `go tool pprof` (Go on PATH, or $GO). The profiles are kept in /tmp."""
+    import threading
+    go = os.environ.get("GO") or shutil.which("go")
+    processes = local_processes(daemon_pid)
+    print(f"\nCPU per create of gpu-job, {seconds} s per namespace, one connection without pause (ms).\n")
+    found: dict[str, dict[str, float]] = {}
+    spent: dict[str, dict[str, float]] = {}
+    for namespace in NAMESPACES:
+        stop, creates = threading.Event(), [0]
+
+        def load() -> None:
+            while not stop.is_set():
+                connection.dry_run_create(*sets[namespace]["gpu-job"])
+                creates[0] += 1
+
+        worker = threading.Thread(target=load)
+        worker.start()
+        time.sleep(1)
+        start, before = creates[0], {name: cpu_seconds(pid) for name, pid in processes.items()}
+        data = subprocess.run(["kubectl", "get", "--raw", f"/debug/pprof/profile?seconds={seconds}"],
+                              capture_output=True, check=True).stdout
+        served = max(creates[0] - start, 1)
+        spent[namespace] = {name: 1000 * (cpu_seconds(pid) - before[name]) / served for name, pid in processes.items()}
+        stop.set()
+        worker.join()
+        path = Path(tempfile.gettempdir()) / f"tiergate-create-cost-{namespace}.pprof"
+        path.write_bytes(data)
+        print(f"- {namespace}: {served} creates; the API server's profile in {path}")
+        if go:
+            top = subprocess.run([go, "tool", "pprof", "-top", "-cum", "-nodecount=100000", str(path)],
+                                 capture_output=True, text=True, check=True).stdout
+            frames: dict[str, float] = {}
+            for match in PPROF_LINE.finditer(top):
+                value = float(match.group(1)) * {"s": 1000.0, "ms": 1.0, "us": 0.001, "µs": 0.001}[match.group(2)]
+                name = re.sub(r" \((partial-)?inline\)$", "", match.group(3))
+                frames[name] = max(frames.get(name, 0.0), value / served)
+            found[namespace] = frames
+    print("\n| process | none | kueue | bronze | Kueue's webhooks (kueue - none) | tiergate (bronze - kueue) |")
+    print("|---|---|---|---|---|---|")
+    for name in ("kube-apiserver", "kueue", "tiergate"):
+        if name in processes:
+            row = [spent[namespace][name] for namespace in NAMESPACES]
+            print(f"| {name} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[1] - row[0]:+.2f} | {row[2] - row[1]:+.2f} |")
+    totals = [sum(spent[namespace].values()) for namespace in NAMESPACES]
+    print(f"| all three | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | {totals[1] - totals[0]:+.2f} | "
+          f"{totals[2] - totals[1]:+.2f} |")
+    if not found:
+        print("\n(no Go toolchain: read the profiles with `go tool pprof -top -cum FILE`)")
+        return
+    print("\nThe API server's profile by frame, cumulative CPU per create (ms):\n")
+    print("| frame | none | kueue | bronze | bronze - kueue |\n|---|---|---|---|---|")
+    for title, frame in PROFILE_FRAMES:
+        values = [sum(value for name, value in found[namespace].items() if name == frame or name.endswith("/" + frame))
+                  for namespace in NAMESPACES]
+        print(f"| {title} (`{frame}`) | {values[0]:.3f} | {values[1]:.3f} | {values[2]:.3f} | "
+              f"{values[2] - values[1]:+.3f} |")
 
 
 def summed(delta: dict, metric: str, **match: str) -> float:
@@ -298,10 +422,12 @@ def print_results(samples: dict, per_round: dict, names, arguments) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=6, help="rounds over every workload (default 6)")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds over every workload (default 6; 0: none)")
     parser.add_argument("--creates", type=int, default=150, help="creates per workload, round and namespace (default 150)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed creates per namespace before each workload's round")
     parser.add_argument("--split", type=int, default=200, help="creates per workload and namespace of the split (0: none)")
+    parser.add_argument("--profile", type=int, default=0,
+                        help="seconds of the API server's CPU profile per namespace, gpu-job (0: none)")
     parser.add_argument("--mutating-gate", action="store_true", help="run tiergate with --mutating-gate")
     parser.add_argument("--binary", type=Path, default=ROOT / "target/release/tiergate",
                         help="the tiergate binary (default target/release/tiergate)")
@@ -336,9 +462,15 @@ def main() -> None:
             kubectl("create", "rolebinding", prefix, "--clusterrole=edit", f"--user={TENANT}", "-n", namespace)
         kubectl("label", "namespace", namespaces["kueue"], f"{IGNORE_LABEL}=true")
         kubectl("label", "namespace", namespaces["bronze"], f"{TIER_LABEL}=bronze")
-        ca = make_certificates(files, host)
+        # Registered by a Service, as the chart does, so that the API server calls it over HTTP/1.1 as in every
+        # cluster (it speaks HTTP/2 to a webhook registered by a loopback URL); the Service is an ExternalName one
+        # naming this machine's address, which the API server dials directly.
+        kubectl("create", "namespace", system)
+        kubectl("create", "service", "externalname", "tiergate-webhook", "-n", system, f"--external-name={host}")
+        ca = make_certificates(files, host, f"tiergate-webhook.{system}.svc")
         address = f"[{host}]" if ":" in host else host
-        configuration = webhook_configuration(configuration_name, f"https://{address}:{port}/mutate", ca)
+        service = {"namespace": system, "name": "tiergate-webhook", "port": int(port)}
+        configuration = webhook_configuration(configuration_name, service, ca)
         kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(configuration))
         admin = f"127.0.0.1:{free_port()}"
         command = [str(arguments.binary), "run", f"--webhook-listen={address}:{port}", f"--admin-listen={admin}",
@@ -353,10 +485,13 @@ def main() -> None:
         await_webhook(connection, sets["bronze"]["gpu-job"])
         gate = f"tiergate-gate-{prefix}"
         await_type_checking([gate])
-        samples, per_round = measure(connection, sets, arguments)
-        print_results(samples, per_round, list(sets["bronze"]), arguments)
+        if arguments.rounds:
+            samples, per_round = measure(connection, sets, arguments)
+            print_results(samples, per_round, list(sets["bronze"]), arguments)
         if arguments.split:
             print_split(split(connection, sets, arguments.split, admin), arguments.split)
+        if arguments.profile:
+            profile(connection, sets, arguments.profile, files, daemon.pid)
     finally:
         kubectl("delete", "--ignore-not-found", "mutatingwebhookconfiguration", configuration_name, check=False)
         kubectl("delete", "--ignore-not-found", "--timeout=60s", "tierpolicy", prefix, check=False)
