@@ -60,6 +60,7 @@ import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -254,12 +255,10 @@ PROFILE_FRAMES = (
 )
 
 
-def local_processes(daemon_pid: int) -> dict[str, int]:
+def local_processes(apiserver_port: int, daemon_pid: int) -> dict[str, int]:
     """The processes whose CPU a create costs, where they run on this machine: the API server of KUBECONFIG (by its
     port), the Kueue manager the e2e harness started beside it (its config under the kubeconfig's directory), and
     tiergate. A remote cluster's are not found; their column then stays empty."""
-    config = json.loads(kubectl("config", "view", "--minify", "-o", "json"))
-    port = config["clusters"][0]["cluster"]["server"].rsplit(":", 1)[-1]
     plane = str(Path(os.environ["KUBECONFIG"]).resolve().parent)
     found = {"tiergate": daemon_pid}
     for entry in Path("/proc").iterdir():
@@ -271,7 +270,7 @@ def local_processes(daemon_pid: int) -> dict[str, int]:
             continue
         program = Path(command[0].decode(errors="replace")).name
         arguments = [argument.decode(errors="replace") for argument in command[1:]]
-        if program == "kube-apiserver" and f"--secure-port={port}" in arguments:
+        if program == "kube-apiserver" and f"--secure-port={apiserver_port}" in arguments:
             found["kube-apiserver"] = int(entry.name)
         elif program == "kueue" and any(a.startswith(f"--config={plane}/kueue/") for a in arguments):
             found["kueue"] = int(entry.name)
@@ -284,13 +283,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def profile(connection: Connection, sets: dict[str, dict], seconds: int, files: Path, daemon_pid: int) -> None:
+def profile(connection: Connection, sets: dict[str, dict], seconds: int, daemon_pid: int) -> None:
     """CPU per create of the plain GPU Job, per namespace, while one connection creates it without pause: each
     local process's CPU time (kube-apiserver, Kueue, tiergate), and the API server's CPU profile by frame
-    (cumulative), read with `go tool pprof` (Go on PATH, or $GO). The profiles are kept in /tmp."""
-    import threading
+    (cumulative), read with `go tool pprof` (Go on PATH, or $GO). The profiles are kept in the temporary directory."""
     go = os.environ.get("GO") or shutil.which("go")
-    processes = local_processes(daemon_pid)
+    processes = local_processes(connection.port, daemon_pid)
     print(f"\nCPU per create of gpu-job, {seconds} s per namespace, one connection without pause (ms).\n")
     found: dict[str, dict[str, float]] = {}
     spent: dict[str, dict[str, float]] = {}
@@ -329,7 +327,8 @@ def profile(connection: Connection, sets: dict[str, dict], seconds: int, files: 
     for name in ("kube-apiserver", "kueue", "tiergate"):
         if name in processes:
             row = [spent[namespace][name] for namespace in NAMESPACES]
-            print(f"| {name} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[1] - row[0]:+.2f} | {row[2] - row[1]:+.2f} |")
+            print(f"| {name} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[1] - row[0]:+.2f} | "
+                  f"{row[2] - row[1]:+.2f} |")
     totals = [sum(spent[namespace].values()) for namespace in NAMESPACES]
     print(f"| all three | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | {totals[1] - totals[0]:+.2f} | "
           f"{totals[2] - totals[1]:+.2f} |")
@@ -491,7 +490,7 @@ def main() -> None:
         if arguments.split:
             print_split(split(connection, sets, arguments.split, admin), arguments.split)
         if arguments.profile:
-            profile(connection, sets, arguments.profile, files, daemon.pid)
+            profile(connection, sets, arguments.profile, daemon.pid)
     finally:
         kubectl("delete", "--ignore-not-found", "mutatingwebhookconfiguration", configuration_name, check=False)
         kubectl("delete", "--ignore-not-found", "--timeout=60s", "tierpolicy", prefix, check=False)
