@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """What tiergate's whole admission (its webhook and the in-server gate) adds to a tenant's create, against what
 Kueue's own webhooks add (issue 52): server dry-run creates over one keep-alive HTTPS connection as an impersonated
-tenant, alternating request by request between three namespaces, so that the drift of the machine falls on all
-three alike:
+tenant, alternating request by request between four namespaces, so that the drift of the machine falls on all
+four alike:
   none    kueue-system: neither Kueue's webhooks (they exclude it) nor tiergate's (excluded in the chart values
           rendered here) are sent, and no gate binding selects it
   kueue   an untiered namespace labelled with the chart's opt-out (tiergate.io/ignore): Kueue's webhooks only
+          (they leave a Job that names no queue alone)
+  kueue-default
+          the same, with a LocalQueue named `default` (on a ClusterQueue made here): Kueue's webhooks queue a Job
+          that names no queue themselves (Kueue's LocalQueue defaulting: they set the queue label and suspend it),
+          the Kueue-only way for a tenant's plain Job to land in a queue
   bronze  a namespace of tier bronze (samples/kubenexus): tiergate's webhook, the gate, and Kueue's webhooks
 
 tiergate runs as `tiergate run` on this machine against the cluster (it reconciles a copy of the sample policy and
@@ -27,7 +32,8 @@ server's /metrics (each webhook's calls and time by name, each admission plugin'
 and tiergate's own (its admission requests and their latency): how many times tiergate is called per create
 (reinvocation) and what the gate's validating half (and mutating half, --mutating-gate) costs. Match-condition
 time is the API server's `apiserver_admission_match_condition_evaluation_seconds`, which it records only when a
-condition excluded the request (or failed), not when all held.
+condition excluded the request (or failed), not when all held. A second table gives the same creates by whose step
+it is: tiergate's calls and the gate's plugin against Kueue's calls.
 
 --profile SECONDS then measures CPU per create of the plain GPU Job, namespace by namespace, while one connection
 creates it without pause: each process's CPU time where it runs on this machine (/proc: the API server of
@@ -40,7 +46,8 @@ with `go tool pprof` (Go on PATH, or GO). The profiles are kept in the temporary
   python3 perf/create_cost.py --rounds 0 --split 0 --profile 20
 
 Needs KUBECONFIG (a cluster with Kueue's webhooks, where it may create four namespaces tiergate-perf-<time>-*
-(tiergate's own holds the webhook's Service), a RoleBinding in kueue-system, a TierPolicy tiergate-perf-<time>
+(tiergate's own holds the webhook's Service), a RoleBinding in kueue-system, a ClusterQueue tiergate-perf-<time>
+(the kueue-default namespace's LocalQueue `default` is on it), a TierPolicy tiergate-perf-<time>
 (tiergate reconciles it: ClusterQueues, flavors, the gate) and a MutatingWebhookConfiguration 00-tiergate-perf-<time>,
 all deleted on exit, with tiergate's CRDs if it installed them), TIERGATE_E2E_WEBHOOK_HOST (an address of this
 machine the API server reaches, as an IP address or a DNS name) and _PORT, kubectl, openssl and target/test-venv.
@@ -70,7 +77,7 @@ from _apiserver import (ROOT, TENANT, Connection, apiserver_metrics, await_type_
 
 TIER_LABEL = "tenant.kubenexus.io/tier"
 IGNORE_LABEL = "tiergate.io/ignore"
-NAMESPACES = ("none", "kueue", "bronze")
+NAMESPACES = ("none", "kueue", "kueue-default", "bronze")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 APISERVER_METRICS = ("apiserver_admission_webhook_admission_duration_seconds_",
                      "apiserver_admission_webhook_request_total",
@@ -120,6 +127,16 @@ def workloads(namespace: str) -> dict[str, tuple[str, bytes]]:
         "gpu-pod": (f"/api/v1/namespaces/{namespace}/pods", json.dumps(pod).encode()),
         "gpu-deployment": (f"/apis/apps/v1/namespaces/{namespace}/deployments", json.dumps(deployment).encode()),
     }
+
+
+def default_queue(name: str, namespace: str) -> dict:
+    """A ClusterQueue `name` for every namespace and, in `namespace`, the LocalQueue `default` on it: Kueue's
+    webhooks then give a Job there that names no queue the label `default` and suspend it (LocalQueue defaulting)."""
+    cluster_queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+                     "spec": {"namespaceSelector": {}}}
+    local_queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                   "metadata": {"name": "default", "namespace": namespace}, "spec": {"clusterQueue": name}}
+    return {"apiVersion": "v1", "kind": "List", "items": [cluster_queue, local_queue]}
 
 
 def free_port() -> int:
@@ -225,7 +242,7 @@ def split(connection: Connection, sets: dict[str, dict], creates: int, admin: st
     """Per (workload, namespace): the metrics' increase over `creates` creates in that namespace alone."""
     found = {}
     for name in sets["bronze"]:
-        for namespace in ("kueue", "bronze"):
+        for namespace in ("kueue", "kueue-default", "bronze"):
             before, ours = apiserver_metrics(APISERVER_METRICS), scrape(f"{admin}/metrics")
             for _ in range(creates):
                 connection.dry_run_create(*sets[namespace][name])
@@ -322,26 +339,25 @@ def profile(connection: Connection, sets: dict[str, dict], seconds: int, daemon_
                 name = re.sub(r" \((partial-)?inline\)$", "", match.group(3))
                 frames[name] = max(frames.get(name, 0.0), value / served)
             found[namespace] = frames
-    print("\n| process | none | kueue | bronze | Kueue's webhooks (kueue - none) | tiergate (bronze - kueue) |")
-    print("|---|---|---|---|---|---|")
-    for name in ("kube-apiserver", "kueue", "tiergate"):
-        if name in processes:
-            row = [spent[namespace][name] for namespace in NAMESPACES]
-            print(f"| {name} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {row[1] - row[0]:+.2f} | "
-                  f"{row[2] - row[1]:+.2f} |")
-    totals = [sum(spent[namespace].values()) for namespace in NAMESPACES]
-    print(f"| all three | {totals[0]:.2f} | {totals[1]:.2f} | {totals[2]:.2f} | {totals[1] - totals[0]:+.2f} | "
-          f"{totals[2] - totals[1]:+.2f} |")
+    print(f"\n| process | {' | '.join(NAMESPACES)} | Kueue's webhooks (kueue - none) | Kueue's webhooks queueing it "
+          "(kueue-default - none) | tiergate (bronze - kueue) |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = [(name, [spent[namespace][name] for namespace in NAMESPACES])
+            for name in ("kube-apiserver", "kueue", "tiergate") if name in processes]
+    rows.append(("all three", [sum(spent[namespace].values()) for namespace in NAMESPACES]))
+    for name, (none, kueue, queueing, bronze) in rows:
+        print(f"| {name} | {none:.2f} | {kueue:.2f} | {queueing:.2f} | {bronze:.2f} | {kueue - none:+.2f} | "
+              f"{queueing - none:+.2f} | {bronze - kueue:+.2f} |")
     if not found:
         print("\n(no Go toolchain: read the profiles with `go tool pprof -top -cum FILE`)")
         return
     print("\nThe API server's profile by frame, cumulative CPU per create (ms):\n")
-    print("| frame | none | kueue | bronze | bronze - kueue |\n|---|---|---|---|---|")
+    print(f"| frame | {' | '.join(NAMESPACES)} | bronze - kueue |\n|---|---|---|---|---|---|")
     for title, frame in PROFILE_FRAMES:
         values = [sum(value for name, value in found[namespace].items() if name == frame or name.endswith("/" + frame))
                   for namespace in NAMESPACES]
-        print(f"| {title} (`{frame}`) | {values[0]:.3f} | {values[1]:.3f} | {values[2]:.3f} | "
-              f"{values[2] - values[1]:+.3f} |")
+        print(f"| {title} (`{frame}`) | {' | '.join(f'{value:.3f}' for value in values)} | "
+              f"{values[3] - values[1]:+.3f} |")
 
 
 def summed(delta: dict, metric: str, **match: str) -> float:
@@ -394,19 +410,45 @@ def print_split(found: dict, creates: int) -> None:
         ours_text = f"{reviews / creates:.2f}, {1000 * latency / reviews:.3f}" if reviews else "0"
         print(f"| {name} | {namespace} | {', '.join(steps)} | {'; '.join(calls) or '-'} | {'; '.join(plugins) or '-'} | "
               f"{'; '.join(checks) or '-'} | {ours_text} |")
+    print("\nThe same creates by whose admission step it is (ms per create: the webhooks' calls, and the gate's "
+          "ValidatingAdmissionPolicy plugin):\n")
+    print("| workload | namespace | tiergate: its calls + the gate | Kueue: its calls | tiergate / Kueue |")
+    print("|---|---|---|---|---|")
+    for (name, namespace), (server, _) in found.items():
+        ours, kueue = by_owner(server, creates)
+        ratio = f"{ours / kueue:.2f}x" if kueue > 0 else "-"
+        print(f"| {name} | {namespace} | {ours:.2f} | {kueue:.2f} | {ratio} |")
+
+
+def by_owner(server: dict, creates: int) -> tuple[float, float]:
+    """Per create: the time of tiergate's admission steps (its webhooks' calls, the ValidatingAdmissionPolicy
+    plugin, which runs only the gate here) and of Kueue's webhooks' calls, from the API server's metrics."""
+    metric = "apiserver_admission_webhook_admission_duration_seconds_sum"
+    ours = kueue = 0.0
+    for webhook in label_values(server, metric, "name"):
+        spent = summed(server, metric, name=webhook)
+        if webhook.endswith(".tiergate.io"):
+            ours += spent
+        else:
+            kueue += spent
+    ours += summed(server, "apiserver_admission_controller_admission_duration_seconds_sum",
+                   name="ValidatingAdmissionPolicy")
+    return 1000 * ours / creates, 1000 * kueue / creates
 
 
 def print_results(samples: dict, per_round: dict, names, arguments) -> None:
     gate = "both halves (--mutating-gate)" if arguments.mutating_gate else "the validating half"
     print(f"Gate: {gate}. {arguments.rounds} rounds, {arguments.creates} dry-run creates per workload, round and "
-          f"namespace, alternating none / kueue / bronze request by request, one keep-alive connection, as a tenant; "
-          f"load average {os.getloadavg()[0]:.2f} at the end.\n")
-    print("| workload | p50 none | p50 kueue | p50 bronze | Kueue's webhooks (kueue - none) | tiergate's whole "
-          "admission (bronze - kueue) | tiergate / Kueue | per round: Kueue / tiergate (min, median, max) |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"namespace, alternating {' / '.join(NAMESPACES)} request by request, one keep-alive connection, as a "
+          f"tenant; load average {os.getloadavg()[0]:.2f} at the end.\n")
+    print("| workload | p50 none | p50 kueue | p50 kueue-default | p50 bronze | Kueue's webhooks (kueue - none) | "
+          "Kueue's webhooks queueing it (kueue-default - none) | tiergate's whole admission (bronze - kueue) | "
+          "tiergate / Kueue | tiergate / Kueue queueing it | per round: Kueue / tiergate (min, median, max) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in names:
         p50 = {namespace: statistics.median(samples[(name, namespace)]) for namespace in NAMESPACES}
         kueue, ours = p50["kueue"] - p50["none"], p50["bronze"] - p50["kueue"]
+        queueing = p50["kueue-default"] - p50["none"]
         rounds = list(zip(per_round[(name, "none")], per_round[(name, "kueue")], per_round[(name, "bronze")]))
         kueue_rounds = sorted(k - n for n, k, _ in rounds)
         our_rounds = sorted(b - k for _, k, b in rounds)
@@ -414,9 +456,12 @@ def print_results(samples: dict, per_round: dict, names, arguments) -> None:
         def spread(values: list[float]) -> str:
             return f"{values[0]:+.2f}, {statistics.median(values):+.2f}, {values[-1]:+.2f}"
 
-        ratio = f"{ours / kueue:.2f}x" if kueue > 0.05 else "-"
-        print(f"| {name} | {p50['none']:.2f} ms | {p50['kueue']:.2f} ms | {p50['bronze']:.2f} ms | {kueue:+.2f} ms | "
-              f"{ours:+.2f} ms | {ratio} | {spread(kueue_rounds)} / {spread(our_rounds)} ms |")
+        def ratio(base: float) -> str:
+            return f"{ours / base:.2f}x" if base > 0.05 else "-"
+
+        print(f"| {name} | {p50['none']:.2f} ms | {p50['kueue']:.2f} ms | {p50['kueue-default']:.2f} ms | "
+              f"{p50['bronze']:.2f} ms | {kueue:+.2f} ms | {queueing:+.2f} ms | {ours:+.2f} ms | {ratio(kueue)} | "
+              f"{ratio(queueing)} | {spread(kueue_rounds)} / {spread(our_rounds)} ms |")
 
 
 def main() -> None:
@@ -442,7 +487,8 @@ def main() -> None:
         fail(f"{arguments.binary} is missing: cargo build --release -p tiergate --bin tiergate")
     stamp = int(time.time())
     prefix = f"tiergate-perf-{stamp}"
-    namespaces = {"none": "kueue-system", "kueue": f"{prefix}-kueue", "bronze": f"{prefix}-bronze"}
+    namespaces = {"none": "kueue-system", "kueue": f"{prefix}-kueue", "kueue-default": f"{prefix}-kueue-default",
+                  "bronze": f"{prefix}-bronze"}
     system, configuration_name = f"{prefix}-system", f"00-{prefix}"
     files = Path(tempfile.mkdtemp(prefix="tiergate-create-cost-"))
     crds = subprocess.run([arguments.binary, "crd"], capture_output=True, text=True, check=True).stdout
@@ -459,7 +505,10 @@ def main() -> None:
             if role != "none":
                 kubectl("create", "namespace", namespace)
             kubectl("create", "rolebinding", prefix, "--clusterrole=edit", f"--user={TENANT}", "-n", namespace)
-        kubectl("label", "namespace", namespaces["kueue"], f"{IGNORE_LABEL}=true")
+        for role in ("kueue", "kueue-default"):
+            kubectl("label", "namespace", namespaces[role], f"{IGNORE_LABEL}=true")
+        queues = default_queue(prefix, namespaces["kueue-default"])
+        kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(queues))
         kubectl("label", "namespace", namespaces["bronze"], f"{TIER_LABEL}=bronze")
         # Registered by a Service, as the chart does, so that the API server calls it over HTTP/1.1 as in every
         # cluster (it speaks HTTP/2 to a webhook registered by a loopback URL); the Service is an ExternalName one
@@ -494,6 +543,9 @@ def main() -> None:
     finally:
         kubectl("delete", "--ignore-not-found", "mutatingwebhookconfiguration", configuration_name, check=False)
         kubectl("delete", "--ignore-not-found", "--timeout=60s", "tierpolicy", prefix, check=False)
+        kubectl("delete", "--ignore-not-found", "--wait=false", "localqueue", "default", "-n",
+                namespaces["kueue-default"], check=False)
+        kubectl("delete", "--ignore-not-found", "--wait=false", "clusterqueue", prefix, check=False)
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
             try:
@@ -501,7 +553,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 daemon.kill()
         kubectl("delete", "--ignore-not-found", "rolebinding", prefix, "-n", namespaces["none"], check=False)
-        for namespace in (namespaces["kueue"], namespaces["bronze"], system):
+        for namespace in (namespaces["kueue"], namespaces["kueue-default"], namespaces["bronze"], system):
             kubectl("delete", "--ignore-not-found", "--wait=false", "namespace", namespace, check=False)
         for name in missing:
             kubectl("delete", "--ignore-not-found", "--wait=false", "crd", name, check=False)
