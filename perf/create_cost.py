@@ -421,8 +421,9 @@ def print_split(found: dict, creates: int) -> None:
 
 
 def by_owner(server: dict, creates: int) -> tuple[float, float]:
-    """Per create: the time of tiergate's admission steps (its webhooks' calls, the ValidatingAdmissionPolicy
-    plugin, which runs only the gate here) and of Kueue's webhooks' calls, from the API server's metrics."""
+    """Per create: the time of tiergate's admission steps (its webhooks' calls, and the ValidatingAdmissionPolicy
+    plugin: the gate, and any other policy the cluster binds in the namespace) and of every other webhook's calls
+    (Kueue's, on the e2e harness's plane), from the API server's metrics."""
     metric = "apiserver_admission_webhook_admission_duration_seconds_sum"
     ours = kueue = 0.0
     for webhook in label_values(server, metric, "name"):
