@@ -354,10 +354,10 @@ def profile(connection: Connection, sets: dict[str, dict], seconds: int, daemon_
     print("\nThe API server's profile by frame, cumulative CPU per create (ms):\n")
     print(f"| frame | {' | '.join(NAMESPACES)} | bronze - kueue |\n|---|---|---|---|---|---|")
     for title, frame in PROFILE_FRAMES:
-        values = [sum(value for name, value in found[namespace].items() if name == frame or name.endswith("/" + frame))
-                  for namespace in NAMESPACES]
-        print(f"| {title} (`{frame}`) | {' | '.join(f'{value:.3f}' for value in values)} | "
-              f"{values[3] - values[1]:+.3f} |")
+        values = {namespace: sum(value for name, value in found[namespace].items()
+                                 if name == frame or name.endswith("/" + frame)) for namespace in NAMESPACES}
+        print(f"| {title} (`{frame}`) | {' | '.join(f'{value:.3f}' for value in values.values())} | "
+              f"{values['bronze'] - values['kueue']:+.3f} |")
 
 
 def summed(delta: dict, metric: str, **match: str) -> float:
@@ -490,6 +490,7 @@ def main() -> None:
     prefix = f"tiergate-perf-{stamp}"
     namespaces = {"none": "kueue-system", "kueue": f"{prefix}-kueue", "kueue-default": f"{prefix}-kueue-default",
                   "bronze": f"{prefix}-bronze"}
+    made = [namespace for role, namespace in namespaces.items() if role != "none"]
     system, configuration_name = f"{prefix}-system", f"00-{prefix}"
     files = Path(tempfile.mkdtemp(prefix="tiergate-create-cost-"))
     crds = subprocess.run([arguments.binary, "crd"], capture_output=True, text=True, check=True).stdout
@@ -502,9 +503,9 @@ def main() -> None:
             kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
         policy = (ROOT / "samples/kubenexus/policy.yaml").read_text().replace("  name: default", f"  name: {prefix}", 1)
         kubectl("apply", "--server-side", "-f", "-", stdin=policy)
-        for role, namespace in namespaces.items():
-            if role != "none":
-                kubectl("create", "namespace", namespace)
+        for namespace in made:
+            kubectl("create", "namespace", namespace)
+        for namespace in namespaces.values():
             kubectl("create", "rolebinding", prefix, "--clusterrole=edit", f"--user={TENANT}", "-n", namespace)
         for role in ("kueue", "kueue-default"):
             kubectl("label", "namespace", namespaces[role], f"{IGNORE_LABEL}=true")
@@ -544,8 +545,6 @@ def main() -> None:
     finally:
         kubectl("delete", "--ignore-not-found", "mutatingwebhookconfiguration", configuration_name, check=False)
         kubectl("delete", "--ignore-not-found", "--timeout=60s", "tierpolicy", prefix, check=False)
-        kubectl("delete", "--ignore-not-found", "--wait=false", "localqueue", "default", "-n",
-                namespaces["kueue-default"], check=False)
         kubectl("delete", "--ignore-not-found", "--wait=false", "clusterqueue", prefix, check=False)
         if daemon is not None:
             daemon.send_signal(signal.SIGTERM)
@@ -554,7 +553,7 @@ def main() -> None:
             except subprocess.TimeoutExpired:
                 daemon.kill()
         kubectl("delete", "--ignore-not-found", "rolebinding", prefix, "-n", namespaces["none"], check=False)
-        for namespace in (namespaces["kueue"], namespaces["kueue-default"], namespaces["bronze"], system):
+        for namespace in [*made, system]:
             kubectl("delete", "--ignore-not-found", "--wait=false", "namespace", namespace, check=False)
         for name in missing:
             kubectl("delete", "--ignore-not-found", "--wait=false", "crd", name, check=False)
