@@ -431,10 +431,11 @@ async fn respond(
     request: &ReviewRequest,
     body: &[u8],
 ) -> AdmissionResponse {
-    let snapshot = state.snapshot.load_full();
+    let started = tokio::time::Instant::now();
+    let snapshot = synced_snapshot(&state.snapshot, decision_timeout / 2).await;
     let mut decision = if snapshot.synced {
         let decided = decide_review(request, &snapshot, &state.ledger, &state.scorer);
-        match tokio::time::timeout(decision_timeout, decided).await {
+        match tokio::time::timeout(decision_timeout.saturating_sub(started.elapsed()), decided).await {
             Ok(decision) => decision,
             Err(_) => {
                 let message = format!("failed to decide within {} ms", decision_timeout.as_millis());
@@ -455,6 +456,23 @@ async fn respond(
     record(&state.metrics, &decision);
     log(request, &decision);
     decision.response(request)
+}
+
+/// How often a request that arrived before the caches synced looks again.
+const SYNC_POLL: Duration = Duration::from_millis(20);
+
+/// The snapshot to decide from: the current one once synced, waiting up to `budget` for the caches to sync (a
+/// restarted replica the API server reaches before it is Ready, through a Service endpoint not yet updated, then
+/// confines the request instead of leaving it to the in-server gate, which refuses it); the unsynced one after that.
+pub async fn synced_snapshot(shared: &SharedSnapshot, budget: Duration) -> Arc<Snapshot> {
+    let deadline = tokio::time::Instant::now() + budget;
+    loop {
+        let snapshot = shared.load_full();
+        if snapshot.synced || tokio::time::Instant::now() >= deadline {
+            return snapshot;
+        }
+        tokio::time::sleep(SYNC_POLL.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+    }
 }
 
 fn failed(snapshot: &Snapshot, kind: &'static str, reason: &'static str, message: String) -> Decision {
@@ -615,5 +633,31 @@ mod tests {
         assert_eq!(connection_header(true, Version::HTTP_11).await.as_deref(), Some("close"));
         assert_eq!(connection_header(false, Version::HTTP_11).await, None);
         assert_eq!(connection_header(true, Version::HTTP_2).await, None, "HTTP/2 has no Connection header");
+    }
+
+    fn unsynced() -> SharedSnapshot {
+        Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot { synced: false, ..Snapshot::default() }))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_that_arrives_before_the_caches_sync_is_decided_once_they_do() {
+        let shared = unsynced();
+        let waiting = tokio::spawn({
+            let shared = shared.clone();
+            async move { synced_snapshot(&shared, Duration::from_secs(2)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(!waiting.is_finished(), "it waits while the caches list");
+        shared.store(Arc::new(Snapshot { synced: true, ..Snapshot::default() }));
+        let snapshot = waiting.await.unwrap();
+        assert!(snapshot.synced);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn caches_that_do_not_sync_within_the_budget_leave_the_request_to_the_fail_open_answer() {
+        let started = tokio::time::Instant::now();
+        let snapshot = synced_snapshot(&unsynced(), Duration::from_secs(2)).await;
+        assert!(!snapshot.synced);
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "bounded by the budget, on paused time");
     }
 }

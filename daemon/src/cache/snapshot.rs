@@ -63,7 +63,7 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
             () = tokio::time::sleep(state.settings.debounce) => {}
         }
         let management = state.readers.management.as_ref();
-        let inputs = SnapshotInputs {
+        let (synced, inputs) = read_after_sync_flag(&state.synced, || SnapshotInputs {
             policy_name: &state.settings.policy_name,
             own_namespace: &state.settings.own_namespace,
             policies: management.map(|readers| readers.policies.state()).unwrap_or_default(),
@@ -84,9 +84,9 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
                 .unwrap_or_default(),
             bindings: management.map(|readers| unwrap_cached(readers.bindings.state())).unwrap_or_default(),
             owners: management.map(|readers| readers.owners.store()),
-            synced: state.synced.load(Ordering::Relaxed),
-        };
-        let mut snapshot = build_snapshot(&inputs);
+            synced: false,
+        });
+        let mut snapshot = build_snapshot(&SnapshotInputs { synced, ..inputs });
         if management.is_none() {
             // A worker's caches watch no owner kinds: no owner can be verified from them.
             snapshot.owners = None;
@@ -105,6 +105,17 @@ pub(crate) async fn run_snapshot_loop(state: SnapshotLoop) {
             }
         }
     }
+}
+
+/// Reads the stores with `read`, and whether they had all listed: the sync flag is read *before* the stores.
+///
+/// Read after them, a store that finished its first list while the others were being read would be marked synced
+/// with the empty contents read a moment earlier: a snapshot without the served policy or the namespaces, which the
+/// webhook would answer from and the leader would prune the in-server gate by. Read before, `true` means every
+/// store had listed before any was read (the barrier stores the flag with `Release` after every store is ready).
+pub(crate) fn read_after_sync_flag<T>(synced: &AtomicBool, read: impl FnOnce() -> T) -> (bool, T) {
+    let listed_before = synced.load(Ordering::Acquire);
+    (listed_before, read())
 }
 
 /// The store contents a snapshot is folded from.

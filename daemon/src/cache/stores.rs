@@ -77,7 +77,7 @@ pub(crate) async fn wait_for_sync(
         results = futures::future::join_all(waits) => {
             if results.into_iter().all(|ready| ready) {
                 tracing::info!("every cache has synced");
-                synced.store(true, Ordering::Relaxed);
+                synced.store(true, Ordering::Release);
                 signals.reconcile_dirty.store(true, Ordering::Relaxed);
                 signals.changed.notify_one();
             }

@@ -356,6 +356,52 @@ fn snapshot_folds_stores_and_finds_the_named_policy() {
     assert!(Arc::ptr_eq(&snapshot.nodes["gpu-1"], &inputs.nodes[0]), "shared with the store, not copied");
 }
 
+/// The inputs of a snapshot with only `policies` read from the stores.
+fn inputs_with_policies(policies: Vec<Arc<TierPolicy>>, synced: bool) -> SnapshotInputs<'static> {
+    SnapshotInputs {
+        policy_name: "default",
+        own_namespace: "tiergate-system",
+        policies,
+        namespaces: vec![],
+        nodes: vec![],
+        local_queues: vec![],
+        pods: vec![],
+        replica_sets: vec![],
+        claim_templates: vec![],
+        bindings: vec![],
+        owners: None,
+        synced,
+    }
+}
+
+#[test]
+fn a_store_that_finishes_listing_while_the_stores_are_read_leaves_that_snapshot_unsynced() {
+    // The fault, at the exact step: the policy store's first list completes, and the sync barrier marks the caches
+    // synced, after the snapshot loop read that store (empty) and before it read the flag.
+    let policy = Arc::new(crate::inputs::load_policy(None).unwrap());
+    let mut writer: Writer<TierPolicy> = Writer::new(());
+    let store = writer.as_reader();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    let synced = std::sync::atomic::AtomicBool::new(false);
+    let (marked, policies) = snapshot::read_after_sync_flag(&synced, || {
+        let read = store.state();
+        writer.apply_watcher_event(&watcher::Event::InitApply(policy.as_ref().clone()));
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        synced.store(true, std::sync::atomic::Ordering::Release);
+        read
+    });
+    let torn = build_snapshot(&inputs_with_policies(policies, marked));
+    assert!(
+        !torn.synced,
+        "a snapshot read before the last store listed is marked synced without the served policy: the webhook would \
+         answer from it and the leader would prune the in-server gate"
+    );
+    // The barrier's notification rebuilds it: now every store had listed before any was read.
+    let (marked, policies) = snapshot::read_after_sync_flag(&synced, || store.state());
+    let whole = build_snapshot(&inputs_with_policies(policies, marked));
+    assert!(whole.synced && whole.policy.is_some());
+}
+
 #[test]
 fn store_keys_views_by_name_and_a_namespace_turning_terminating_replaces_its_live_view() {
     let namespace = |deleting: bool| {

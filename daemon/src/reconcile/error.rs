@@ -57,6 +57,17 @@ pub enum ReconcileError {
         /// Cause.
         source: kube::Error,
     },
+    /// Reading the served TierPolicy from the API server failed (confirming it is gone before the gate is pruned).
+    #[error(
+        "failed to read TierPolicy {name} to confirm it is gone before pruning the in-server gate: {source}; the gate \
+         stays until the API server answers (grant get on tierpolicies, as the chart does)"
+    )]
+    ReadServedPolicy {
+        /// The served policy's name.
+        name: String,
+        /// Cause.
+        source: kube::Error,
+    },
     /// Deleting an orphan failed.
     #[error("failed to delete {kind} {name}: {source}")]
     DeleteObject {
@@ -101,6 +112,7 @@ impl ReconcileError {
             Self::ApplyConflict { .. } => "apply_conflict",
             Self::ReadObject { .. } => "read_object",
             Self::ReadGateOwner { .. } => "read_gate_owner",
+            Self::ReadServedPolicy { .. } => "read_served_policy",
             Self::DeleteObject { .. } => "delete_object",
             Self::WriteStatus { .. } => "write_status",
             Self::BuildDesired(error) => error.reason(),
@@ -131,6 +143,7 @@ impl ReconcileError {
             Self::ApplyObject { source, .. }
             | Self::ReadObject { source, .. }
             | Self::ReadGateOwner { source, .. }
+            | Self::ReadServedPolicy { source, .. }
             | Self::DeleteObject { source, .. }
             | Self::WriteStatus { source, .. } => source,
             Self::ApplyConflict { .. } | Self::BuildDesired(_) | Self::Unapplied { .. } => {

@@ -16,6 +16,7 @@ use kube::api::Api;
 use super::kinds::KueueKind;
 use super::writes::delete_object;
 use super::{Context, ReconcileError};
+use crate::policy::TierPolicy;
 
 /// Who owns the gate this reconcile.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,10 +71,27 @@ pub(super) fn build_gate_owner(name: &str, metadata: &ObjectMeta) -> GateOwner {
 /// Deletes every gate object the served policy owns (by label) when that policy is gone: under `--gate-owner` its
 /// owner reference no longer takes the gate with it. Nothing to do without `--gate-owner`, before the caches have
 /// synced, or while the policy exists.
+///
+/// The cache only proposes: deleting the gate opens the tenant boundary whenever the webhook does not answer, so
+/// the policy's absence is confirmed by the API server itself before anything is deleted (a replica whose caches
+/// lag, or a snapshot read while a store was still listing, must never take the gate away).
 pub(super) async fn prune_gate_without_policy(ctx: &Context) -> Result<usize, ReconcileError> {
     let snapshot = ctx.snapshot.load_full();
     if ctx.settings.gate_owner.is_none() || !snapshot.synced || snapshot.policy.is_some() || !ctx.gate.is_open() {
         return Ok(0);
+    }
+    let policies: Api<TierPolicy> = Api::all(ctx.client.clone());
+    let name = &ctx.settings.policy_name;
+    match policies.get_metadata_opt(name).await {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            tracing::info!(
+                policy = %name,
+                "the cache has no served TierPolicy but the API server has it: the in-server gate stays"
+            );
+            return Ok(0);
+        }
+        Err(source) => return Err(ReconcileError::ReadServedPolicy { name: name.clone(), source }),
     }
     let mut pruned = 0;
     for kind in KueueKind::ALL.into_iter().filter(|kind| kind.is_gate()) {

@@ -247,14 +247,12 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     ctx.blockers.clear(BlockedReason::PolicyInvalid);
     if !ctx.kueue_discovered.load(Ordering::Relaxed) {
         discover_kueue(&ctx.client).await?;
-        let served = match self::discovery::discover_mutating_policies(&ctx.client).await {
-            Some(true) => 1,
-            Some(false) => 2,
-            None => 0,
-        };
-        ctx.mutating_policies.store(served, Ordering::Relaxed);
+        discover_gate_mode(ctx).await;
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
         ctx.blockers.clear(BlockedReason::KueueMissing);
+    } else if ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == MODE_UNKNOWN {
+        // Asked again until known: an unknown mode keeps whatever mutating half is live (below).
+        discover_gate_mode(ctx).await;
     }
     // Discovery comes first so a missing Kueue is reported in the status, not only as caches that never sync.
     let snapshot = ctx.snapshot.load_full();
@@ -262,7 +260,12 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         tracing::debug!("caches not synced yet; not deciding");
         return Ok(Action::requeue(UNSYNCED_RETRY));
     }
-    let mutating_served = ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == 1;
+    let mode = ctx.mutating_policies.load(Ordering::Relaxed);
+    let mutating_served = ctx.settings.mutating_gate && mode == MODE_SERVED;
+    // Discovery failed this time: the mutating half live now is neither applied nor pruned, so a new leader that
+    // cannot tell the API server's version never takes away what its predecessor applied.
+    let kept_unknown =
+        if ctx.settings.mutating_gate && mode == MODE_UNKNOWN { live_mutating_half(ctx) } else { Vec::new() };
     // A policy that names no trusted controllers trusts the operators installed now (`trust`): the gate's parameters
     // say the same as the webhook, which decides from the snapshot's copy.
     let gate_owner = gate_owner::resolve_gate_owner(ctx).await?;
@@ -321,7 +324,12 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     }
     let applied = applied.names;
     let wanted = prune::Wanted {
-        cluster: cluster_scoped.objects.iter().map(|object| (object.kind, object.object.name_any())).collect(),
+        cluster: cluster_scoped
+            .objects
+            .iter()
+            .map(|object| (object.kind, object.object.name_any()))
+            .chain(kept_unknown)
+            .collect(),
         local_queues,
     };
     let retired = prune::retire_orphans(ctx, &wanted).await?;
@@ -342,14 +350,46 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         flavor_migrations: draining.iter().map(drain::DrainingFlavor::to_migration).collect(),
         shrunk_tiers,
         mutating_policies_served: match ctx.mutating_policies.load(Ordering::Relaxed) {
-            1 => Some(true),
-            2 => Some(false),
+            MODE_SERVED => Some(true),
+            MODE_NOT_SERVED => Some(false),
             _ => None,
         },
     };
     writes::write_status(ctx, policy, &input).await?;
     let waiting = retired.draining > 0 || !draining.is_empty() || retiring > 0;
     Ok(Action::requeue(if waiting { DRAIN_RECHECK } else { RESYNC }))
+}
+
+/// `Context::mutating_policies`: discovery has not answered (yet, or this time).
+const MODE_UNKNOWN: u8 = 0;
+/// `Context::mutating_policies`: the API server serves MutatingAdmissionPolicy.
+const MODE_SERVED: u8 = 1;
+/// `Context::mutating_policies`: it does not.
+const MODE_NOT_SERVED: u8 = 2;
+
+/// Asks whether the API server serves MutatingAdmissionPolicy and records the answer (unknown when it failed).
+async fn discover_gate_mode(ctx: &Context) {
+    let mode = match self::discovery::discover_mutating_policies(&ctx.client).await {
+        Some(true) => MODE_SERVED,
+        Some(false) => MODE_NOT_SERVED,
+        None => MODE_UNKNOWN,
+    };
+    ctx.mutating_policies.store(mode, Ordering::Relaxed);
+}
+
+/// The gate's mutating half as live now (owned by the served policy), by kind and name.
+fn live_mutating_half(ctx: &Context) -> Vec<(KueueKind, String)> {
+    KueueKind::ALL
+        .into_iter()
+        .filter(|kind| kind.is_mutating_half())
+        .filter_map(|kind| ctx.live.get(&kind).map(|store| (kind, store.state())))
+        .flat_map(|(kind, objects)| {
+            objects
+                .into_iter()
+                .filter(|object| object.is_owned_by(&ctx.settings.policy_name))
+                .map(move |object| (kind, object.name.clone()))
+        })
+        .collect()
 }
 
 /// The namespaces the translation sees, borrowed from the snapshot: all but the daemon's own.

@@ -1104,3 +1104,66 @@ async fn a_namespace_untiered_between_rounds_loses_its_queue_and_unchanged_ones_
         "team-c's queue is still wanted"
     );
 }
+
+/// A leader under `--gate-owner` whose snapshot says synced but holds no served policy, over a cluster that holds
+/// the gate: what the gate pruner sends when the API server answers `policy_lookup` for the policy.
+async fn gate_prune_calls(policy_lookup: (StatusCode, Value)) -> (Result<usize, ReconcileError>, Vec<Call>) {
+    let policy = sample_policy();
+    let tiered = snapshot_with(&[("team-b", "bronze")]);
+    let gate: Vec<DynamicObject> = converged_objects(&policy, &tiered)
+        .into_iter()
+        .filter(|object| KueueKind::of(object).is_some_and(KueueKind::is_gate))
+        .collect();
+    assert!(!gate.is_empty(), "the sample has a gate");
+    // The cache's view a moment after a restart: synced, and the served policy not (yet) in it.
+    let snapshot = snapshot_with(&[("team-b", "bronze")]);
+    assert!(snapshot.load().policy.is_none());
+    let mut lookup = Some(policy_lookup);
+    let responder = move |call: &Call| match call.method.as_str() {
+        "GET" if call.path.ends_with("/tierpolicies/default") => lookup.take().unwrap_or_else(not_found),
+        "DELETE" => (StatusCode::OK, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})),
+        _ => not_found(),
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let settings = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "test".to_owned(),
+        mutating_gate: false,
+        gate_owner: Some("00-tiergate".to_owned()),
+    };
+    let ctx =
+        Context::new(client, settings, snapshot, stores_with(gate), WriteGate::always_open(), Arc::new(Metrics::new()));
+    let pruned = gate_owner::prune_gate_without_policy(&ctx).await;
+    (pruned, api.finish(ctx).await)
+}
+
+#[tokio::test]
+async fn a_cache_without_the_served_policy_never_prunes_the_gate_while_the_api_server_has_the_policy() {
+    let policy = serde_json::to_value(sample_policy()).unwrap();
+    let (pruned, calls) = gate_prune_calls((StatusCode::OK, policy)).await;
+    let pruned = pruned.unwrap();
+    let deletes: Vec<String> = calls.iter().filter(|call| call.is_write()).map(Call::summary).collect();
+    assert_eq!((pruned, deletes), (0, Vec::<String>::new()), "the gate must stay while its policy exists");
+    assert_eq!(calls.len(), 1, "one read confirms: {:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn the_gate_of_a_policy_the_api_server_confirms_gone_is_pruned_whole() {
+    let (pruned, calls) = gate_prune_calls(not_found()).await;
+    let pruned = pruned.unwrap();
+    let deleted: Vec<KueueKind> =
+        calls.iter().filter(|call| call.method == "DELETE").filter_map(|call| kind_of_path(&call.path)).collect();
+    assert!(pruned > 0 && deleted.len() == pruned, "{pruned} pruned, deletes {deleted:?}");
+    assert!(deleted.contains(&KueueKind::ValidatingAdmissionPolicy), "{deleted:?}");
+    assert!(deleted.iter().all(|kind| kind.is_gate()), "{deleted:?}");
+}
+
+#[tokio::test]
+async fn a_failed_read_of_the_served_policy_prunes_nothing_and_says_why() {
+    let unavailable = failure(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "etcd is slow");
+    let (pruned, calls) = gate_prune_calls(unavailable).await;
+    let error = pruned.unwrap_err();
+    assert_eq!(error.reason(), "read_served_policy");
+    assert!(error.to_string().contains("the gate stays"), "{error}");
+    assert!(calls.iter().all(|call| !call.is_write()), "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
