@@ -54,6 +54,8 @@ pub enum BlockedReason {
     KueueFairSharingMissing,
     /// The policy renders Karpenter NodePools, but the API server does not serve `karpenter.sh/v1` NodePools.
     KarpenterMissing,
+    /// The API server does not serve ValidatingAdmissionPolicy, so the in-server gate cannot be applied.
+    GateNotServed,
     /// The webhook's serving certificate file is missing or unreadable.
     CertificateMissing,
     /// The webhook's serving certificate has expired.
@@ -71,7 +73,7 @@ pub enum Severity {
 
 impl BlockedReason {
     /// Every reason, in a fixed order (the gauges are registered for each, 0 or 1).
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::LeaseNamespaceMissing,
         Self::LeaseForbidden,
         Self::LeaseConflict,
@@ -88,6 +90,7 @@ impl BlockedReason {
         Self::KueueDraMappingMissing,
         Self::KueueFairSharingMissing,
         Self::KarpenterMissing,
+        Self::GateNotServed,
         Self::CertificateMissing,
         Self::CertificateExpired,
     ];
@@ -111,6 +114,7 @@ impl BlockedReason {
             Self::KueueDraMappingMissing => "kueue_dra_mapping_missing",
             Self::KueueFairSharingMissing => "kueue_fair_sharing_missing",
             Self::KarpenterMissing => "karpenter_missing",
+            Self::GateNotServed => "gate_not_served",
             Self::CertificateMissing => "certificate_missing",
             Self::CertificateExpired => "certificate_expired",
         }
@@ -143,6 +147,11 @@ impl BlockedReason {
             Self::KarpenterMissing => {
                 "GPU classes have a karpenter template, but the API server does not serve Karpenter's v1 NodePool: \
                  their NodePools are not applied (everything else is)"
+            }
+            Self::GateNotServed => {
+                "the in-server gate is not applied: the API server does not serve ValidatingAdmissionPolicy \
+                 (admissionregistration.k8s.io/v1), so a GPU workload the webhook does not answer for is stored \
+                 unconstrained"
             }
             Self::CertificateMissing => "the webhook cannot serve: its certificate file is missing",
             Self::CertificateExpired => "the webhook's certificate has expired: the API server refuses it",
@@ -179,11 +188,11 @@ impl BlockedReason {
                 "install the missing CRDs: Kueue's for Kueue kinds, `tiergate crd | kubectl apply -f -` for TierPolicy"
             }
             Self::WatchForbidden => {
-                "grant list and watch on the named resources (the chart's ClusterRole does; see docs/reconcile.md, RBAC)"
+                "grant list and watch on the named resources (the chart's ClusterRole does; see docs/operations.md, RBAC)"
             }
             Self::ApiUnreachable => "check the API server's health, the kubeconfig and the NetworkPolicy egress",
             Self::WriteForbidden => {
-                "grant the verbs in docs/reconcile.md, RBAC (the chart's ClusterRole does; `kubectl auth can-i`)"
+                "grant the verbs in docs/operations.md, RBAC (the chart's ClusterRole does; `kubectl auth can-i`)"
             }
             Self::ReconcileFailing => "read the TierPolicy's status.lastError; the error names the failed action",
             Self::WorkerUnreachable => {
@@ -204,6 +213,11 @@ impl BlockedReason {
             Self::KarpenterMissing => {
                 "install Karpenter v1 or newer (its NodePool CRD, karpenter.sh/v1) and restart tiergate, or remove the \
                  classes' `karpenter` templates to manage NodePools yourself"
+            }
+            Self::GateNotServed => {
+                "run Kubernetes 1.33 or newer (ValidatingAdmissionPolicy v1 is served from 1.30), or register the \
+                 webhook with failurePolicy Fail (chart value webhook.failurePolicy) so the API server refuses what \
+                 the webhook does not answer"
             }
             Self::CertificateMissing => {
                 "with cert-manager, check the Certificate (`kubectl describe certificate`); with \

@@ -1,7 +1,7 @@
 //! Kueue API discovery: tiergate needs `kueue.x-k8s.io/v1beta2` (Kueue >= v0.15) with every kind it writes; and
-//! whether the API server serves MutatingAdmissionPolicy, which decides the in-server gate's mode. The
-//! assessments are pure ([`build_kueue_support`], [`serves_mutating_policies`]); [`discover_kueue`] and
-//! [`discover_mutating_policies`] ask the API server.
+//! which admission policies the API server serves, which decides whether the in-server gate can be applied and in
+//! which mode. The assessments are pure ([`build_kueue_support`], [`serves_validating_policies`],
+//! [`serves_mutating_policies`]); [`discover_kueue`] and [`discover_admission_policies`] ask the API server.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList};
 use kube::Client;
@@ -80,13 +80,32 @@ pub fn serves_mutating_policies(resources: &APIResourceList) -> bool {
     resources.resources.iter().any(|resource| resource.name == "mutatingadmissionpolicies")
 }
 
-/// Asks the API server whether it serves MutatingAdmissionPolicy; `None` when discovery failed (logged; the gate's
-/// validating half does not depend on it).
-pub async fn discover_mutating_policies(client: &Client) -> Option<bool> {
+/// Whether `resources` (of `admissionregistration.k8s.io/v1`) include ValidatingAdmissionPolicy and its bindings
+/// (GA in 1.30): the gate's validating half, which holds the boundary while the webhook does not answer.
+pub fn serves_validating_policies(resources: &APIResourceList) -> bool {
+    let served = |name: &str| resources.resources.iter().any(|resource| resource.name == name);
+    served("validatingadmissionpolicies") && served("validatingadmissionpolicybindings")
+}
+
+/// Which halves of the in-server gate the API server can serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionPolicies {
+    /// ValidatingAdmissionPolicy and its bindings.
+    pub validating: bool,
+    /// MutatingAdmissionPolicy and its bindings.
+    pub mutating: bool,
+}
+
+/// Asks the API server which admission policies it serves; `None` when discovery failed (logged; the caller keeps
+/// what is live rather than deciding on an unknown).
+pub async fn discover_admission_policies(client: &Client) -> Option<AdmissionPolicies> {
     match client.list_api_group_resources(ADMISSION_GROUP_VERSION).await {
-        Ok(resources) => Some(serves_mutating_policies(&resources)),
+        Ok(resources) => Some(AdmissionPolicies {
+            validating: serves_validating_policies(&resources),
+            mutating: serves_mutating_policies(&resources),
+        }),
         Err(error) => {
-            tracing::warn!(%error, "failed to list {ADMISSION_GROUP_VERSION}; the in-server gate's mode is reported as unknown");
+            tracing::warn!(%error, "failed to list {ADMISSION_GROUP_VERSION}; the in-server gate's mode is unknown");
             None
         }
     }
@@ -147,6 +166,9 @@ mod tests {
         let before_1_36 = list(&["validatingadmissionpolicies", "validatingadmissionpolicybindings"]);
         assert!(!serves_mutating_policies(&before_1_36));
         assert!(serves_mutating_policies(&list(&["validatingadmissionpolicies", "mutatingadmissionpolicies"])));
+        assert!(serves_validating_policies(&before_1_36));
+        assert!(!serves_validating_policies(&list(&["validatingwebhookconfigurations"])), "before 1.30");
+        assert!(!serves_validating_policies(&list(&["validatingadmissionpolicies"])), "no bindings, no gate");
     }
 
     #[test]

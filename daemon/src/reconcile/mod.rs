@@ -102,8 +102,11 @@ pub struct Context {
     recorder: Recorder,
     metrics: Arc<Metrics>,
     kueue_discovered: AtomicBool,
-    /// Whether the API server serves MutatingAdmissionPolicy: 0 not asked or unknown, 1 yes, 2 no.
+    /// Whether the API server serves MutatingAdmissionPolicy: [`MODE_UNKNOWN`], [`MODE_SERVED`] or
+    /// [`MODE_NOT_SERVED`].
     mutating_policies: std::sync::atomic::AtomicU8,
+    /// Whether it serves ValidatingAdmissionPolicy and its bindings, in the same terms.
+    validating_policies: std::sync::atomic::AtomicU8,
     backoffs: Mutex<HashMap<String, backon::ExponentialBackoff>>,
     fleet: Arc<FleetHealth>,
     blockers: Arc<Blockers>,
@@ -149,7 +152,8 @@ impl Context {
             gate,
             metrics,
             kueue_discovered: AtomicBool::new(false),
-            mutating_policies: std::sync::atomic::AtomicU8::new(0),
+            mutating_policies: std::sync::atomic::AtomicU8::new(MODE_UNKNOWN),
+            validating_policies: std::sync::atomic::AtomicU8::new(MODE_UNKNOWN),
             backoffs: Mutex::new(HashMap::new()),
             fleet: Arc::new(FleetHealth::default()),
             blockers,
@@ -168,9 +172,11 @@ impl Context {
         self.fleet.clone()
     }
 
-    /// Skips Kueue discovery (tests that mock only the object calls).
+    /// Skips Kueue discovery (tests that mock only the object calls): Kueue and ValidatingAdmissionPolicy are taken
+    /// as served, MutatingAdmissionPolicy as unknown.
     pub fn assume_kueue_discovered(&self) {
         self.kueue_discovered.store(true, Ordering::Relaxed);
+        self.validating_policies.store(MODE_SERVED, Ordering::Relaxed);
     }
 
     fn next_backoff(&self, key: &str) -> Duration {
@@ -250,7 +256,9 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         discover_gate_mode(ctx).await;
         ctx.kueue_discovered.store(true, Ordering::Relaxed);
         ctx.blockers.clear(BlockedReason::KueueMissing);
-    } else if ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == MODE_UNKNOWN {
+    } else if ctx.validating_policies.load(Ordering::Relaxed) == MODE_UNKNOWN
+        || (ctx.settings.mutating_gate && ctx.mutating_policies.load(Ordering::Relaxed) == MODE_UNKNOWN)
+    {
         // Asked again until known: an unknown mode keeps whatever mutating half is live (below).
         discover_gate_mode(ctx).await;
     }
@@ -293,9 +301,11 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             if !mutating_served {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_mutating_half));
             }
-            if matches!(gate_owner, gate_owner::GateOwner::Missing(_)) {
+            let gate_not_served = ctx.validating_policies.load(Ordering::Relaxed) == MODE_NOT_SERVED;
+            if matches!(gate_owner, gate_owner::GateOwner::Missing(_)) || gate_not_served {
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_gate));
             }
+            report_gate_served(ctx, gate_not_served);
             keep_node_pools_if_served(ctx, &mut objects).await;
             let draining = carry_draining_flavors(ctx, &mut objects, "management");
             let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
@@ -349,11 +359,8 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         migrations: retired.migrations.clone(),
         flavor_migrations: draining.iter().map(drain::DrainingFlavor::to_migration).collect(),
         shrunk_tiers,
-        mutating_policies_served: match ctx.mutating_policies.load(Ordering::Relaxed) {
-            MODE_SERVED => Some(true),
-            MODE_NOT_SERVED => Some(false),
-            _ => None,
-        },
+        mutating_policies_served: served(&ctx.mutating_policies),
+        validating_policies_served: served(&ctx.validating_policies),
     };
     writes::write_status(ctx, policy, &input).await?;
     let waiting = retired.draining > 0 || !draining.is_empty() || retiring > 0;
@@ -367,14 +374,37 @@ const MODE_SERVED: u8 = 1;
 /// `Context::mutating_policies`: it does not.
 const MODE_NOT_SERVED: u8 = 2;
 
-/// Asks whether the API server serves MutatingAdmissionPolicy and records the answer (unknown when it failed).
+/// A recorded discovery answer: `Some(served)`, or `None` when unknown.
+fn served(mode: &std::sync::atomic::AtomicU8) -> Option<bool> {
+    match mode.load(Ordering::Relaxed) {
+        MODE_SERVED => Some(true),
+        MODE_NOT_SERVED => Some(false),
+        _ => None,
+    }
+}
+
+/// Asks which admission policies the API server serves and records the answers (unknown when discovery failed).
 async fn discover_gate_mode(ctx: &Context) {
-    let mode = match self::discovery::discover_mutating_policies(&ctx.client).await {
-        Some(true) => MODE_SERVED,
-        Some(false) => MODE_NOT_SERVED,
-        None => MODE_UNKNOWN,
+    let mode = |served: bool| if served { MODE_SERVED } else { MODE_NOT_SERVED };
+    let (validating, mutating) = match self::discovery::discover_admission_policies(&ctx.client).await {
+        Some(served) => (mode(served.validating), mode(served.mutating)),
+        None => (MODE_UNKNOWN, MODE_UNKNOWN),
     };
-    ctx.mutating_policies.store(mode, Ordering::Relaxed);
+    ctx.validating_policies.store(validating, Ordering::Relaxed);
+    ctx.mutating_policies.store(mutating, Ordering::Relaxed);
+}
+
+/// Sets the `gate_not_served` blocker (the policy's Blocked condition, `/readyz`'s body, `tiergate_blocked`, the log)
+/// when the API server serves no ValidatingAdmissionPolicy, so the gate is not applied; clears it otherwise.
+fn report_gate_served(ctx: &Context, not_served: bool) {
+    if not_served {
+        ctx.blockers.set(
+            BlockedReason::GateNotServed,
+            "admissionregistration.k8s.io/v1 lists no validatingadmissionpolicies or validatingadmissionpolicybindings",
+        );
+    } else {
+        ctx.blockers.clear(BlockedReason::GateNotServed);
+    }
 }
 
 /// The gate's mutating half as live now (owned by the served policy), by kind and name.

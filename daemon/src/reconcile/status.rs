@@ -22,6 +22,14 @@ pub const SERVED: &str = "Served";
 /// fix); absent otherwise.
 pub const BLOCKED: &str = "Blocked";
 
+/// `Degraded` and `InServerGate` reason: the API server serves no ValidatingAdmissionPolicy.
+const GATE_NOT_SERVED: &str = "InServerGateNotServed";
+/// What is lost then, and the fix.
+const GATE_NOT_SERVED_MESSAGE: &str = "the API server does not serve ValidatingAdmissionPolicy \
+    (admissionregistration.k8s.io/v1, Kubernetes 1.30+), so the in-server gate is not applied: while the webhook does \
+    not answer (a crash, a hang, an upgrade), GPU workloads are stored without their tier's queue, class and \
+    priority; run Kubernetes 1.33 or newer, or register the webhook with failurePolicy Fail";
+
 /// Condition type: whether the in-server gate (admission policies run by the API server itself) is installed,
 /// and in which mode (`ValidateOnly`, or `ValidateAndMutate` where MutatingAdmissionPolicies are applied).
 pub const IN_SERVER_GATE: &str = "InServerGate";
@@ -44,6 +52,9 @@ pub enum StatusInput {
         shrunk_tiers: Vec<String>,
         /// Whether the API server serves MutatingAdmissionPolicy (`None`: unknown).
         mutating_policies_served: Option<bool>,
+        /// Whether it serves ValidatingAdmissionPolicy (`None`: unknown); `Some(false)` leaves the policy without
+        /// its gate, and says so in `Degraded` and `InServerGate`.
+        validating_policies_served: Option<bool>,
     },
     /// The policy is invalid; the last applied state stays in the cluster.
     Invalid {
@@ -68,9 +79,19 @@ pub fn build_status(
 ) -> TierPolicyStatus {
     let kept = previous.cloned().unwrap_or_default();
     let (ready, degraded, mut status) = match input {
-        StatusInput::Applied { tier_count, object_counts, migrations, flavor_migrations, .. } => {
+        StatusInput::Applied {
+            tier_count,
+            object_counts,
+            migrations,
+            flavor_migrations,
+            validating_policies_served,
+            ..
+        } => {
             let ready = ("True", "Applied".to_owned(), format!("{tier_count} tiers applied"));
             let degraded = match (migrations.is_empty(), flavor_migrations.is_empty()) {
+                _ if *validating_policies_served == Some(false) => {
+                    ("True", GATE_NOT_SERVED.to_owned(), GATE_NOT_SERVED_MESSAGE.to_owned())
+                }
                 (true, true) => ("False", "AsExpected".to_owned(), "the cluster matches the policy".to_owned()),
                 (false, _) => (
                     "False",
@@ -128,10 +149,20 @@ pub fn build_status(
     ];
     let earlier_quota = previous_conditions.iter().find(|condition| condition.type_ == QUOTA_REDUCED);
     match input {
-        StatusInput::Applied { shrunk_tiers, object_counts, mutating_policies_served, .. } => {
+        StatusInput::Applied {
+            shrunk_tiers,
+            object_counts,
+            mutating_policies_served,
+            validating_policies_served,
+            ..
+        } => {
             let quota = build_quota_reduced(shrunk_tiers, earlier_quota, generation);
             status.conditions.push(build_condition(QUOTA_REDUCED, quota, generation, previous_conditions, now));
-            let gate = build_in_server_gate(object_counts, *mutating_policies_served);
+            let gate = if *validating_policies_served == Some(false) {
+                ("False", GATE_NOT_SERVED.to_owned(), GATE_NOT_SERVED_MESSAGE.to_owned())
+            } else {
+                build_in_server_gate(object_counts, *mutating_policies_served)
+            };
             status.conditions.push(build_condition(IN_SERVER_GATE, gate, generation, previous_conditions, now));
         }
         _ => {
@@ -275,6 +306,7 @@ mod tests {
             flavor_migrations: Vec::new(),
             shrunk_tiers: vec![],
             mutating_policies_served: None,
+            validating_policies_served: None,
         }
     }
 
@@ -286,6 +318,7 @@ mod tests {
             flavor_migrations: Vec::new(),
             shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
             mutating_policies_served: None,
+            validating_policies_served: None,
         }
     }
 
@@ -321,6 +354,7 @@ mod tests {
             flavor_migrations: vec![drain.clone()],
             shrunk_tiers: Vec::new(),
             mutating_policies_served: None,
+            validating_policies_served: None,
         };
         let status = build_status(None, Some(2), &draining, &at(0));
         assert_eq!(status.flavor_migrations, vec![drain]);
@@ -347,6 +381,7 @@ mod tests {
             flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(false),
+            validating_policies_served: Some(true),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
@@ -371,6 +406,7 @@ mod tests {
             flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
+            validating_policies_served: Some(true),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
@@ -391,6 +427,7 @@ mod tests {
             flavor_migrations: Vec::new(),
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
+            validating_policies_served: Some(true),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);

@@ -201,6 +201,7 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
         flavor_migrations: Vec::new(),
         shrunk_tiers: vec![],
         mutating_policies_served: None,
+        validating_policies_served: None,
     };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));
@@ -441,7 +442,7 @@ async fn restart_over_an_unchanged_cluster_only_reads_discovery() {
     let calls = api.finish(ctx).await;
 
     let summaries: Vec<String> = calls.iter().map(Call::summary).collect();
-    // The third read asks whether MutatingAdmissionPolicy is served (not found here: reported as unknown).
+    // The third read asks which admission policies are served (not found here: unknown, so the live gate is kept).
     assert_eq!(
         summaries,
         vec![
@@ -1166,4 +1167,59 @@ async fn a_failed_read_of_the_served_policy_prunes_nothing_and_says_why() {
     assert_eq!(error.reason(), "read_served_policy");
     assert!(error.to_string().contains("the gate stays"), "{error}");
     assert!(calls.iter().all(|call| !call.is_write()), "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_server_without_validating_admission_policies_gets_no_gate_and_the_policy_says_degraded_and_why() {
+    let policy = sample_policy();
+    let snapshot = snapshot_with(&[("team-b", "bronze")]);
+    let resources: Vec<Value> = KueueKind::ALL
+        .into_iter()
+        .map(|kind| json!({"name": kind.plural(), "singularName": "", "namespaced": kind.namespaced(), "kind": kind.name(), "verbs": ["get"]}))
+        .collect();
+    let mut echo = echo_server(policy.clone());
+    let responder = move |call: &Call| match call.path.as_str() {
+        "/apis" => (
+            StatusCode::OK,
+            json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{"name": "kueue.x-k8s.io", "versions": [
+                {"groupVersion": "kueue.x-k8s.io/v1beta2", "version": "v1beta2"}]}]}),
+        ),
+        "/apis/kueue.x-k8s.io/v1beta2" => (
+            StatusCode::OK,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "kueue.x-k8s.io/v1beta2", "resources": resources}),
+        ),
+        // Before Kubernetes 1.30: webhooks only.
+        "/apis/admissionregistration.k8s.io/v1" => (
+            StatusCode::OK,
+            json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "admissionregistration.k8s.io/v1",
+                   "resources": [
+                       {"name": "mutatingwebhookconfigurations", "singularName": "", "namespaced": false,
+                        "kind": "MutatingWebhookConfiguration", "verbs": ["get"]},
+                       {"name": "validatingwebhookconfigurations", "singularName": "", "namespaced": false,
+                        "kind": "ValidatingWebhookConfiguration", "verbs": ["get"]}]}),
+        ),
+        _ => echo(call),
+    };
+    let (client, api) = MockApi::start(Box::new(responder));
+    let ctx = context(client, snapshot, stores_with(vec![]), WriteGate::always_open());
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let blockers = ctx.blockers().active();
+    let calls = api.finish(ctx).await;
+
+    let applied: Vec<KueueKind> =
+        calls.iter().filter(|call| call.method == "PATCH").filter_map(|call| kind_of_path(&call.path)).collect();
+    assert!(applied.contains(&KueueKind::ClusterQueue), "the rest is applied: {applied:?}");
+    assert!(!applied.iter().any(|kind| kind.is_gate()), "no gate object is applied where none is served: {applied:?}");
+    let status = calls.iter().find(|call| call.path.ends_with("/status")).expect("a status write");
+    let conditions = status.body["status"]["conditions"].as_array().unwrap();
+    let condition = |type_: &str| conditions.iter().find(|condition| condition["type"] == type_).unwrap();
+    assert_eq!(condition("Degraded")["status"], "True");
+    assert_eq!(condition("Degraded")["reason"], "InServerGateNotServed");
+    assert!(condition("Degraded")["message"].as_str().unwrap().contains("stored without their tier's queue"));
+    assert_eq!(
+        (condition("InServerGate")["status"].as_str(), condition("Ready")["status"].as_str()),
+        (Some("False"), Some("True"))
+    );
+    assert!(blockers.iter().any(|blocker| blocker.reason == BlockedReason::GateNotServed), "{blockers:?}");
 }
