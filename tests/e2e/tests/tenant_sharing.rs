@@ -22,7 +22,7 @@ use tiergate::live::fetch_status_inputs;
 use tiergate::policy::TierPolicy;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, ensure, is_admitted, one_gpu_job,
-    random_name, run_cluster_test, start_tiergate, wait_for, wait_for_local_queue,
+    random_name, run_cluster_test, start_tiergate, status_condition, wait_for, wait_for_local_queue,
 };
 
 /// Kueue objects after the policy is applied, and a Workload admitted after quota frees up.
@@ -144,14 +144,16 @@ async fn drive(
         check_why_names_the_tenant_ahead(client, policy, a, b, &jobs[SLOTS].1).await?;
     }
     let mut order = Vec::new();
-    let mut finished: Vec<(String, String)> = Vec::new();
-    // Finish the oldest admitted Job, then wait for the one Kueue admits in its place, until 12 admissions later.
+    let mut log = AdmissionLog::default();
+    log.observe(client, &jobs).await?;
+    log.returned = log.seen.len();
+    // Finish the oldest admitted Job, then take the next admission in Kueue's order, until 12 admissions later.
     for _ in 0..12 {
-        let next = finish_oldest_and_wait_for_the_next(client, &jobs, &mut finished).await?;
+        let next = finish_oldest_and_wait_for_the_next(client, &jobs, &mut log).await?;
         order.push(if next.0 == a { "A".to_owned() } else { "B".to_owned() });
     }
     if fair {
-        measure_long_run_shares(client, &mut jobs, &mut finished, (a, b), (&queue, &class)).await?;
+        measure_long_run_shares(client, &mut jobs, &mut log, (a, b), (&queue, &class)).await?;
     }
     for (namespace, name) in &jobs {
         delete_job(client, namespace, name).await?;
@@ -166,28 +168,73 @@ async fn workloads_in(client: &Client, namespace: &str) -> Result<usize, kube::E
     Ok(api.list(&Default::default()).await?.items.len())
 }
 
-/// Finishes the oldest admitted Job of `jobs` and waits for the one Kueue admits in its place.
+/// Every admission the suite has seen, in Kueue's order, and the Jobs it finished.
+///
+/// State, not events: each listing appends the admitted Jobs not seen before, ordered by their Workload's admission
+/// time, so an admission that happens before the suite looks for it (a fast Kueue, a slow suite) is recorded all
+/// the same, in its place; and a finished Job whose Workload still reads Admitted while it is deleted is never taken
+/// for a running one.
+#[derive(Debug, Default)]
+struct AdmissionLog {
+    /// Admitted Jobs, in the order Kueue admitted them.
+    seen: Vec<(String, String)>,
+    /// How many of `seen` have been handed out as "the next admission".
+    returned: usize,
+    /// Jobs the suite finished.
+    finished: Vec<(String, String)>,
+}
+
+impl AdmissionLog {
+    /// Lists the admitted Jobs of `jobs`, records the new ones, and returns those still running (not finished), in
+    /// submission order.
+    async fn observe(
+        &mut self,
+        client: &Client,
+        jobs: &[(String, String)],
+    ) -> Result<Vec<(String, String)>, HarnessError> {
+        let admitted = admitted_with_times(client, jobs).await?;
+        let mut new: Vec<&(String, (String, String))> =
+            admitted.iter().filter(|(_, job)| !self.seen.contains(job)).collect();
+        // RFC 3339 times of one format sort as text; ties (whole seconds) keep submission order.
+        new.sort_by(|left, right| left.0.cmp(&right.0));
+        self.seen.extend(new.into_iter().map(|(_, job)| job.clone()));
+        Ok(admitted.into_iter().map(|(_, job)| job).filter(|job| !self.finished.contains(job)).collect())
+    }
+}
+
+/// Finishes the oldest running Job of `jobs` and returns the next admission of `log` in Kueue's order, waiting
+/// for it if Kueue has not made it yet.
 async fn finish_oldest_and_wait_for_the_next(
     client: &Client,
     jobs: &[(String, String)],
-    finished: &mut Vec<(String, String)>,
+    log: &mut AdmissionLog,
 ) -> Result<(String, String), HarnessError> {
-    let running = admitted(client, jobs).await?;
-    let oldest = running.first().cloned().ok_or("no admitted Job to finish")?;
+    let running = log.observe(client, jobs).await?;
+    let oldest = running.first().cloned().ok_or("no running Job to finish")?;
     finish_job(client, &oldest.0, &oldest.1).await?;
-    finished.push(oldest.clone());
-    let before: Vec<(String, String)> = running.into_iter().filter(|job| *job != oldest).collect();
-    let finished: &[(String, String)] = finished;
-    let next = wait_for("the next admission", NEXT_ADMISSION, || async {
-        let now = admitted(client, jobs).await.ok()?;
-        now.into_iter().find(|job| !before.contains(job) && !finished.contains(job))
-    })
-    .await;
-    match next {
-        Ok(next) => Ok(next),
-        Err(error) => {
-            Err(format!("{error} after finishing {oldest:?}; {}", describe_workloads(client, jobs).await).into())
+    log.finished.push(oldest.clone());
+    let wanted = log.returned;
+    let mut waited = Ok(());
+    if log.seen.len() <= wanted {
+        waited = wait_for("the next admission", NEXT_ADMISSION, || async {
+            let mut now = AdmissionLog { seen: log.seen.clone(), returned: wanted, finished: log.finished.clone() };
+            now.observe(client, jobs).await.ok()?;
+            (now.seen.len() > wanted).then_some(now.seen)
+        })
+        .await
+        .map(|seen| log.seen = seen);
+    }
+    match waited {
+        Ok(()) => {
+            log.returned += 1;
+            Ok(log.seen[wanted].clone())
         }
+        Err(error) => Err(format!(
+            "{error} after finishing {oldest:?} (admissions seen so far, in order: {:?}); {}",
+            log.seen,
+            describe_workloads(client, jobs).await
+        )
+        .into()),
     }
 }
 
@@ -238,7 +285,7 @@ const LONG_RUN: usize = 30;
 async fn measure_long_run_shares(
     client: &Client,
     jobs: &mut Vec<(String, String)>,
-    finished: &mut Vec<(String, String)>,
+    log: &mut AdmissionLog,
     (a, b): (&str, &str),
     (queue, class): (&str, &str),
 ) -> Result<(), HarnessError> {
@@ -247,8 +294,10 @@ async fn measure_long_run_shares(
     for _ in 0..LONG_RUN {
         for tenant in [a, b] {
             let running = admitted(client, jobs).await?;
-            let queued =
-                jobs.iter().filter(|job| job.0 == tenant && !finished.contains(job) && !running.contains(job)).count();
+            let queued = jobs
+                .iter()
+                .filter(|job| job.0 == tenant && !log.finished.contains(job) && !running.contains(job))
+                .count();
             for _ in queued..SLOTS {
                 submitted += 1;
                 let prefix = if tenant == a { "a" } else { "b" };
@@ -256,7 +305,7 @@ async fn measure_long_run_shares(
                 jobs.push((tenant.to_owned(), name));
             }
         }
-        let next = finish_oldest_and_wait_for_the_next(client, jobs, finished).await?;
+        let next = finish_oldest_and_wait_for_the_next(client, jobs, log).await?;
         if next.0 == a { to_a += 1 } else { to_b += 1 }
     }
     println!(
@@ -348,27 +397,40 @@ async fn check_kueue_configuration_blocker(
 
 /// The Jobs of `jobs` whose Workload Kueue admitted, in the order of the list.
 async fn admitted(client: &Client, jobs: &[(String, String)]) -> Result<Vec<(String, String)>, HarnessError> {
+    Ok(admitted_with_times(client, jobs).await?.into_iter().map(|(_, job)| job).collect())
+}
+
+/// The admitted Jobs of `jobs` in submission order, each with the time its Workload's `Admitted` condition last
+/// turned true.
+async fn admitted_with_times(
+    client: &Client,
+    jobs: &[(String, String)],
+) -> Result<Vec<(String, (String, String))>, HarnessError> {
     let mut found = Vec::new();
     let workloads_of = |namespace: &str| {
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &tiergate::live::fetch::workload_resource())
     };
     let mut namespaces: Vec<&str> = jobs.iter().map(|(namespace, _)| namespace.as_str()).collect();
     namespaces.dedup();
-    let mut admitted_owners: Vec<(String, String)> = Vec::new();
+    let mut admitted_owners: Vec<((String, String), String)> = Vec::new();
     for namespace in namespaces {
         for workload in workloads_of(namespace).list(&Default::default()).await?.items {
             let value = serde_json::to_value(&workload)?;
             if !is_admitted(&value) {
                 continue;
             }
+            let since = status_condition(&value, "Admitted")
+                .and_then(|condition| condition["lastTransitionTime"].as_str())
+                .unwrap_or_default()
+                .to_owned();
             for owner in workload.owner_references().iter().filter(|owner| owner.kind == "Job") {
-                admitted_owners.push((namespace.to_owned(), owner.name.clone()));
+                admitted_owners.push(((namespace.to_owned(), owner.name.clone()), since.clone()));
             }
         }
     }
     for job in jobs {
-        if admitted_owners.contains(job) {
-            found.push(job.clone());
+        if let Some((_, since)) = admitted_owners.iter().find(|(owner, _)| owner == job) {
+            found.push((since.clone(), job.clone()));
         }
     }
     Ok(found)
