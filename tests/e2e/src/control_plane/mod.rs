@@ -15,6 +15,7 @@ pub mod node;
 pub mod pki;
 pub mod process;
 pub mod provisioning;
+pub mod versions;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -86,6 +87,9 @@ pub struct ControlPlane {
     pub node: Result<String, String>,
     /// How long start-up took.
     pub started_in: Duration,
+    /// `--emulated-version=1.<minor>` for the API servers, controller-manager and scheduler, when the plane runs an
+    /// older Kubernetes minor than its binaries ([`versions::KUBERNETES_VERSION_ENV`]).
+    emulated_version: Option<String>,
     real_node: Option<RealNode>,
     processes: Vec<Process>,
     dir: tempfile::TempDir,
@@ -229,6 +233,12 @@ impl ControlPlane {
     /// `/readyz`, and the controller-manager has made the `default` ServiceAccount.
     pub async fn start(assets: &Assets) -> Result<Self, HarnessError> {
         let began = Instant::now();
+        let chosen = versions::PlaneVersions::from_environment()?;
+        let mut assets = assets.clone();
+        if let Some(kueue) = &chosen.kueue_binary {
+            assets.kueue = kueue.clone();
+        }
+        let assets = &assets;
         let dir = tempfile::Builder::new().prefix("tiergate-e2e-control-plane-").tempdir()?;
         let device_class_mappings = sample_device_class_mappings()?;
         let mut binaries = vec![
@@ -246,6 +256,9 @@ impl ControlPlane {
             versions.push("kube-scheduler: not found, not started".to_owned());
         }
         versions.push(format!("kueue: {} (version unknown until it starts)", assets.kueue.display()));
+        if let Some(minor) = chosen.emulated_minor {
+            versions.push(format!("kubernetes: emulating 1.{minor} ({})", versions::KUBERNETES_VERSION_ENV));
+        }
         let node_binaries = node::find_node_binaries();
         if let Ok(node_binaries) = &node_binaries {
             for (name, binary) in node_binaries.reported() {
@@ -268,6 +281,7 @@ impl ControlPlane {
             versions,
             node: Err("the real node has not started yet".to_owned()),
             started_in: Duration::ZERO,
+            emulated_version: chosen.emulated_version_arg(),
             real_node: None,
             processes: Vec::new(),
             dir,
@@ -284,7 +298,8 @@ impl ControlPlane {
             Err(_) => None,
         };
         let shared = shared_dir()?;
-        let all_crds = [shared.join("kueue/crds"), shared.join("workload-crds")];
+        let kueue_crds = chosen.kueue_crds.clone().unwrap_or_else(|| shared.join("kueue/crds"));
+        let all_crds = [kueue_crds, shared.join("workload-crds")];
         // The ProvisioningRequest CRD goes in with the others: Kueue runs its provisioning admission checks only when
         // ProvisioningRequests are served as it starts.
         let provisioning_request = provisioning::build_provisioning_request_crd();
@@ -452,6 +467,7 @@ impl ControlPlane {
         if reachable_from_pods {
             args.push(arg("kubelet-preferred-address-types", "Hostname"));
         }
+        args.extend(self.emulated_version.clone());
         self.spawn(name, &assets.kube_apiserver, &args, &[])?;
         let url = format!("https://127.0.0.1:{port}");
         let (text, client) = admin_client(&url, credentials).await?;
@@ -465,7 +481,7 @@ impl ControlPlane {
     /// kube-controller-manager against the management API server, with the controllers the suites rely on
     /// (node lifecycle is off: the suites' Node objects have no kubelet to keep them Ready).
     fn start_controller_manager(&mut self, assets: &Assets, files: &Files) -> Result<(), HarnessError> {
-        let args = vec![
+        let mut args = vec![
             arg("kubeconfig", self.kubeconfig.display()),
             arg("leader-elect", false),
             arg("secure-port", 0),
@@ -475,6 +491,7 @@ impl ControlPlane {
             arg("cluster-signing-cert-file", files.ca.display()),
             arg("cluster-signing-key-file", files.ca_key.display()),
         ];
+        args.extend(self.emulated_version.clone());
         let program = assets.kube_controller_manager.clone();
         self.spawn("kube-controller-manager", &program, &args, &[])
     }
@@ -497,7 +514,7 @@ impl ControlPlane {
         let port = free_port()?;
         let text = build_kubeconfig(server, &credentials.ca.cert, &credentials.scheduler);
         let kubeconfig = write(self.dir.path(), "kube-scheduler.kubeconfig", &text)?;
-        let args = vec![
+        let mut args = vec![
             arg("kubeconfig", kubeconfig.display()),
             arg("client-ca-file", files.ca.display()),
             arg("authorization-kubeconfig", kubeconfig.display()),
@@ -507,6 +524,7 @@ impl ControlPlane {
             arg("tls-cert-file", files.serving_cert.display()),
             arg("tls-private-key-file", files.serving_key.display()),
         ];
+        args.extend(self.emulated_version.clone());
         self.spawn("kube-scheduler", program, &args, &[])?;
         Ok(port)
     }
@@ -556,8 +574,16 @@ impl ControlPlane {
         write(&metrics_certs, "tls.key", &credentials.serving.key)?;
         let overlay_work = dir.join("etc-overlay-work");
         std::fs::create_dir_all(&overlay_work)?;
-        let mut kueue_args =
-            vec![arg("config", config_file.display()), arg("feature-gates", "VisibilityOnDemand=false")];
+        let mut kueue_args = vec![
+            arg("config", config_file.display()),
+            arg(
+                "feature-gates",
+                versions::kueue_feature_gates(
+                    "VisibilityOnDemand=false",
+                    std::env::var(versions::KUEUE_FEATURE_GATES_ENV).ok().as_deref(),
+                ),
+            ),
+        ];
         if let Ok(level) = std::env::var(KUEUE_LOG_LEVEL_ENV) {
             kueue_args.push(arg("zap-log-level", level));
         }
