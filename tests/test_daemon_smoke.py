@@ -1,7 +1,7 @@
 """`tiergate run` against a small fake API server: caches sync, the Lease is taken, the sample policy converges
 with server-side apply in kind order, /readyz and /metrics answer, SIGTERM drains and releases the Lease, and a
 restart makes no writes but Lease renewals; and issue 32's states (a missing Lease namespace, a served policy that
-does not exist) are said in /readyz, the metrics and the log. No cluster needed; see docs/reconcile.md."""
+does not exist) are said in /readyz, the metrics and the log. No cluster needed; see docs/contributing.md."""
 import json
 import pathlib
 import signal

@@ -1,10 +1,13 @@
-//! The command line: every subcommand and flag, each also readable from `TIERGATE_<FLAG>`; no I/O.
+//! The command line: every subcommand and flag, each flag also read from `TIERGATE_<FLAG>` (its long name upper-cased,
+//! `-` as `_`), the resolution of `--policy-name`, and the exit statuses every subcommand's `--help` lists; reads
+//! only the environment.
 
 use std::ffi::OsString;
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tiergate_compat::namespaces::{NamespaceListError, parse_namespace_blocklist};
 
 use crate::admission::limits::{
@@ -14,7 +17,7 @@ use crate::validation::quantity::parse_quantity;
 
 /// tiergate: Kueue tiers, GPU classes and priorities from one TierPolicy.
 #[derive(Debug, Parser)]
-#[command(name = "tiergate", version, about, long_about = None)]
+#[command(name = "tiergate", version, about, long_about = None, after_help = exit_status_help(None))]
 pub struct Cli {
     /// Log format.
     #[arg(long, global = true, env = "TIERGATE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -46,25 +49,207 @@ pub enum OutputFormat {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the Kueue objects a policy implies (a stream `kubectl apply -f -` accepts).
+    #[command(after_help = exit_status_help(Some("render")))]
     Render(RenderArgs),
     /// Check that every tier matches exactly one nodepool (Karpenter NodePools or node-group templates).
+    #[command(after_help = exit_status_help(Some("check")))]
     Check(CheckArgs),
-    /// Print the TierPolicy CustomResourceDefinition.
+    /// Print tiergate's two CustomResourceDefinitions: TierPolicy and TierGateParameters (the in-server gate's
+    /// parameters), as one YAML stream.
+    #[command(after_help = exit_status_help(Some("crd")))]
     Crd,
-    /// Run the webhook's decision offline on a workload and print the result, the patch and each reason.
+    /// Run the webhook's decision offline on a workload and print the result, the patch and each reason; exit 3
+    /// when the webhook would deny it.
+    #[command(after_help = exit_status_help(Some("explain")))]
     Explain(ExplainArgs),
     /// Run the daemon: reconcile the policy into Kueue objects and serve the webhook.
+    #[command(after_help = exit_status_help(Some("run")))]
     Run(RunArgs),
     /// Serve only the admission webhook.
+    #[command(after_help = exit_status_help(Some("webhook")))]
     Webhook(WebhookArgs),
     /// Serve the built-in scorer as a scheduler agent (`POST /v1/score`).
+    #[command(after_help = exit_status_help(Some("agent")))]
     Agent(AgentArgs),
     /// Per tier, live: ClusterQueue usage against quota per flavor, workload counts, borrowing, nodepools and the
     /// TierPolicy's conditions (`kubectl tiergate status`).
+    #[command(after_help = exit_status_help(Some("status")))]
     Status(StatusArgs),
     /// Why a live workload is pending or landed where it did: its tier, tiergate's decision, Kueue's state and
     /// one sentence on what holds it (`kubectl tiergate why job/NAME -n NS`).
+    #[command(after_help = exit_status_help(Some("why")))]
     Why(WhyArgs),
+}
+
+/// How a command ends. `cmd/` returns these (and `main` [`Exit::Failure`] for an error), clap exits with
+/// [`Exit::Usage`] on a bad command line, and `--help` lists each command's from [`EXIT_STATUSES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: the command did what it was asked.
+    Success,
+    /// 1: it failed, or what it checked does not hold; stderr says why.
+    Failure,
+    /// 2: the command line is wrong (clap's own exit status for a usage error).
+    Usage,
+    /// 3: `explain` only: the webhook would deny the workload.
+    Denied,
+}
+
+impl Exit {
+    /// The process exit status.
+    pub const fn code(self) -> u8 {
+        match self {
+            Self::Success => 0,
+            Self::Failure => 1,
+            Self::Usage => 2,
+            Self::Denied => 3,
+        }
+    }
+}
+
+impl From<Exit> for std::process::ExitCode {
+    fn from(exit: Exit) -> Self {
+        Self::from(exit.code())
+    }
+}
+
+/// What [`Exit::Usage`] means everywhere; added to each command's list.
+const USAGE_MEANING: &str = "the command line is wrong (an unknown flag, a missing or bad value)";
+
+/// Each subcommand's exit statuses besides [`Exit::Usage`], and what each means there: the one table `--help`,
+/// docs/reference/cli.md and the tests read.
+pub const EXIT_STATUSES: &[(&str, &[(Exit, &str)])] = &[
+    (
+        "render",
+        &[
+            (Exit::Success, "the objects (or with --kueue-config the Configuration fragment) were printed"),
+            (Exit::Failure, "the policy is invalid, an input could not be read, or the API server could not be asked"),
+        ],
+    ),
+    (
+        "check",
+        &[
+            (
+                Exit::Success,
+                "every tier matches exactly one pool (and Kueue's Configuration has what the policy needs)",
+            ),
+            (
+                Exit::Failure,
+                "a tier matches no pool or several, Kueue's Configuration lacks what the policy needs, the policy is \
+                 invalid, or an input could not be read",
+            ),
+        ],
+    ),
+    ("crd", &[(Exit::Success, "the CRDs were printed"), (Exit::Failure, "stdout could not be written")]),
+    (
+        "explain",
+        &[
+            (Exit::Success, "the webhook would admit the workload (patched, unchanged, or left alone)"),
+            (Exit::Failure, "the policy is invalid or an input could not be read"),
+            (Exit::Denied, "the webhook would deny the workload (a rule, an invalid review, or fail-closed)"),
+        ],
+    ),
+    (
+        "run",
+        &[
+            (Exit::Success, "stopped by SIGTERM or ctrl-c"),
+            (Exit::Failure, "failed to start, or a server stopped with an error"),
+        ],
+    ),
+    (
+        "webhook",
+        &[
+            (Exit::Success, "stopped by SIGTERM or ctrl-c"),
+            (Exit::Failure, "failed to start, or a server stopped with an error"),
+        ],
+    ),
+    ("agent", &[(Exit::Success, "stopped by SIGTERM or ctrl-c"), (Exit::Failure, "failed to start or to serve")]),
+    (
+        "status",
+        &[
+            (Exit::Success, "the answer was printed"),
+            (Exit::Failure, "the cluster could not be read, or the TierPolicy or tier does not exist"),
+        ],
+    ),
+    (
+        "why",
+        &[
+            (Exit::Success, "the answer was printed"),
+            (Exit::Failure, "the cluster could not be read, or the workload does not exist"),
+        ],
+    ),
+];
+
+/// The exit statuses of `subcommand` (`None`: the top-level command, any subcommand), [`Exit::Usage`] included, in
+/// the order of their codes.
+pub fn exit_statuses(subcommand: Option<&str>) -> Vec<(Exit, &'static str)> {
+    let mut statuses: Vec<(Exit, &'static str)> = match subcommand {
+        Some(name) => EXIT_STATUSES
+            .iter()
+            .filter(|(command, _)| *command == name)
+            .flat_map(|(_, statuses)| statuses.iter().copied())
+            .collect(),
+        None => vec![
+            (Exit::Success, "the command did what it was asked"),
+            (Exit::Failure, "it failed, or what it checked does not hold; stderr says why"),
+            (Exit::Denied, "explain: the webhook would deny the workload"),
+        ],
+    };
+    statuses.push((Exit::Usage, USAGE_MEANING));
+    statuses.sort_by_key(|(exit, _)| exit.code());
+    statuses
+}
+
+/// The "Exit status:" section of a command's `--help`.
+pub fn exit_status_help(subcommand: Option<&str>) -> String {
+    let mut text = "Exit status:".to_owned();
+    for (exit, meaning) in exit_statuses(subcommand) {
+        text.push_str(&format!("\n  {}  {meaning}", exit.code()));
+    }
+    text
+}
+
+/// `--policy-name`'s help, the same wherever it is taken.
+const POLICY_NAME_HELP: &str = "Name of the TierPolicy (default: the only TierPolicy when exactly one exists, else \
+                                `default`)";
+
+/// Which TierPolicy a command serves or reads, and why when `--policy-name` was not given (`given`): the only one
+/// when exactly one exists, else `default`. `existing`: every TierPolicy's name, or why they could not be listed
+/// (`None`: not listed). With several and none named `default`, none, or a failed list, the reason says so (the
+/// daemon then reports `policy_not_found` until one named `default` exists).
+pub fn choose_policy_name(
+    given: Option<&str>,
+    existing: Option<&Result<Vec<String>, String>>,
+) -> (String, Option<String>) {
+    const DEFAULT: &str = "default";
+    if let Some(given) = given {
+        return (given.to_owned(), None);
+    }
+    let names = match existing {
+        Some(Ok(names)) => names,
+        Some(Err(error)) => {
+            return (
+                DEFAULT.to_owned(),
+                Some(format!("--policy-name not given and listing TierPolicies failed: {error}")),
+            );
+        }
+        None => return (DEFAULT.to_owned(), None),
+    };
+    match names.as_slice() {
+        [only] => (only.clone(), Some("--policy-name not given and it is the only TierPolicy".to_owned())),
+        [] => (DEFAULT.to_owned(), Some("--policy-name not given and no TierPolicy exists yet".to_owned())),
+        several if several.iter().any(|name| name == DEFAULT) => (
+            DEFAULT.to_owned(),
+            Some("--policy-name not given; several TierPolicies exist, one is named default".to_owned()),
+        ),
+        several => (
+            DEFAULT.to_owned(),
+            Some(format!(
+                "--policy-name not given and several TierPolicies exist ({}), none named default: pass --policy-name",
+                several.join(", ")
+            )),
+        ),
+    }
 }
 
 /// The name the binary answers to as a kubectl plugin (`kubectl tiergate ...`).
@@ -82,12 +267,54 @@ where
     T: Into<OsString>,
 {
     let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
-    let mut command = Cli::command();
+    let mut command = with_blocklist_compatibility(Cli::command());
     if args.first().is_some_and(|argv0| is_plugin_invocation(Path::new(argv0))) {
         command = command.name(PLUGIN_BINARY).bin_name("kubectl tiergate").display_name("kubectl tiergate");
     }
-    let matches = command.try_get_matches_from(args)?;
+    let matches = command.try_get_matches_from_mut(args).map_err(|error| name_missing_pools(&mut command, error))?;
     Cli::from_arg_matches(&matches)
+}
+
+/// clap names a missing required group by its usage (`<--nodepools <NODEPOOLS>|--kubeconfig ...|--fleet>`); `check`
+/// says in words that any one of them will do.
+fn name_missing_pools(command: &mut clap::Command, error: clap::Error) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let pools_missing = error.kind() == ErrorKind::MissingRequiredArgument
+        && matches!(
+            error.get(ContextKind::InvalidArg),
+            Some(ContextValue::Strings(missing))
+                if missing.iter().any(|arg| arg.contains("--nodepools") && arg.contains("--fleet"))
+        );
+    match command.find_subcommand_mut("check") {
+        Some(check) if pools_missing => check.error(
+            ErrorKind::MissingRequiredArgument,
+            "one of --nodepools, --kubeconfig or --fleet is required: the pools to check the tiers against",
+        ),
+        _ => error,
+    }
+}
+
+/// The variable of the system `--blocklisted-namespaces` replaces (seed 004), still read when
+/// `TIERGATE_BLOCKLISTED_NAMESPACES` is unset.
+pub const BLOCKLIST_COMPATIBILITY_ENV: &str = "BLOCKLISTED_NAMESPACE_LIST";
+
+/// `command` with `--blocklisted-namespaces` read from [`BLOCKLIST_COMPATIBILITY_ENV`] when only that variable is
+/// set: the one place the old name is honoured, with the same parsing and errors as the new one.
+fn with_blocklist_compatibility(command: clap::Command) -> clap::Command {
+    const ID: &str = "blocklisted_namespaces";
+    if std::env::var_os("TIERGATE_BLOCKLISTED_NAMESPACES").is_some()
+        || std::env::var_os(BLOCKLIST_COMPATIBILITY_ENV).is_none()
+    {
+        return command;
+    }
+    let names: Vec<String> = command
+        .get_subcommands()
+        .filter(|sub| sub.get_arguments().any(|arg| arg.get_id() == ID))
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    names.into_iter().fold(command, |command, name| {
+        command.mut_subcommand(name, |sub| sub.mut_arg(ID, |arg| arg.env(BLOCKLIST_COMPATIBILITY_ENV)))
+    })
 }
 
 /// Output format of `status` and `why`.
@@ -121,8 +348,7 @@ pub struct StatusArgs {
     /// Only this tier.
     #[arg(long, env = "TIERGATE_TIER")]
     pub tier: Option<String>,
-    /// Name of the TierPolicy (default: the only one when exactly one exists, else `default`).
-    #[arg(long, env = "TIERGATE_POLICY_NAME")]
+    #[arg(long, env = "TIERGATE_POLICY_NAME", help = POLICY_NAME_HELP)]
     pub policy_name: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
@@ -134,17 +360,21 @@ pub struct StatusArgs {
 pub struct WhyArgs {
     /// The workload, `KIND/NAME`: a kind tiergate handles (Job, JobSet, Pod, Deployment, StatefulSet), any case,
     /// singular or plural, e.g. `job/train`.
-    #[arg(env = "TIERGATE_WHY_TARGET")]
     pub target: String,
-    /// Its namespace (default: the kubeconfig context's namespace).
-    #[arg(short = 'n', long = "namespace", env = "TIERGATE_WHY_NAMESPACE")]
+    /// Its namespace (default: the kubeconfig context's namespace); `--namespace` as in kubectl.
+    #[arg(
+        short = 'n',
+        long = "workload-namespace",
+        visible_alias = "namespace",
+        env = "TIERGATE_WORKLOAD_NAMESPACE",
+        value_name = "NAMESPACE"
+    )]
     pub namespace: Option<String>,
     /// Connection.
     #[command(flatten)]
     pub kubectl: KubectlArgs,
-    /// Name of the TierPolicy.
-    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
-    pub policy_name: String,
+    #[arg(long, env = "TIERGATE_POLICY_NAME", help = POLICY_NAME_HELP)]
+    pub policy_name: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
     pub output: AnswerFormat,
@@ -162,20 +392,38 @@ pub struct RenderArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
-    /// A worker cluster's own view (its nodes), as NAME=FILE (repeatable or comma-separated), for the policy's `spec.clusters`; a
-    /// worker without one is rendered from the `--cluster` view, with a note.
+    /// A worker cluster's own view (its nodes), as NAME=FILE (repeatable or comma-separated), for the policy's
+    /// `spec.clusters`; a worker without one is rendered from the `--cluster` view, with a note.
     #[arg(
         long = "worker-view",
-        env = "TIERGATE_WORKER_VIEWS",
+        env = "TIERGATE_WORKER_VIEW",
         value_name = "NAME=FILE",
         value_delimiter = ',',
         value_parser = parse_named_path
     )]
     pub worker_views: Vec<(String, PathBuf)>,
     /// The in-server gate to render: `validate-and-mutate` for Kubernetes 1.36+ (ValidatingAdmissionPolicies and
-    /// MutatingAdmissionPolicies), `validate-only` for older API servers, which do not serve MutatingAdmissionPolicy.
-    #[arg(long = "gate", env = "TIERGATE_GATE", value_enum, default_value_t = GateArg::ValidateAndMutate)]
-    pub gate: GateArg,
+    /// MutatingAdmissionPolicies), `validate-only` for older API servers, which do not serve MutatingAdmissionPolicy
+    /// (default: the one the Kubernetes version serves).
+    #[arg(long = "gate", env = "TIERGATE_GATE", value_enum)]
+    pub gate: Option<GateArg>,
+    /// The Kubernetes version of the API server the objects are for, MAJOR.MINOR from 1.33 to 1.36: before 1.36
+    /// only the gate's ValidatingAdmissionPolicies are rendered (as `--gate validate-only`), from 1.36 also its
+    /// MutatingAdmissionPolicies (default: the version of `--kubeconfig`'s API server, else 1.36, said on stderr).
+    #[arg(
+        long,
+        env = "TIERGATE_KUBERNETES_VERSION",
+        value_name = "MAJOR.MINOR",
+        value_parser = KubernetesVersion::parse_supported
+    )]
+    pub kubernetes_version: Option<KubernetesVersion>,
+    /// Read the Kubernetes version from this kubeconfig's API server (`GET /version`) when `--kubernetes-version`
+    /// is not given.
+    #[arg(long, env = "TIERGATE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context for `--kubeconfig` (default: its current context).
+    #[arg(long, env = "TIERGATE_CONTEXT")]
+    pub context: Option<String>,
     /// Print only what Kueue's Configuration needs from the policy, instead of the objects: the DRA classes'
     /// `resources.deviceClassMappings` and, where tiers share fairly among their tenants, `admissionFairSharing`.
     /// Without it these go to stderr.
@@ -202,6 +450,64 @@ impl GateArg {
     }
 }
 
+/// A Kubernetes release, `MAJOR.MINOR`: what `render --kubernetes-version` takes and an API server reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KubernetesVersion {
+    /// Major version (1).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl KubernetesVersion {
+    /// The oldest release `render` renders for.
+    pub const OLDEST: Self = Self { major: 1, minor: 33 };
+    /// The newest release `render` renders for.
+    pub const NEWEST: Self = Self { major: 1, minor: 36 };
+    /// The first release that serves MutatingAdmissionPolicy (`admissionregistration.k8s.io/v1`).
+    pub const MUTATING_POLICIES: Self = Self { major: 1, minor: 36 };
+
+    /// Parses `1.34`, `v1.34` or `1.34.2` (the patch release is ignored).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let trimmed = text.trim();
+        let mut parts = trimmed.strip_prefix('v').unwrap_or(trimmed).splitn(3, '.');
+        let number = |part: Option<&str>| part.and_then(|part| part.parse::<u32>().ok());
+        match (number(parts.next()), number(parts.next())) {
+            (Some(major), Some(minor)) => Ok(Self { major, minor }),
+            _ => Err(format!("{text:?} is not a Kubernetes version; write MAJOR.MINOR, e.g. 1.34")),
+        }
+    }
+
+    /// Parses a version and refuses one outside [`Self::OLDEST`]..=[`Self::NEWEST`], naming the range.
+    pub fn parse_supported(text: &str) -> Result<Self, String> {
+        Self::parse(text)?.supported()
+    }
+
+    /// The version, or why `render` cannot render for it.
+    pub fn supported(self) -> Result<Self, String> {
+        if (Self::OLDEST..=Self::NEWEST).contains(&self) {
+            Ok(self)
+        } else {
+            Err(format!(
+                "Kubernetes {self} is not supported: tiergate renders for Kubernetes {} to {}",
+                Self::OLDEST,
+                Self::NEWEST
+            ))
+        }
+    }
+
+    /// The in-server gate an API server of this version can serve.
+    pub fn gate(self) -> GateArg {
+        if self >= Self::MUTATING_POLICIES { GateArg::ValidateAndMutate } else { GateArg::ValidateOnly }
+    }
+}
+
+impl fmt::Display for KubernetesVersion {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{}.{}", self.major, self.minor)
+    }
+}
+
 /// `NAME=PATH`, as `--worker-view` and `--worker-nodepools` take it.
 fn parse_named_path(value: &str) -> Result<(String, PathBuf), String> {
     match value.split_once('=') {
@@ -210,14 +516,15 @@ fn parse_named_path(value: &str) -> Result<(String, PathBuf), String> {
     }
 }
 
-/// `tiergate check`.
+/// `tiergate check`: the pools come from `--nodepools`, `--kubeconfig` or `--fleet` (one or more of them).
 #[derive(Debug, Args)]
+#[command(group(ArgGroup::new("pools").args(["nodepools", "kubeconfig", "fleet"]).required(true).multiple(true)))]
 pub struct CheckArgs {
     /// TierPolicy YAML file.
     #[arg(long, env = "TIERGATE_POLICY")]
     pub policy: PathBuf,
     /// Karpenter NodePools (karpenter.sh/v1) and/or cluster-autoscaler node-group templates.
-    #[arg(long, env = "TIERGATE_NODEPOOLS", required_unless_present_any = ["kubeconfig", "fleet"])]
+    #[arg(long, env = "TIERGATE_NODEPOOLS")]
     pub nodepools: Option<PathBuf>,
     /// Also check the live cluster: its Karpenter NodePools (when karpenter.sh/v1 is served) and node groups.
     #[arg(long, env = "TIERGATE_KUBECONFIG")]
@@ -255,7 +562,6 @@ pub struct ExplainArgs {
     #[arg(long, env = "TIERGATE_CLUSTER")]
     pub cluster: Option<PathBuf>,
     /// The workload (YAML or JSON) to decide on, or an AdmissionReview.
-    #[arg(env = "TIERGATE_WORKLOAD")]
     pub workload: PathBuf,
     /// Placement flags.
     #[command(flatten)]
@@ -300,10 +606,7 @@ pub struct RunArgs {
     /// The daemon's own namespace (always excluded from mutation).
     #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
     pub namespace: String,
-    /// Name of the TierPolicy to reconcile. When not given: the only TierPolicy if exactly one exists at start,
-    /// else `default` (with several and none called `default`, nothing is reconciled and the log, `/readyz` and
-    /// `tiergate_blocked{reason="policy_not_found"}` list them).
-    #[arg(long, env = "TIERGATE_POLICY_NAME")]
+    #[arg(long, env = "TIERGATE_POLICY_NAME", help = POLICY_NAME_HELP)]
     pub policy_name: Option<String>,
     /// Create `--namespace` when it does not exist (the Lease lives there; the chart creates it, a
     /// `tiergate run --kubeconfig` from a laptop may not find it). Needs `create` on namespaces.
@@ -369,15 +672,14 @@ pub struct WebhookArgs {
     /// Kubeconfig file when not offline.
     #[arg(long, env = "TIERGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
-    /// Name of the TierPolicy to decide from when not offline.
-    #[arg(long, env = "TIERGATE_POLICY_NAME", default_value = "default")]
-    pub policy_name: String,
+    #[arg(long, env = "TIERGATE_POLICY_NAME", help = POLICY_NAME_HELP)]
+    pub policy_name: Option<String>,
     /// The webhook's own namespace (always excluded from mutation) when not offline.
     #[arg(long, env = "TIERGATE_NAMESPACE", default_value = "tiergate-system")]
     pub namespace: String,
-    /// HTTPS address.
-    #[arg(long, env = "TIERGATE_LISTEN", default_value = "0.0.0.0:8443")]
-    pub listen: SocketAddr,
+    /// HTTPS address of the admission webhook.
+    #[arg(long, visible_alias = "listen", env = "TIERGATE_WEBHOOK_LISTEN", default_value = "0.0.0.0:8443")]
+    pub webhook_listen: SocketAddr,
     /// Plain-HTTP address of `/healthz`, `/readyz` and `/metrics`.
     #[arg(long, env = "TIERGATE_ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
     pub admin_listen: SocketAddr,
@@ -440,8 +742,9 @@ fn parse_byte_quantity(value: &str) -> Result<usize, String> {
 #[derive(Debug, Args, Clone, Default)]
 pub struct PlacementArgs {
     /// Namespaces placement (base/weight strategies, GPU pinning) leaves alone, comma-separated, on top of the
-    /// policy's exclusions; seed 004's variable, e.g. `kube-system,kube-public,default`.
-    #[arg(long, env = "BLOCKLISTED_NAMESPACE_LIST", value_parser = parse_namespace_list)]
+    /// policy's exclusions, e.g. `kube-system,kube-public,default`; also read from seed 004's
+    /// `BLOCKLISTED_NAMESPACE_LIST` when `TIERGATE_BLOCKLISTED_NAMESPACES` is unset.
+    #[arg(long, env = "TIERGATE_BLOCKLISTED_NAMESPACES", value_parser = parse_namespace_list)]
     pub blocklisted_namespaces: Option<NamespaceList>,
 }
 
@@ -464,8 +767,8 @@ fn parse_namespace_list(value: &str) -> Result<NamespaceList, NamespaceListError
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// HTTP address of `POST /v1/score`.
-    #[arg(long, env = "TIERGATE_LISTEN", default_value = "0.0.0.0:8090")]
-    pub listen: SocketAddr,
+    #[arg(long, visible_alias = "listen", env = "TIERGATE_AGENT_LISTEN", default_value = "0.0.0.0:8090")]
+    pub agent_listen: SocketAddr,
     /// TierPolicy whose GPU classes (and memory sizes) the built-in scorer knows.
     #[arg(long, env = "TIERGATE_POLICY")]
     pub policy: Option<PathBuf>,
@@ -505,21 +808,171 @@ mod tests {
         assert!(error.contains("entry 2"), "{error}");
     }
 
-    #[test]
-    fn every_flag_can_come_from_the_environment() {
-        fn check(command: &clap::Command, path: &str) {
+    /// Every argument of every command, with the path of the command that takes it (global ones once, at the top).
+    fn arguments() -> Vec<(String, clap::Arg)> {
+        fn walk(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
             for arg in command.get_arguments() {
-                let id = arg.get_id().as_str();
-                if matches!(id, "help" | "version") {
-                    continue;
+                if !matches!(arg.get_id().as_str(), "help" | "version") && (path == "tiergate" || !arg.is_global_set())
+                {
+                    out.push((path.to_owned(), arg.clone()));
                 }
-                assert!(arg.get_env().is_some(), "{path} --{id} has no TIERGATE_ environment variable");
             }
             for sub in command.get_subcommands() {
-                check(sub, &format!("{path} {}", sub.get_name()));
+                walk(sub, &format!("{path} {}", sub.get_name()), out);
             }
         }
-        check(&Cli::command(), "tiergate");
+        let mut out = Vec::new();
+        walk(&Cli::command(), "tiergate", &mut out);
+        out
+    }
+
+    /// `TIERGATE_<FLAG>`: the long name upper-cased, `-` as `_`.
+    fn env_for(long: &str) -> String {
+        format!("TIERGATE_{}", long.to_uppercase().replace('-', "_"))
+    }
+
+    #[test]
+    fn every_flag_reads_exactly_the_environment_variable_its_long_name_gives() {
+        let mut wrong = Vec::new();
+        for (path, arg) in arguments() {
+            let env = arg.get_env().map(|env| env.to_string_lossy().into_owned());
+            match arg.get_long() {
+                Some(long) if env.as_deref() != Some(env_for(long).as_str()) => {
+                    wrong.push(format!("{path} --{long}: {env:?}, not {}", env_for(long)));
+                }
+                None if env.is_some() => wrong.push(format!("{path} <{}>: a positional reads {env:?}", arg.get_id())),
+                _ => {}
+            }
+        }
+        assert!(wrong.is_empty(), "every flag reads TIERGATE_<FLAG> and nothing else:\n{}", wrong.join("\n"));
+    }
+
+    /// The variables more than one command reads, each with its one meaning. A flag of the same long name in
+    /// another command means the same; a new entry here is a decision that it does.
+    const SHARED: &[(&str, &str)] = &[
+        ("TIERGATE_POLICY", "a TierPolicy YAML file"),
+        ("TIERGATE_CLUSTER", "a cluster view file"),
+        ("TIERGATE_KUBECONFIG", "the kubeconfig file of the cluster to read"),
+        ("TIERGATE_CONTEXT", "the kubeconfig context"),
+        ("TIERGATE_OUTPUT", "the output format of the command"),
+        ("TIERGATE_POLICY_NAME", "the TierPolicy served or read, resolved by choose_policy_name"),
+        ("TIERGATE_NAMESPACE", "tiergate's own namespace"),
+        ("TIERGATE_WEBHOOK_LISTEN", "the webhook's HTTPS address"),
+        ("TIERGATE_ADMIN_LISTEN", "the admin server's address"),
+        ("TIERGATE_TLS_CERT", "the webhook's certificate chain"),
+        ("TIERGATE_TLS_KEY", "the webhook's private key"),
+        ("TIERGATE_AGENT_URL", "the scheduler agent's base URL"),
+        ("TIERGATE_KUEUE_NAMESPACE", "Kueue's namespace"),
+        ("TIERGATE_BLOCKLISTED_NAMESPACES", "namespaces placement leaves alone"),
+        ("TIERGATE_WEBHOOK_TIMEOUT_SECONDS", "the webhook limits (LimitsArgs)"),
+        ("TIERGATE_DECISION_TIMEOUT_MS", "the webhook limits (LimitsArgs)"),
+        ("TIERGATE_MAX_INFLIGHT_BYTES", "the webhook limits (LimitsArgs)"),
+        ("TIERGATE_MAX_INFLIGHT_REQUESTS", "the webhook limits (LimitsArgs)"),
+    ];
+
+    #[test]
+    fn no_two_commands_share_a_variable_unless_it_means_the_same_in_both() {
+        let mut by_env: std::collections::BTreeMap<String, Vec<String>> = std::collections::BTreeMap::new();
+        for (path, arg) in arguments() {
+            if let Some(env) = arg.get_env() {
+                by_env.entry(env.to_string_lossy().into_owned()).or_default().push(path);
+            }
+        }
+        let mut unexplained = Vec::new();
+        for (env, commands) in &by_env {
+            let mut distinct = commands.clone();
+            distinct.dedup();
+            assert_eq!(distinct.len(), commands.len(), "{env} is read twice by one command: {commands:?}");
+            if commands.len() > 1 && !SHARED.iter().any(|(shared, _)| shared == env) {
+                unexplained.push(format!("{env}: {}", commands.join(", ")));
+            }
+        }
+        assert!(
+            unexplained.is_empty(),
+            "these variables are read by several commands; rename the flags if they mean different things, else add \
+             them to SHARED with their one meaning:\n{}",
+            unexplained.join("\n")
+        );
+        for (env, _) in SHARED {
+            assert!(by_env.get(*env).is_some_and(|commands| commands.len() > 1), "{env} is no longer shared");
+        }
+    }
+
+    #[test]
+    fn every_command_lists_its_exit_statuses_in_its_help_from_the_table() {
+        let mut command = Cli::command();
+        for sub in command.get_subcommands_mut() {
+            let name = sub.get_name().to_owned();
+            assert!(EXIT_STATUSES.iter().any(|(listed, _)| *listed == name), "{name} has no exit statuses");
+            let help = sub.render_help().to_string();
+            let section = help.split_once("Exit status:").map(|(_, section)| section).unwrap_or_default();
+            for (exit, meaning) in exit_statuses(Some(&name)) {
+                assert!(section.contains(&format!("  {}  {meaning}", exit.code())), "{name}: {help}");
+            }
+        }
+        let explain = exit_status_help(Some("explain"));
+        assert!(explain.contains("  3  the webhook would deny"), "{explain}");
+        assert_eq!((Exit::Success.code(), Exit::Failure.code(), Exit::Usage.code()), (0, 1, 2));
+    }
+
+    #[test]
+    fn the_policy_name_has_one_help_text_wherever_it_is_taken() {
+        let helps: Vec<(String, String)> = arguments()
+            .into_iter()
+            .filter(|(_, arg)| arg.get_long() == Some("policy-name"))
+            .map(|(path, arg)| (path, arg.get_help().map(ToString::to_string).unwrap_or_default()))
+            .collect();
+        let paths: Vec<&str> = helps.iter().map(|(path, _)| path.as_str()).collect();
+        assert_eq!(paths, ["tiergate run", "tiergate webhook", "tiergate status", "tiergate why"]);
+        assert!(helps.iter().all(|(_, help)| help == POLICY_NAME_HELP), "{helps:?}");
+    }
+
+    #[test]
+    fn check_needs_one_of_nodepools_kubeconfig_or_fleet_and_takes_any_of_them() {
+        let error = try_parse_cli(["tiergate", "check", "--policy", "p.yaml"]).unwrap_err().to_string();
+        assert!(error.contains("one of --nodepools, --kubeconfig or --fleet is required"), "{error}");
+        for flag in [&["--nodepools", "n.yaml"][..], &["--kubeconfig", "k"], &["--fleet"]] {
+            Cli::try_parse_from([&["tiergate", "check", "--policy", "p.yaml"][..], flag].concat()).unwrap();
+        }
+        Cli::try_parse_from(["tiergate", "check", "--policy", "p", "--nodepools", "n", "--kubeconfig", "k"]).unwrap();
+    }
+
+    #[test]
+    fn kubernetes_versions_parse_and_outside_the_supported_range_name_it() {
+        assert_eq!(KubernetesVersion::parse("1.34").unwrap(), KubernetesVersion { major: 1, minor: 34 });
+        assert_eq!(KubernetesVersion::parse("v1.33.2").unwrap(), KubernetesVersion { major: 1, minor: 33 });
+        assert!(KubernetesVersion::parse("latest").unwrap_err().contains("MAJOR.MINOR"));
+        let error = KubernetesVersion::parse_supported("1.32").unwrap_err();
+        assert!(error.contains("1.33 to 1.36"), "{error}");
+        assert!(KubernetesVersion::parse_supported("1.37").is_err());
+        assert_eq!(KubernetesVersion::parse("1.35").unwrap().gate(), GateArg::ValidateOnly);
+        assert_eq!(KubernetesVersion::parse("1.36").unwrap().gate(), GateArg::ValidateAndMutate);
+    }
+
+    #[test]
+    fn a_given_policy_name_is_served_as_given() {
+        let names = Ok(vec!["default".to_owned()]);
+        assert_eq!(choose_policy_name(Some("fleet"), Some(&names)), ("fleet".to_owned(), None));
+    }
+
+    #[test]
+    fn without_a_policy_name_the_only_tier_policy_is_chosen_and_several_choose_default_or_name_them_all() {
+        let names =
+            |names: &[&str]| -> Result<Vec<String>, String> { Ok(names.iter().map(|n| (*n).to_owned()).collect()) };
+        let (name, why) = choose_policy_name(None, Some(&names(&["spot-mix"])));
+        assert_eq!(name, "spot-mix");
+        assert!(why.unwrap().contains("the only TierPolicy"));
+        let (name, _) = choose_policy_name(None, Some(&names(&["default", "fleet"])));
+        assert_eq!(name, "default");
+        let (name, why) = choose_policy_name(None, Some(&names(&["fleet", "spot-mix"])));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("(fleet, spot-mix), none named default"));
+        let (name, why) = choose_policy_name(None, Some(&names(&[])));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("no TierPolicy exists yet"));
+        let (name, why) = choose_policy_name(None, Some(&Err("forbidden".to_owned())));
+        assert_eq!(name, "default");
+        assert!(why.unwrap().contains("forbidden"));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub struct AdmissionLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AgentLabels {
     /// `ok`, `ignored_gpu`, `cached`, `builtin`, `timeout`, `refused`, `transport_error`, `http_error`, `garbage`,
-    /// `out_of_range`, `breaker_open`, `busy`, `bad_url`, `client_error` (see docs/scoring.md).
+    /// `out_of_range`, `breaker_open`, `busy`, `bad_url`, `client_error` (see docs/guides/scoring.md).
     pub outcome: &'static str,
 }
 

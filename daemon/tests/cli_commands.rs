@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use tiergate::cli::Exit;
+
 fn tiergate(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tiergate")).args(args).env_clear().output().unwrap()
 }
@@ -303,4 +305,307 @@ fn a_reader_closing_stdout_early_ends_render_quietly_and_successfully() {
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "exit {:?}: {}", output.status, stderr(&output));
     assert!(!stderr(&output).contains("error"), "{}", stderr(&output));
+}
+
+fn tiergate_with(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tiergate"));
+    command.args(args).env_clear();
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().unwrap()
+}
+
+fn code(output: &Output) -> u8 {
+    u8::try_from(output.status.code().unwrap()).unwrap()
+}
+
+/// The exit status `subcommand`'s table gives `exit`, checked to be listed in its `--help`.
+fn listed(subcommand: &str, exit: Exit) -> u8 {
+    let help = stdout(&tiergate(&[subcommand, "--help"]));
+    let meaning = tiergate::cli::exit_statuses(Some(subcommand))
+        .into_iter()
+        .find(|(listed, _)| *listed == exit)
+        .map(|(_, meaning)| meaning)
+        .unwrap_or_else(|| panic!("{subcommand} does not list {exit:?}"));
+    assert!(help.contains("Exit status:\n"), "{help}");
+    assert!(help.contains(&format!("  {}  {meaning}\n", exit.code())), "{help}");
+    exit.code()
+}
+
+#[test]
+fn a_missing_default_kubeconfig_is_named_once_with_the_flag_or_variable_to_use() {
+    let home = tempfile::tempdir().unwrap();
+    let output = tiergate_with(&["status"], &[("HOME", home.path().to_str().unwrap())]);
+    assert_eq!(code(&output), listed("status", Exit::Failure));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error: failed to read the kubeconfig {}/.kube/config: No such file or directory (os error 2); pass \
+             --kubeconfig PATH or set KUBECONFIG\n",
+            home.path().display()
+        )
+    );
+}
+
+#[test]
+fn a_missing_kubeconfig_given_by_flag_or_variable_says_to_check_that_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let output = tiergate(&["why", "job/train", "--kubeconfig", missing.to_str().unwrap()]);
+    assert_eq!(code(&output), listed("why", Exit::Failure));
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error: failed to read the kubeconfig {}: No such file or directory (os error 2); check the path given to \
+             --kubeconfig (or TIERGATE_KUBECONFIG)\n",
+            missing.display()
+        )
+    );
+    let output = tiergate_with(&["status"], &[("KUBECONFIG", missing.to_str().unwrap())]);
+    assert_eq!(
+        stderr(&output),
+        format!(
+            "error: failed to read the kubeconfig {}: No such file or directory (os error 2); check the files \
+             KUBECONFIG names\n",
+            missing.display()
+        )
+    );
+    let policy = sample("kubenexus/policy.yaml");
+    let output = tiergate(&["check", "--policy", &policy, "--kubeconfig", missing.to_str().unwrap()]);
+    assert_eq!(code(&output), listed("check", Exit::Failure));
+    assert!(stderr(&output).contains("check the path given to --kubeconfig"), "{}", stderr(&output));
+    assert_eq!(stderr(&output).matches("No such file").count(), 1, "{}", stderr(&output));
+}
+
+#[test]
+fn junk_given_as_a_cluster_view_names_the_file_what_a_view_looks_like_and_a_sample() {
+    let junk = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let output =
+        tiergate(&["render", "--policy", &sample("kubenexus/policy.yaml"), "--cluster", junk.to_str().unwrap()]);
+    assert_eq!(code(&output), listed("render", Exit::Failure));
+    let error = stderr(&output);
+    assert!(
+        error.starts_with(&format!("error: failed to parse {} as a cluster view: it is not YAML: ", junk.display())),
+        "{error}"
+    );
+    assert!(error.contains("`namespaces:`") && error.contains("`nodes:`") && error.contains("`kind: List`"), "{error}");
+    assert!(error.ends_with("see samples/kubenexus/cluster.yaml\n") && !error.contains("untagged"), "{error}");
+    let policy_as_view = tiergate(&[
+        "render",
+        "--policy",
+        &sample("kubenexus/policy.yaml"),
+        "--cluster",
+        &sample("kubenexus/policy.yaml"),
+    ]);
+    assert!(stderr(&policy_as_view).contains("found kind \"TierPolicy\""), "{}", stderr(&policy_as_view));
+}
+
+#[test]
+fn an_invalid_policy_gets_one_error_line_per_problem_with_the_file_field_and_fix_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(sample("kubenexus/policy.yaml"))
+        .unwrap()
+        .replace("gpuClass: l4", "gpuClass: t4")
+        .replace("nominal: \"16\"", "nominal: \"-16\"");
+    let path = dir.path().join("policy.yaml");
+    std::fs::write(&path, text).unwrap();
+    let file = path.to_str().unwrap();
+    let pools = sample("kubenexus/nodepools.yaml");
+    let workload = sample("workloads/job-bronze.yaml");
+    for (command, args) in [
+        ("render", vec!["render", "--policy", file]),
+        ("check", vec!["check", "--policy", file, "--nodepools", &pools]),
+        ("explain", vec!["explain", "--policy", file, &workload]),
+    ] {
+        let output = tiergate(&args);
+        assert_eq!(code(&output), listed(command, Exit::Failure), "{command}");
+        assert!(stdout(&output).is_empty(), "{command}: {}", stdout(&output));
+        let lines: Vec<String> = stderr(&output).lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 2, "{command}: {lines:?}");
+        assert!(lines.iter().all(|line| line.starts_with(&format!("error: {file}: spec.tiers[2]."))), "{lines:?}");
+        assert!(
+            lines[0].starts_with(&format!("error: {file}: spec.tiers[2].gpuClass: unknown GPU class \"t4\"; fix: "))
+        );
+        assert!(lines[1].contains(".nominal: ") && lines[1].contains("; fix: "), "{lines:?}");
+    }
+    let unknown = dir.path().join("unknown.yaml");
+    let text = std::fs::read_to_string(sample("kubenexus/policy.yaml")).unwrap().replace("tierLabel:", "tierLable:");
+    std::fs::write(&unknown, text).unwrap();
+    let output = tiergate(&["render", "--policy", unknown.to_str().unwrap()]);
+    assert_eq!(code(&output), 1);
+    let error = stderr(&output);
+    assert!(error.starts_with(&format!("error: {}: spec.tierLable: ", unknown.display())), "{error}");
+    assert!(error.contains("tierLabel"), "{error}");
+}
+
+#[test]
+fn check_without_pools_asks_for_one_of_the_three_sources_as_a_usage_error() {
+    let output = tiergate(&["check", "--policy", &sample("kubenexus/policy.yaml")]);
+    assert_eq!(code(&output), listed("check", Exit::Usage));
+    assert!(
+        stderr(&output).starts_with("error: one of --nodepools, --kubeconfig or --fleet is required"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn explain_exits_with_the_denied_status_its_help_lists() {
+    let output = tiergate(&[
+        "explain",
+        "--policy",
+        &sample("kubenexus/policy.yaml"),
+        "--cluster",
+        &sample("kubenexus/cluster.yaml"),
+        &sample("workloads/pod-override.yaml"),
+    ]);
+    assert!(stdout(&output).starts_with("decision: deny"), "{}", stdout(&output));
+    assert_eq!(code(&output), listed("explain", Exit::Denied));
+    assert_eq!(Exit::Denied.code(), 3);
+}
+
+#[test]
+fn each_listen_flag_has_its_own_variable_and_keeps_listen_as_an_alias() {
+    let webhook = stdout(&tiergate(&["webhook", "--help"]));
+    assert!(webhook.contains("--webhook-listen <WEBHOOK_LISTEN>"), "{webhook}");
+    assert!(webhook.contains("[env: TIERGATE_WEBHOOK_LISTEN=]") && webhook.contains("[alias: --listen]"), "{webhook}");
+    let agent = stdout(&tiergate(&["agent", "--help"]));
+    assert!(agent.contains("[env: TIERGATE_AGENT_LISTEN=]") && agent.contains("[alias: --listen]"), "{agent}");
+    let why = stdout(&tiergate(&["why", "--help"]));
+    assert!(why.contains("-n, --workload-namespace <NAMESPACE>") && why.contains("[alias: --namespace]"), "{why}");
+    assert!(why.contains("[env: TIERGATE_WORKLOAD_NAMESPACE=]"), "{why}");
+    let crd = stdout(&tiergate(&["crd", "--help"]));
+    assert!(crd.contains("TierPolicy and TierGateParameters"), "{crd}");
+}
+
+#[test]
+fn the_blocklist_reads_the_replaced_systems_variable_only_when_the_tiergate_one_is_unset() {
+    let (policy, cluster, job) =
+        (sample("kubenexus/policy.yaml"), sample("kubenexus/cluster.yaml"), sample("workloads/job-bronze.yaml"));
+    let args = ["explain", "--policy", &policy, "--cluster", &cluster, &job];
+    let old = tiergate_with(&args, &[("BLOCKLISTED_NAMESPACE_LIST", "a,,b")]);
+    assert_eq!(code(&old), 2, "the old variable is read and parsed as the flag: {}", stderr(&old));
+    assert!(stderr(&old).contains("entry 2"), "{}", stderr(&old));
+    let both =
+        tiergate_with(&args, &[("BLOCKLISTED_NAMESPACE_LIST", "a,,b"), ("TIERGATE_BLOCKLISTED_NAMESPACES", "x")]);
+    assert_eq!(code(&both), 0, "the new variable wins: {}", stderr(&both));
+    let help = stdout(&tiergate(&["explain", "--help"]));
+    assert!(help.contains("[env: TIERGATE_BLOCKLISTED_NAMESPACES=]") && help.contains("BLOCKLISTED_NAMESPACE_LIST"));
+}
+
+#[test]
+fn logs_written_to_a_pipe_carry_no_colour() {
+    // A port in use: `webhook --offline` logs a warning, then fails to bind.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = busy.local_addr().unwrap().to_string();
+    let output = tiergate(&[
+        "webhook",
+        "--offline",
+        "--policy",
+        &sample("kubenexus/policy.yaml"),
+        "--webhook-listen",
+        &address,
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let logs = stderr(&output);
+    assert!(logs.contains("WARN") && logs.contains("no --cluster given"), "{logs}");
+    assert!(!logs.contains('\u{1b}'), "ANSI escape in piped logs: {logs:?}");
+    assert_eq!(code(&output), listed("webhook", Exit::Failure), "{logs}");
+}
+
+#[test]
+fn render_targets_a_kubernetes_version_rendering_the_mutating_half_from_1_36_only() {
+    let policy = sample("kubenexus/policy.yaml");
+    let older = tiergate(&["render", "--policy", &policy, "--kubernetes-version", "1.34"]);
+    assert_eq!(code(&older), 0, "{}", stderr(&older));
+    assert!(!stdout(&older).contains("kind: MutatingAdmissionPolicy"));
+    assert!(stdout(&older).contains("kind: ValidatingAdmissionPolicy\n"));
+    assert!(!stderr(&older).contains("note: rendering for Kubernetes"), "{}", stderr(&older));
+    let same = tiergate(&["render", "--policy", &policy, "--gate", "validate-only"]);
+    assert_eq!(stdout(&older), stdout(&same), "1.34 renders as --gate validate-only");
+    let newest = tiergate(&["render", "--policy", &policy, "--kubernetes-version", "1.36"]);
+    assert!(stdout(&newest).contains("kind: MutatingAdmissionPolicy\n"));
+    for outside in ["1.32", "1.37"] {
+        let output = tiergate(&["render", "--kubernetes-version", outside]);
+        assert_eq!(code(&output), listed("render", Exit::Usage));
+        assert!(stderr(&output).contains(&format!("Kubernetes {outside} is not supported")), "{}", stderr(&output));
+        assert!(stderr(&output).contains("1.33 to 1.36"), "{}", stderr(&output));
+    }
+    let contradiction = tiergate(&["render", "--kubernetes-version", "1.35", "--gate", "validate-and-mutate"]);
+    assert_eq!(code(&contradiction), 1);
+    assert!(stderr(&contradiction).contains("MutatingAdmissionPolicy is served from Kubernetes 1.36"));
+}
+
+#[test]
+fn render_without_a_version_assumes_the_newest_says_so_on_stderr_and_keeps_stdout_the_golden() {
+    let output = tiergate(&["render"]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert_eq!(stdout(&output), std::fs::read_to_string(sample("kubenexus/expected.yaml")).unwrap());
+    let errors = stderr(&output);
+    let notes: Vec<&str> = errors.lines().filter(|line| line.contains("Kubernetes 1.36")).collect();
+    assert_eq!(notes.len(), 1, "{}", stderr(&output));
+    assert!(notes[0].starts_with("note: rendering for Kubernetes 1.36") && notes[0].contains("--kubernetes-version"));
+}
+
+/// Answers `GET /version` as an API server of `minor` (e.g. `34+`, as managed clusters report it), once per
+/// connection; returns a kubeconfig pointing at it.
+fn fake_version_server(dir: &Path, minor: &str) -> PathBuf {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body =
+        format!(r#"{{"major":"1","minor":"{minor}","gitVersion":"v1.{}.2-eks-1"}}"#, minor.trim_end_matches('+'));
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|read| read > 2) {
+                line.clear();
+            }
+            let mut stream = stream;
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let path = dir.join(format!("kubeconfig-{}", minor.trim_end_matches('+')));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster: {{server: \"http://127.0.0.1:{port}\"}}\n\
+             users:\n- name: me\n  user: {{token: t}}\ncontexts:\n- name: fake\n  context: {{cluster: fake, user: me}}\n\
+             current-context: fake\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn render_with_a_kubeconfig_renders_for_the_version_its_api_server_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = sample("kubenexus/policy.yaml");
+    let config = fake_version_server(dir.path(), "34+");
+    let output = tiergate(&["render", "--policy", &policy, "--kubeconfig", config.to_str().unwrap()]);
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    assert!(!stdout(&output).contains("kind: MutatingAdmissionPolicy"));
+    assert!(stderr(&output).contains(&format!("note: the API server of {} runs Kubernetes 1.34", config.display())));
+    let newer = fake_version_server(dir.path(), "38");
+    let output = tiergate(&["render", "--policy", &policy, "--kubeconfig", newer.to_str().unwrap()]);
+    assert_eq!(code(&output), 1);
+    assert!(stderr(&output).contains("Kubernetes 1.38 is not supported: tiergate renders for Kubernetes 1.33 to 1.36"));
+    let pinned = tiergate(&[
+        "render",
+        "--policy",
+        &policy,
+        "--kubeconfig",
+        newer.to_str().unwrap(),
+        "--kubernetes-version",
+        "1.36",
+    ]);
+    assert_eq!(code(&pinned), 0, "--kubernetes-version wins, no connection: {}", stderr(&pinned));
 }

@@ -1,5 +1,5 @@
 //! `Scorer::score_for` against real HTTP agents on loopback: a fake agent per failure mode, and the standalone
-//! built-in agent. Each mode gives the outcome documented in docs/scoring.md.
+//! built-in agent. Each mode gives the outcome documented in docs/guides/scoring.md.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

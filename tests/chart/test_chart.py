@@ -678,7 +678,7 @@ def test_the_image_runs_the_binary_the_chart_expects_as_the_chart_user(rendered)
 def test_operations_guide_documents_every_value() -> None:
     schema = json.loads((CHART_DIR / "values.schema.json").read_text())
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
-    guide = (REPO / "docs" / "operations.md").read_text()
+    guide = (REPO / "docs" / "reference" / "chart-values.md").read_text()
     undocumented: list[str] = []
 
     def walk(value: Any, node: dict[str, Any], path: str) -> None:
@@ -693,4 +693,4 @@ def test_operations_guide_documents_every_value() -> None:
 
     for key, child in values.items():
         walk(child, schema["properties"][key], key)
-    assert undocumented == [], "docs/operations.md lacks these values; regenerate its configuration table"
+    assert undocumented == [], "docs/reference/chart-values.md lacks these values; regenerate it"

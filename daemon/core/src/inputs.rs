@@ -49,9 +49,7 @@ pub enum InputError {
         errors: Vec<PolicyError>,
     },
     /// The file is not a cluster view.
-    #[error(
-        "failed to parse {origin} as a cluster view (expected `namespaces:`/`nodes:` lists or a `kubectl get ns,nodes -o yaml` List): {message}"
-    )]
+    #[error("failed to parse {origin} as a cluster view: {message}. {CLUSTER_VIEW_SHAPE}")]
     ParseCluster {
         /// File path or `embedded sample`.
         origin: String,
@@ -71,6 +69,13 @@ impl InputError {
         }
     }
 }
+
+/// What a cluster view looks like, for the messages of files that are not one.
+pub const CLUSTER_VIEW_SHAPE: &str = "A cluster view is either a mapping with `namespaces:` (each with `name`, \
+                                      `labels`) and `nodes:` (each with `name`, `labels`, `taints`, `allocatable`) \
+                                      lists, or a `kubectl get ns,nodes -o yaml` dump (`kind: List` whose `items` are \
+                                      Namespaces, Nodes, ResourceClaimTemplates or ClusterRoleBindings); see \
+                                      samples/kubenexus/cluster.yaml";
 
 /// Reads a file to a string.
 pub fn read_file(path: &Path) -> Result<String, InputError> {
@@ -171,9 +176,18 @@ struct KubectlList {
 /// Parses a cluster view: our `namespaces:`/`nodes:` form or a kubectl `List` of Namespaces and Nodes.
 pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, InputError> {
     let parse_error = |message: String| InputError::ParseCluster { origin: origin.to_owned(), message };
-    let document: ClusterDocument = serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
+    let document: ClusterDocument =
+        serde_saphyr::from_str(text).map_err(|error| parse_error(describe_non_view(text, &error)))?;
     let list = match document {
-        ClusterDocument::Own(view) => return Ok(view),
+        ClusterDocument::Own(view) => {
+            // A Kubernetes object other than a List (a TierPolicy, say) would read as an empty view.
+            let header: DocumentHeader =
+                serde_saphyr::from_str(text).map_err(|error| parse_error(yaml_message(&error)))?;
+            return match header.kind {
+                Some(kind) => Err(parse_error(format!("found kind {kind:?}, not a List of Namespaces and Nodes"))),
+                None => Ok(view),
+            };
+        }
         ClusterDocument::Kubectl(list) => list,
     };
     let mut view = ClusterView::default();
@@ -211,6 +225,31 @@ pub fn parse_cluster_view(text: &str, origin: &str) -> Result<ClusterView, Input
         }
     }
     Ok(view)
+}
+
+/// What a document that is no cluster view is instead (`error`: why it did not parse as one).
+fn describe_non_view(text: &str, error: &serde_saphyr::Error) -> String {
+    let value = match serde_saphyr::from_str::<serde_json::Value>(text) {
+        Ok(value) => value,
+        Err(syntax) => return format!("it is not YAML: {}", yaml_message(&syntax)),
+    };
+    let found = |what: &str| format!("found {what}, not a mapping");
+    match &value {
+        serde_json::Value::Null => "the file is empty".to_owned(),
+        serde_json::Value::String(_) => found("text"),
+        serde_json::Value::Array(_) => found("a list"),
+        serde_json::Value::Bool(_) | serde_json::Value::Number(_) => found("a single value"),
+        serde_json::Value::Object(map) if map.get("kind").and_then(serde_json::Value::as_str) == Some("List") => {
+            match serde_json::from_value::<KubectlList>(value.clone()) {
+                Err(error) => format!("its List does not hold `items`: {error}"),
+                Ok(_) => yaml_message(error),
+            }
+        }
+        serde_json::Value::Object(_) => match serde_json::from_value::<ClusterView>(value.clone()) {
+            Err(error) => format!("its `namespaces:`/`nodes:` are not as a view has them: {error}"),
+            Ok(_) => yaml_message(error),
+        },
+    }
 }
 
 /// A ClusterRoleBinding as trust reads it: its name, when it was made, and the service accounts it binds as user
@@ -278,6 +317,23 @@ items:
         assert_eq!(view.namespaces[0].labels.get("tenant.kubenexus.io/tier"), Some("bronze"));
         assert_eq!(view.nodes[0].allocatable.get("nvidia.com/gpu"), Some(&4));
         assert!(!view.nodes[0].allocatable.contains_key("memory"));
+    }
+
+    #[test]
+    fn a_file_that_is_no_cluster_view_says_what_it_is_what_a_view_looks_like_and_where_a_sample_is() {
+        for (text, found) in [
+            ("# tiergate\n\nSome prose.\n", "found text, not a mapping"),
+            ("`tiergate render`: prose\n", "it is not YAML: "),
+            ("- a\n- b\n", "found a list"),
+            ("namespaces: 5\n", "`namespaces:`/`nodes:` are not as a view has them"),
+            ("apiVersion: tiergate.io/v1alpha1\nkind: TierPolicy\nspec: {}\n", "found kind \"TierPolicy\""),
+        ] {
+            let error = parse_cluster_view(text, "junk.yaml").unwrap_err().to_string();
+            assert!(error.starts_with("failed to parse junk.yaml as a cluster view: "), "{error}");
+            assert!(error.contains(found), "{error}");
+            assert!(error.contains("see samples/kubenexus/cluster.yaml") && error.contains("`kind: List`"), "{error}");
+            assert!(!error.contains("untagged enum"), "{error}");
+        }
     }
 
     #[test]

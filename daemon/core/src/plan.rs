@@ -407,7 +407,7 @@ pub fn class_flavor_name(class: &GpuClass) -> String {
 /// The flavor of one placement-strategy rule on the nodes of `class` (a tier's primary class): the class's labels
 /// plus the rule's (the pod's nodeSelector after the webhook set both), the class's taints, and the class's
 /// tolerations plus the rule's (what Kueue adds to an admitted pod). Why the class labels must be there:
-/// docs/placement.md, "Which flavor Kueue charges".
+/// docs/guides/placement.md, "Which flavor Kueue charges".
 pub fn flavor_for_rule(class: &FlavorSelector, strategy: &PlacementStrategy, rule: &PlacementRule) -> FlavorSelector {
     let class_name = class.flavor.as_str();
     let mut node_labels = class.node_labels.clone();

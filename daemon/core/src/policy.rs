@@ -79,16 +79,16 @@ pub struct TierPolicySpec {
     #[serde(default)]
     pub scoring: ScoringSettings,
     /// Worker clusters tiers may dispatch to through Kueue MultiKueue (one MultiKueueCluster each); empty: every
-    /// tier runs in this cluster. See docs/fleet.md.
+    /// tier runs in this cluster. See docs/guides/fleet.md.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<WorkerCluster>,
     /// The organisation's cohort tree (one Kueue Cohort each); tiers join it with `cohort`. Empty: a tier's
-    /// `cohort` is a flat, implicit Kueue cohort. See docs/configuration.md "Cohort tree".
+    /// `cohort` is a flat, implicit Kueue cohort. See docs/guides/tier-hierarchy.md "Cohort tree".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cohorts: Vec<CohortNode>,
     /// How the tenants of a tier with `tenantFairSharing: true` share it: Kueue's admission fair sharing (one
     /// `admissionFairSharing` block in Kueue's Configuration for the whole cluster) and each tenant's weight.
-    /// See docs/configuration.md "Fair sharing among a tier's tenants".
+    /// See docs/guides/fair-sharing.md "Fair sharing among a tier's tenants".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_fair_sharing: Option<TenantFairSharing>,
 }
@@ -231,26 +231,26 @@ pub struct GpuClass {
     pub memory_gib: Option<u32>,
     /// Topology levels of this class's nodes, broadest first (e.g. block, rack, hostname): the class's flavors get
     /// a Kueue Topology of these node labels, and tiers on the class may state a `topology` rule. See
-    /// docs/configuration.md "Topology".
+    /// docs/guides/topology.md "Topology".
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub topology_levels: Vec<TopologyLevel>,
     /// How the class's devices are found through Dynamic Resource Allocation: tiergate renders one DeviceClass
     /// (`<class>.tiergate.io`) for them and holds a tier's claims to its classes' DeviceClasses. Unset: the class
-    /// is reached through its extended resource and node labels only. docs/configuration.md "DRA".
+    /// is reached through its extended resource and node labels only. docs/guides/dra.md "DRA".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dra: Option<DraDevices>,
     /// How the class's nodes come: `Autoscaled` (a cluster-autoscaler node group or Karpenter NodePool that may
     /// be empty until a workload needs it) or `Fixed` (nodes that exist whether or not a workload waits). Unset:
     /// not stated; `tiergate check` then reads it from the node groups it is given. A tier's `provisioning` on an
-    /// `Autoscaled` class must use a class that scales up (docs/operations.md "Autoscaled nodepools").
+    /// `Autoscaled` class must use a class that scales up (docs/guides/cluster-autoscaler.md "Autoscaled nodepools").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<NodeCapacity>,
     /// A Karpenter NodePool tiergate renders for this class's nodes: the template holds what only the platform
     /// knows (node class, instance requirements); tiergate adds the class's labels and taints, a GPU limit equal
     /// to what its tiers' quota can ever admit, and a disruption budget that never interrupts admitted work.
     /// Unset: no NodePool is rendered (the platform's own pools are compared by `tiergate check`).
-    /// docs/configuration.md "Karpenter NodePools".
+    /// docs/guides/karpenter.md "Karpenter NodePools".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub karpenter: Option<KarpenterPoolTemplate>,
 }
@@ -326,7 +326,7 @@ pub struct Tier {
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
-    // Quota shares (issue 19): the tier's quota is a cap its flavors share; see docs/placement.md "Quota".
+    // Quota shares (issue 19): the tier's quota is a cap its flavors share; see docs/guides/placement.md "Quota".
     /// Whole GPUs (of the primary class's resource) of the tier's quota given to one of its flavors, keyed by GPU
     /// class name (`gpuClass` or a `fallbackGpuClasses` entry) or by rule name of its `placement` strategy. A
     /// fallback class without a share gets 0 (it runs on quota borrowed within the cohort); the rest of the

@@ -1,5 +1,5 @@
 //! What tiergate knows of cluster-autoscaler's ProvisioningRequest classes: which of them grow a pool for a waiting
-//! workload, and which only look for capacity that already exists (docs/operations.md "Autoscaled nodepools").
+//! workload, and which only look for capacity that already exists (docs/guides/cluster-autoscaler.md "Autoscaled nodepools").
 
 use crate::policy::{NodeCapacity, Tier, TierPolicySpec};
 

@@ -793,7 +793,7 @@ fn build_summary(
             "Quota is reserved{in_tier}, but admission check {check} is not active ({message}): Kueue's \
              ProvisioningRequest controller starts only when cluster-autoscaler's ProvisioningRequest CRD \
              (autoscaling.x-k8s.io/v1) exists as the Kueue manager starts; install the CRD and restart Kueue \
-             (docs/operations.md, Autoscaled nodepools)."
+             (docs/guides/cluster-autoscaler.md, Autoscaled nodepools)."
         ),
         Hold::WaitingForCheck { check, check_state, message, .. } => format!(
             "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
@@ -813,7 +813,7 @@ fn build_summary(
         Hold::Inadmissible { message } if message.contains("is not mapped in DRA configuration") => format!(
             "Kueue cannot charge its DRA claims ({message}): Kueue's Configuration lacks the deviceClassMappings the \
              policy's DRA classes need; print them with `tiergate render --kueue-config`, merge them into \
-             kueue-system/kueue-manager-config and restart Kueue (docs/operations.md, DRA with NVIDIA's driver)."
+             kueue-system/kueue-manager-config and restart Kueue (docs/guides/dra.md, DRA with NVIDIA's driver)."
         ),
         Hold::Inadmissible { message } => {
             format!("Kueue cannot admit it as it is ({message}); fix what Kueue names and it is queued again.")

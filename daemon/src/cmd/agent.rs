@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use super::{CmdError, shutdown_signal};
-use crate::cli::AgentArgs;
+use crate::cli::{AgentArgs, Exit};
 use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
 use crate::scoring::agent_server::{BuiltinAgent, serve_agent};
 use crate::view::ClusterView;
@@ -20,9 +20,9 @@ pub async fn run(args: AgentArgs) -> Result<ExitCode, CmdError> {
         (None, Some(_)) => ClusterView::default(),
     };
     let agent = Arc::new(BuiltinAgent::new(&policy.spec, &view));
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
+    let listener = tokio::net::TcpListener::bind(args.agent_listen).await?;
     tracing::info!(listen = %listener.local_addr()?, gpu_classes = policy.spec.gpu_classes.len(), nodes = view.nodes.len(), "serving the built-in scorer on POST /v1/score");
     serve_agent(listener, agent, shutdown_signal()).await?;
     tracing::info!("agent stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success.into())
 }

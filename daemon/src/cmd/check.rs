@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use super::CmdError;
 use crate::check::fleet::build_fleet_check_report;
 use crate::check::{NodePool, build_check_report, build_nodepool_warnings, parse_nodepools};
-use crate::cli::CheckArgs;
-use crate::inputs::{load_policy, read_file};
+use crate::cli::{CheckArgs, Exit};
+use crate::inputs::read_file;
 use crate::live::pools::fetch_live_pools;
 use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::kueue_device_class_mappings;
@@ -24,15 +24,10 @@ use crate::reconcile::monitor::kueue_config::{
     KueueFairSharingCheck, KueueMappingCheck, build_kueue_fair_sharing_check, build_kueue_mapping_check,
     read_kueue_configuration,
 };
-use crate::validation::validate_policy;
 
 /// Runs `tiergate check`.
 pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
-    let policy = load_policy(Some(&args.policy))?;
-    if let Err(errors) = validate_policy(&policy) {
-        eprintln!("{errors}");
-        return Ok(ExitCode::FAILURE);
-    }
+    let policy = super::load_valid_policy(Some(&args.policy))?;
     let (live_pools, kueue, sharing) = match fetch_live_inputs(&args, &policy.spec)? {
         Some(live) => (Some(live.pools), live.kueue_check, live.fair_sharing_check),
         None => (None, None, None),
@@ -54,7 +49,7 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     let passed = passed
         && kueue.as_ref().is_none_or(KueueMappingCheck::passed)
         && sharing.as_ref().is_none_or(KueueFairSharingCheck::passed);
-    Ok(if passed { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if passed { Exit::Success } else { Exit::Failure }.into())
 }
 
 /// What `--kubeconfig` reads from the live cluster.

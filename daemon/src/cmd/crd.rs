@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use kube::CustomResourceExt;
 
 use super::CmdError;
+use crate::cli::Exit;
 use crate::plan::gate::params::TierGateParameters;
 use crate::policy::TierPolicy;
 
@@ -13,5 +14,5 @@ use crate::policy::TierPolicy;
 pub fn run() -> Result<ExitCode, CmdError> {
     super::write_stdout(&serde_saphyr::to_string(&TierPolicy::crd())?)?;
     super::write_stdout(&format!("---\n{}", serde_saphyr::to_string(&TierGateParameters::crd())?))?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success.into())
 }

@@ -7,18 +7,16 @@ use serde_json::Value;
 
 use super::CmdError;
 use crate::admission::{Decision, Verdict, build_request, build_static_snapshot, decide_review};
-use crate::cli::ExplainArgs;
-use crate::inputs::{load_cluster_view, load_policy, read_file, yaml_message};
+use crate::cli::{Exit, ExplainArgs};
+use crate::inputs::{load_cluster_view, read_file, yaml_message};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
-/// Exit code when the webhook would deny the workload (or the review is invalid).
-pub const DENIED_EXIT_CODE: u8 = 3;
-
-/// Runs `tiergate explain`: exit 0 when the workload would be admitted, 3 when denied.
+/// Runs `tiergate explain`: [`Exit::Success`] when the workload would be admitted, [`Exit::Denied`] when denied
+/// (or the review is invalid, or the decision fails closed). The policy must be valid, as the webhook's is.
 pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
-    let policy = load_policy(Some(&args.policy))?;
+    let policy = super::load_valid_policy(Some(&args.policy))?;
     let view = match &args.cluster {
         Some(path) => load_cluster_view(path)?,
         None => ClusterView::default(),
@@ -44,10 +42,8 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
     super::write_stdout(&render(&decision, original.as_ref())?)?;
     Ok(match decision.verdict {
-        Verdict::Deny { .. } | Verdict::Invalid { .. } | Verdict::Failed { closed: true, .. } => {
-            ExitCode::from(DENIED_EXIT_CODE)
-        }
-        _ => ExitCode::SUCCESS,
+        Verdict::Deny { .. } | Verdict::Invalid { .. } | Verdict::Failed { closed: true, .. } => Exit::Denied.into(),
+        _ => Exit::Success.into(),
     })
 }
 

@@ -2,21 +2,24 @@
 //! a YAML stream or a JSON `List`. Without `--policy` it renders the embedded sample policy and cluster view. A
 //! policy with worker clusters renders both sides: this cluster's objects, then each worker's under a
 //! `# cluster: <name>` line, each worker from its own `--worker-view NAME=FILE` (default: the `--cluster` view).
-//! The Kueue Configuration fragment DRA classes need goes to stderr (`--kueue-config`: alone, to stdout).
+//! The Kueue Configuration fragment DRA classes need goes to stderr (`--kueue-config`: alone, to stdout). The
+//! in-server gate is the one the target API server serves: `--gate`, else by `--kubernetes-version`, else by the
+//! version `--kubeconfig`'s API server reports (`GET /version`), else 1.36's, said on stderr.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::ExitCode;
 
 use super::CmdError;
-use crate::cli::{OutputFormat, RenderArgs};
-use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, load_policy, parse_cluster_view};
+use crate::cli::{Exit, GateArg, KubernetesVersion, OutputFormat, RenderArgs};
+use crate::inputs::{SAMPLE_CLUSTER, load_cluster_view, parse_cluster_view};
+use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
 use crate::plan::tenants::kueue_admission_fair_sharing;
 use crate::policy::TierPolicy;
 use crate::trust::find_installed_operators;
-use crate::validation::validate_policy;
 use crate::view::ClusterView;
 
 /// Says on stderr which operators a policy that names no `trustedControllers` trusts in the cluster file (the plan
@@ -37,16 +40,12 @@ fn note_installed_operators(policy: &TierPolicy, view: &ClusterView) {
 
 /// Runs `tiergate render`.
 pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
-    let policy = load_policy(args.policy.as_deref())?;
+    let policy = super::load_valid_policy(args.policy.as_deref())?;
     let view = match (&args.policy, &args.cluster) {
         (_, Some(path)) => Some(load_cluster_view(path)?),
         (None, None) => Some(parse_cluster_view(SAMPLE_CLUSTER, "embedded sample cluster view")?),
         (Some(_), None) => None,
     };
-    if let Err(errors) = validate_policy(&policy) {
-        eprintln!("{errors}");
-        return Ok(ExitCode::FAILURE);
-    }
     let management = view.clone().unwrap_or_default();
     note_installed_operators(&policy, &management);
     let mut worker_views: BTreeMap<String, ClusterView> = BTreeMap::new();
@@ -86,10 +85,10 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
             _ => [fragment.clone(), fair_sharing.clone()].into_iter().flatten().collect::<Vec<_>>().join(""),
         };
         super::write_stdout(&text)?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success.into());
     }
+    let mode = choose_gate(&args)?.mode();
     let mut fleet = build_fleet(&policy, &management, &worker_views);
-    let mode = args.gate.mode();
     if mode == GateMode::ValidateOnly {
         fleet.management.mutating_policies.clear();
         fleet.management.mutating_policy_bindings.clear();
@@ -125,5 +124,73 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
         }
     };
     super::write_stdout(&text)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success.into())
+}
+
+/// The gate to render: `--gate`, else the one the target Kubernetes version serves (`--kubernetes-version`, else
+/// `--kubeconfig`'s API server's, else [`KubernetesVersion::NEWEST`], said on stderr). `--gate
+/// validate-and-mutate` for a version without MutatingAdmissionPolicy is refused.
+fn choose_gate(args: &RenderArgs) -> Result<GateArg, CmdError> {
+    let version = match (args.kubernetes_version, &args.kubeconfig) {
+        (Some(version), _) => Some(version),
+        (None, Some(path)) => {
+            let version = fetch_server_version(path, args.context.clone())?;
+            eprintln!("note: the API server of {} runs Kubernetes {version}", path.display());
+            Some(version)
+        }
+        (None, None) => None,
+    };
+    match (args.gate, version) {
+        (Some(GateArg::ValidateAndMutate), Some(version)) if version.gate() == GateArg::ValidateOnly => Err(format!(
+            "failed to render --gate validate-and-mutate for Kubernetes {version}: MutatingAdmissionPolicy is served \
+             from Kubernetes {}; drop --gate (or pass --gate validate-only)",
+            KubernetesVersion::MUTATING_POLICIES
+        )
+        .into()),
+        (Some(gate), _) => Ok(gate),
+        (None, Some(version)) => Ok(version.gate()),
+        (None, None) => {
+            let older: Vec<String> = (KubernetesVersion::OLDEST.minor..KubernetesVersion::MUTATING_POLICIES.minor)
+                .map(|minor| KubernetesVersion { minor, ..KubernetesVersion::OLDEST }.to_string())
+                .collect();
+            eprintln!(
+                "note: rendering for Kubernetes {} (the gate's Validating- and MutatingAdmissionPolicies); for an older \
+                 API server pass --kubernetes-version {} (the validating half only), or --kubeconfig to ask the cluster",
+                KubernetesVersion::NEWEST,
+                older.join("|")
+            );
+            Ok(KubernetesVersion::NEWEST.gate())
+        }
+    }
+}
+
+/// The Kubernetes version the API server of `kubeconfig` reports (`GET /version`), refused outside the versions
+/// `render` supports.
+fn fetch_server_version(kubeconfig: &Path, context: Option<String>) -> Result<KubernetesVersion, CmdError> {
+    let connection = KubectlConnection { kubeconfig: Some(kubeconfig.to_owned()), context };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let info = runtime.block_on(async {
+        let (client, _) = connect(&connection).await?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|error| LiveError::Get { what: "the API server's version (/version)".to_owned(), error })
+    })?;
+    // An API server run with --emulated-version serves the APIs of the version it emulates (emulationMajor and
+    // emulationMinor, Kubernetes 1.33+), not of its binary's. Managed clusters report minors such as "33+"; the
+    // git version ("v1.33.4-eks-...") says the same.
+    let (major, minor) = match (&info.emulation_major, &info.emulation_minor) {
+        (Some(major), Some(minor)) if !major.is_empty() && !minor.is_empty() => (major.as_str(), minor.as_str()),
+        _ => (info.major.as_str(), info.minor.as_str()),
+    };
+    let version = KubernetesVersion::parse(&format!("{major}.{}", minor.trim_end_matches('+')))
+        .or_else(|_| KubernetesVersion::parse(info.git_version.split('-').next().unwrap_or_default()))?;
+    version.supported().map_err(|error| {
+        format!(
+            "failed to render for the API server of {}: {error}; pass --kubernetes-version to render for a supported \
+             one",
+            kubeconfig.display()
+        )
+        .into()
+    })
 }

@@ -6,18 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use kube::ResourceExt;
-use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 
 use super::CmdError;
 use crate::admin::{AdminState, serve_admin};
 use crate::admission::server::{AdmissionState, WebhookConfig, bind_webhook_listener, serve_webhook_draining};
 use crate::certs::{CertConfig, run_certificate_manager, wait_for_certificate_files};
-use crate::cli::RunArgs;
+use crate::cli::{Exit, RunArgs};
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
-use crate::policy::TierPolicy;
 use crate::reconcile::monitor::CertificateFile;
 use crate::reconcile::runtime::{ReconcilerOptions, build_identity, start_reconciler};
 use crate::scoring::Scorer;
@@ -38,15 +35,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
     let draining = Arc::new(AtomicBool::new(false));
     let shutdown = CancellationToken::new();
     let identity = build_identity();
-    let existing = match &args.policy_name {
-        Some(_) => None,
-        None => Some(list_policy_names(&client).await),
-    };
-    let (policy_name, policy_choice) = choose_policy_name(args.policy_name.as_deref(), existing.as_ref());
-    match &policy_choice {
-        Some(choice) => tracing::info!(policy = %policy_name, "serving TierPolicy {policy_name:?}: {choice}"),
-        None => tracing::info!(policy = %policy_name, "serving TierPolicy {policy_name:?} (--policy-name)"),
-    }
+    let (policy_name, policy_choice) = super::resolve_policy_name(&client, args.policy_name.as_deref()).await;
+    super::log_policy_choice(&policy_name, policy_choice.as_deref());
     tracing::info!(%identity, policy = %policy_name, namespace = %args.namespace, "starting tiergate run");
 
     let reconciler = start_reconciler(
@@ -95,7 +85,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
         ));
         tracing::info!(cert = %certificates.tls_cert.display(), "waiting for the self-managed serving certificate");
         if !wait_for_certificate_files(&certificates, &shutdown).await {
-            return Ok(ExitCode::SUCCESS);
+            return Ok(Exit::Success.into());
         }
     }
     // Ready (for the Service) only from here: with a self-managed certificate the caches may sync before it exists.
@@ -138,55 +128,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
         let _ = webhook.await;
     }
     match failure {
-        None => Ok(ExitCode::SUCCESS),
+        None => Ok(Exit::Success.into()),
         Some(error) => Err(error),
-    }
-}
-
-/// The names of every TierPolicy, sorted, or why they could not be listed.
-async fn list_policy_names(client: &kube::Client) -> Result<Vec<String>, String> {
-    let api: Api<TierPolicy> = Api::all(client.clone());
-    let list = api.list_metadata(&ListParams::default()).await.map_err(|error| error.to_string())?;
-    let mut names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
-    names.sort();
-    Ok(names)
-}
-
-/// Which TierPolicy to serve, and why when `--policy-name` was not given: the only one when exactly one exists,
-/// else `default` (several without a `default`, none, or the list failed: the reason says so, and the monitor
-/// reports `policy_not_found` until one named `default` exists).
-pub fn choose_policy_name(
-    given: Option<&str>,
-    existing: Option<&Result<Vec<String>, String>>,
-) -> (String, Option<String>) {
-    const DEFAULT: &str = "default";
-    if let Some(given) = given {
-        return (given.to_owned(), None);
-    }
-    let names = match existing {
-        Some(Ok(names)) => names,
-        Some(Err(error)) => {
-            return (
-                DEFAULT.to_owned(),
-                Some(format!("--policy-name not given and listing TierPolicies failed: {error}")),
-            );
-        }
-        None => return (DEFAULT.to_owned(), None),
-    };
-    match names.as_slice() {
-        [only] => (only.clone(), Some("--policy-name not given and it is the only TierPolicy".to_owned())),
-        [] => (DEFAULT.to_owned(), Some("--policy-name not given and no TierPolicy exists yet".to_owned())),
-        several if several.iter().any(|name| name == DEFAULT) => (
-            DEFAULT.to_owned(),
-            Some("--policy-name not given; several TierPolicies exist, one is named default".to_owned()),
-        ),
-        several => (
-            DEFAULT.to_owned(),
-            Some(format!(
-                "--policy-name not given and several TierPolicies exist ({}), none named default: pass --policy-name",
-                several.join(", ")
-            )),
-        ),
     }
 }
 
@@ -210,41 +153,5 @@ async fn wait_for_signal() -> Result<&'static str, std::io::Error> {
     tokio::select! {
         _ = terminate.recv() => Ok("SIGTERM"),
         result = tokio::signal::ctrl_c() => result.map(|()| "SIGINT"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn names(names: &[&str]) -> Result<Vec<String>, String> {
-        Ok(names.iter().map(|name| (*name).to_owned()).collect())
-    }
-
-    #[test]
-    fn a_given_policy_name_is_served_as_given() {
-        assert_eq!(choose_policy_name(Some("fleet"), Some(&names(&["default"]))), ("fleet".to_owned(), None));
-    }
-
-    #[test]
-    fn without_a_policy_name_the_only_tier_policy_is_served_and_the_choice_is_said() {
-        let (name, why) = choose_policy_name(None, Some(&names(&["spot-mix"])));
-        assert_eq!(name, "spot-mix");
-        assert!(why.unwrap().contains("the only TierPolicy"));
-    }
-
-    #[test]
-    fn without_a_policy_name_several_policies_serve_default_or_name_them_all() {
-        let (name, _) = choose_policy_name(None, Some(&names(&["default", "fleet"])));
-        assert_eq!(name, "default");
-        let (name, why) = choose_policy_name(None, Some(&names(&["fleet", "spot-mix"])));
-        assert_eq!(name, "default");
-        assert!(why.unwrap().contains("(fleet, spot-mix), none named default"));
-        let (name, why) = choose_policy_name(None, Some(&names(&[])));
-        assert_eq!(name, "default");
-        assert!(why.unwrap().contains("no TierPolicy exists yet"));
-        let (name, why) = choose_policy_name(None, Some(&Err("forbidden".to_owned())));
-        assert_eq!(name, "default");
-        assert!(why.unwrap().contains("forbidden"));
     }
 }

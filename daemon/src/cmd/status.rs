@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::CmdError;
 use crate::answers::{StatusInputs, build_status_answer};
-use crate::cli::{AnswerFormat, StatusArgs};
+use crate::cli::{AnswerFormat, Exit, StatusArgs};
 use crate::live::{KubectlConnection, connect, fetch_live_pools, fetch_status_inputs};
 
 /// Runs `status`.
@@ -36,7 +36,7 @@ pub async fn run(args: StatusArgs) -> Result<ExitCode, CmdError> {
         tier: args.tier.as_deref(),
     })?;
     super::write_stdout(&render_answer(&answer, args.output, answer.to_table())?)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success.into())
 }
 
 /// `table` for people, or the typed answer as YAML or JSON.

@@ -17,8 +17,8 @@ use crate::admission::server::{AdmissionState, WebhookConfig, serve_webhook};
 use crate::blockers::Blockers;
 use crate::blockers::log::run_blocker_log;
 use crate::cache::{CacheScope, CacheSettings, ClusterCache};
-use crate::cli::WebhookArgs;
-use crate::inputs::{load_cluster_view, load_policy};
+use crate::cli::{Exit, WebhookArgs};
+use crate::inputs::load_cluster_view;
 use crate::metrics::Metrics;
 use crate::placement::PlacementLedger;
 use crate::reconcile::monitor::{CertificateFile, run_certificate_monitor};
@@ -36,11 +36,11 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
     let shutdown = CancellationToken::new();
     let excluded = args.placement.excluded_namespaces();
     if !excluded.is_empty() {
-        tracing::info!(namespaces = ?excluded, "placement leaves these namespaces alone (BLOCKLISTED_NAMESPACE_LIST)");
+        tracing::info!(namespaces = ?excluded, "placement leaves these namespaces alone (--blocklisted-namespaces)");
     }
     let ledger = Arc::new(PlacementLedger::new(metrics.clone()).with_excluded_namespaces(excluded));
     let snapshot = if args.offline {
-        let policy = load_policy(args.policy.as_deref())?;
+        let policy = super::load_valid_policy(args.policy.as_deref())?;
         let view = match &args.cluster {
             Some(path) => load_cluster_view(path)?,
             None => {
@@ -51,8 +51,10 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         Arc::new(ArcSwap::from_pointee(build_static_snapshot(policy, view, None)))
     } else {
         let client = super::build_client(args.kubeconfig.as_deref()).await?;
+        let (policy_name, choice) = super::resolve_policy_name(&client, args.policy_name.as_deref()).await;
+        super::log_policy_choice(&policy_name, choice.as_deref());
         let settings = CacheSettings {
-            policy_name: args.policy_name.clone(),
+            policy_name,
             own_namespace: args.namespace.clone(),
             debounce: SNAPSHOT_DEBOUNCE,
             ledger: Some(ledger.clone()),
@@ -65,7 +67,7 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         (Some(cert), Some(key)) => (cert, key),
         _ => {
             let dir = tempfile::Builder::new().prefix("tiergate-webhook-tls-").tempdir()?;
-            let (cert, key, ca) = write_self_signed(dir.path(), &args.listen)?;
+            let (cert, key, ca) = write_self_signed(dir.path(), &args.webhook_listen)?;
             super::write_stdout(&format!(
                 "self-signed certificate: {} (key {}, CA {})\n",
                 cert.display(),
@@ -84,7 +86,7 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
         ledger,
         metrics: metrics.clone(),
     };
-    let config = WebhookConfig { listen: args.listen, tls_cert, tls_key, limits };
+    let config = WebhookConfig { listen: args.webhook_listen, tls_cert, tls_key, limits };
     let blockers = Blockers::new(&metrics);
     let file = CertificateFile { path: config.tls_cert.clone(), issued_here: false };
     tokio::spawn(run_certificate_monitor(blockers.clone(), file, shutdown.clone()));
@@ -92,12 +94,11 @@ pub async fn run(args: WebhookArgs) -> Result<ExitCode, CmdError> {
     // The certificate is given (`--tls-cert`): the webhook serves as soon as it starts.
     let webhook_serving = Arc::new(AtomicBool::new(true));
     let admin = AdminState { blockers, metrics, snapshot, draining, webhook_serving };
-    let webhook = serve_webhook(config, state, shutdown.clone());
-    let admin = serve_admin(args.admin_listen, admin, shutdown.clone());
-    let (webhook, admin) = tokio::join!(webhook, admin);
-    webhook?;
-    admin?;
-    Ok(ExitCode::SUCCESS)
+    let webhook = async { serve_webhook(config, state, shutdown.clone()).await.map_err(CmdError::from) };
+    let admin = async { serve_admin(args.admin_listen, admin, shutdown.clone()).await.map_err(CmdError::from) };
+    // A server that fails ends the command (the other is dropped), rather than leaving it serving alone.
+    tokio::try_join!(webhook, admin)?;
+    Ok(Exit::Success.into())
 }
 
 /// Waits for SIGTERM or ctrl-c, marks the process draining (so `/readyz` turns false) and cancels `shutdown`.

@@ -9,7 +9,7 @@ use super::status::render_answer;
 use crate::admission::{Decision, build_request, decide_review};
 use crate::answers::why::{build_live_snapshot, parse_target};
 use crate::answers::{WhyAnswer, WhyInputs, build_why_answer};
-use crate::cli::WhyArgs;
+use crate::cli::{Exit, WhyArgs};
 use crate::live::{KubectlConnection, WhyFetched, connect, fetch_why_inputs};
 use crate::placement::PlacementLedger;
 use crate::scoring::Scorer;
@@ -22,9 +22,10 @@ pub async fn run(args: WhyArgs) -> Result<ExitCode, CmdError> {
     let connection = KubectlConnection { kubeconfig: args.kubectl.kubeconfig, context: args.kubectl.context };
     let (client, default_namespace) = connect(&connection).await?;
     let namespace = args.namespace.unwrap_or(default_namespace);
-    let answer = build_live_answer(&client, &args.target, &namespace, &args.policy_name).await?;
+    let (policy_name, _) = super::resolve_policy_name(&client, args.policy_name.as_deref()).await;
+    let answer = build_live_answer(&client, &args.target, &namespace, &policy_name).await?;
     super::write_stdout(&render_answer(&answer, args.output, answer.to_table())?)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success.into())
 }
 
 /// The answer to `why TARGET -n NAMESPACE` (`KIND/NAME`) for TierPolicy `policy_name`: the live objects read, the

@@ -81,28 +81,29 @@ pub async fn fetch_why_inputs(
 ) -> Result<WhyFetched, LiveError> {
     let what = format!("{} {namespace}/{name}", adapter.kind);
     let objects: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &adapter_resource(adapter));
-    let object =
-        objects.get_opt(name).await.map_err(|source| LiveError::Get { what: what.clone(), source })?.ok_or_else(
-            || LiveError::NotFound {
-                what: what.clone(),
-                hint: format!("check the name and pass the namespace with -n (looked in {namespace})"),
-            },
-        )?;
-    let object = serde_json::to_value(&object).map_err(|source| LiveError::Decode { what, source })?;
+    let object = objects
+        .get_opt(name)
+        .await
+        .map_err(|source| LiveError::Get { what: what.clone(), error: source })?
+        .ok_or_else(|| LiveError::NotFound {
+            what: what.clone(),
+            hint: format!("check the name and pass the namespace with -n (looked in {namespace})"),
+        })?;
+    let object = serde_json::to_value(&object).map_err(|source| LiveError::Decode { what, error: source })?;
     let policy = Api::<TierPolicy>::all(client.clone())
         .get_opt(policy_name)
         .await
-        .map_err(|source| LiveError::Get { what: format!("TierPolicy {policy_name}"), source })?;
+        .map_err(|source| LiveError::Get { what: format!("TierPolicy {policy_name}"), error: source })?;
     let namespace_object = Api::<Namespace>::all(client.clone())
         .get(namespace)
         .await
-        .map_err(|source| LiveError::Get { what: format!("Namespace {namespace}"), source })?;
+        .map_err(|source| LiveError::Get { what: format!("Namespace {namespace}"), error: source })?;
     let local_queues: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &KueueKind::LocalQueue.api_resource());
     let local_queues = local_queues
         .list(&ListParams::default())
         .await
-        .map_err(|source| LiveError::List { what: format!("LocalQueues in {namespace}"), source })?
+        .map_err(|source| LiveError::List { what: format!("LocalQueues in {namespace}"), error: source })?
         .items
         .into_iter()
         .filter_map(|queue| queue.metadata.name)
@@ -111,7 +112,7 @@ pub async fn fetch_why_inputs(
     let workloads = workloads
         .list(&ListParams::default())
         .await
-        .map_err(|source| LiveError::List { what: format!("Workloads in {namespace}"), source })?;
+        .map_err(|source| LiveError::List { what: format!("Workloads in {namespace}"), error: source })?;
     let workloads: Vec<KueueWorkload> = decode_all(workloads.items, "Workload")?;
     let claim_templates = if object.to_string().contains("\"resourceClaimTemplateName\"") {
         fetch_claim_templates(client, namespace).await?
@@ -198,14 +199,14 @@ async fn fetch_karpenter(
         None => {
             let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
             let what = format!("Pod {namespace}/{name}");
-            vec![serde_json::from_value(object.clone()).map_err(|source| LiveError::Decode { what, source })?]
+            vec![serde_json::from_value(object.clone()).map_err(|source| LiveError::Decode { what, error: source })?]
         }
         Some(params) => match Api::<Pod>::namespaced(client.clone(), namespace).list(&params).await {
             Ok(list) => list.items,
             Err(error) => match status_code(&error) {
                 Some(403) => return Ok(refused(&format!("the pods in {namespace}"), "list on pods", &error)),
                 Some(404) => return nothing(),
-                _ => return Err(LiveError::List { what: format!("Pods in {namespace}"), source: error }),
+                _ => return Err(LiveError::List { what: format!("Pods in {namespace}"), error }),
             },
         },
     };
@@ -222,7 +223,7 @@ async fn fetch_karpenter(
                 Some(404) => {}
                 _ => {
                     let what = format!("Events of Pod {namespace}/{name}");
-                    return Err(LiveError::List { what, source: error });
+                    return Err(LiveError::List { what, error });
                 }
             },
         }
@@ -235,7 +236,7 @@ async fn fetch_karpenter(
             Ok(claim) => node_claims.push(
                 serde_json::to_value(claim)
                     .and_then(serde_json::from_value)
-                    .map_err(|source| LiveError::Decode { what, source })?,
+                    .map_err(|source| LiveError::Decode { what, error: source })?,
             ),
             // The NodeClaim's own NotFound (a JSON Status naming it): Karpenter deleted it. A bare 404 (`404 page
             // not found`) is karpenter.sh/v1 not served: no Karpenter.
@@ -245,7 +246,7 @@ async fn fetch_karpenter(
             Err(error) => match status_code(&error) {
                 Some(404) => return nothing(),
                 Some(403) => return Ok(refused(&what, "get on nodeclaims.karpenter.sh", &error)),
-                _ => return Err(LiveError::Get { what, source: error }),
+                _ => return Err(LiveError::Get { what, error }),
             },
         }
     }
@@ -283,7 +284,7 @@ async fn fetch_provisioning_requests(
     match api.list(&ListParams::default()).await {
         Ok(list) => decode_all(list.items, "ProvisioningRequest"),
         Err(kube::Error::Api(status)) if status.code == 404 || status.code == 403 => Ok(Vec::new()),
-        Err(source) => Err(LiveError::List { what: format!("ProvisioningRequests in {namespace}"), source }),
+        Err(source) => Err(LiveError::List { what: format!("ProvisioningRequests in {namespace}"), error: source }),
     }
 }
 
@@ -302,13 +303,24 @@ async fn fetch_claim_templates(
             .map(|template| Arc::new(claim_template_view(&template)))
             .collect()),
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(Vec::new()),
-        Err(source) => Err(LiveError::List { what: format!("ResourceClaimTemplates in {namespace}"), source }),
+        Err(source) => Err(LiveError::List { what: format!("ResourceClaimTemplates in {namespace}"), error: source }),
     }
 }
 
-/// Lists the TierPolicies (when allowed), gets the one asked for (`--policy-name`, else the only one, else
-/// `default`) and lists its ClusterQueues (selected by tiergate's ownership labels), and its LocalQueues when
-/// `tenants` (one LIST across namespaces, by the same labels).
+/// The names of every TierPolicy, sorted, or why they could not be listed (what
+/// [`choose_policy_name`](crate::cli::choose_policy_name) chooses from).
+pub async fn fetch_policy_names(client: &kube::Client) -> Result<Vec<String>, String> {
+    let api: Api<TierPolicy> = Api::all(client.clone());
+    let list = api.list_metadata(&ListParams::default()).await.map_err(|error| error.to_string())?;
+    let mut names: Vec<String> = list.items.iter().filter_map(|policy| policy.metadata.name.clone()).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Lists the TierPolicies (when allowed), gets the one asked for (`--policy-name`, else as
+/// [`choose_policy_name`](crate::cli::choose_policy_name) chooses: the only one, else `default`) and lists its
+/// ClusterQueues (selected by tiergate's ownership labels), and its LocalQueues when `tenants` (one LIST across
+/// namespaces, by the same labels).
 pub async fn fetch_status_inputs(
     client: &kube::Client,
     policy_name: Option<&str>,
@@ -317,12 +329,14 @@ pub async fn fetch_status_inputs(
     let api = Api::<TierPolicy>::all(client.clone());
     // Listing is optional (the `get`-only role of older charts): without it there is no "only one" and no note
     // naming the served policy.
-    let all = api.list(&ListParams::default()).await.map(|list| list.items).unwrap_or_default();
-    let policy_name = match (policy_name, all.as_slice()) {
-        (Some(name), _) => name.to_owned(),
-        (None, [only]) => only.metadata.name.clone().unwrap_or_default(),
-        (None, _) => "default".to_owned(),
-    };
+    let listed = api.list(&ListParams::default()).await.map(|list| list.items).map_err(|error| error.to_string());
+    let names = listed.as_ref().map_err(Clone::clone).map(|all| {
+        let mut names: Vec<String> = all.iter().filter_map(|policy| policy.metadata.name.clone()).collect();
+        names.sort();
+        names
+    });
+    let (policy_name, _) = crate::cli::choose_policy_name(policy_name, Some(&names));
+    let all = listed.unwrap_or_default();
     let what = format!("TierPolicy {policy_name}");
     let names: Vec<String> = all.iter().filter_map(|policy| policy.metadata.name.clone()).collect();
     let hint = if names.is_empty() {
@@ -333,20 +347,24 @@ pub async fn fetch_status_inputs(
     let policy = api
         .get_opt(&policy_name)
         .await
-        .map_err(|source| LiveError::Get { what: what.clone(), source })?
+        .map_err(|source| LiveError::Get { what: what.clone(), error: source })?
         .ok_or_else(|| LiveError::NotFound { what, hint })?;
     let other_policies = all.into_iter().filter(|other| other.metadata.name.as_deref() != Some(&policy_name)).collect();
     let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
     let params = ListParams::default().labels(&build_ownership_selector(&policy_name));
-    let queues =
-        queues.list(&params).await.map_err(|source| LiveError::List { what: "ClusterQueues".to_owned(), source })?;
+    let queues = queues
+        .list(&params)
+        .await
+        .map_err(|source| LiveError::List { what: "ClusterQueues".to_owned(), error: source })?;
     // Cohorts only when the policy declares them: a policy without a tree needs no `cohorts` read access.
     let cohorts = if policy.spec.cohorts.is_empty() {
         Vec::new()
     } else {
         let cohorts: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::Cohort.api_resource());
-        let cohorts =
-            cohorts.list(&params).await.map_err(|source| LiveError::List { what: "Cohorts".to_owned(), source })?;
+        let cohorts = cohorts
+            .list(&params)
+            .await
+            .map_err(|source| LiveError::List { what: "Cohorts".to_owned(), error: source })?;
         decode_all(cohorts.items, "Cohort")?
     };
     let (local_queues, local_queues_note) =
@@ -368,7 +386,7 @@ fn decode_all<T: DeserializeOwned>(items: Vec<DynamicObject>, kind: &str) -> Res
             let what = format!("{kind} {}", item.metadata.name.clone().unwrap_or_default());
             serde_json::to_value(item)
                 .and_then(serde_json::from_value)
-                .map_err(|source| LiveError::Decode { what, source })
+                .map_err(|source| LiveError::Decode { what, error: source })
         })
         .collect()
 }

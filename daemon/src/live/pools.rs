@@ -106,19 +106,19 @@ pub async fn fetch_live_pools(client: &kube::Client) -> Result<Vec<NodePool>, Li
     let mut pools = match karpenter.list(&ListParams::default()).await {
         Ok(list) if !list.items.is_empty() => build_karpenter_pools(list.items).map_err(|error| LiveError::Decode {
             what: "Karpenter NodePools".to_owned(),
-            source: serde::de::Error::custom(error.to_string()),
+            error: serde::de::Error::custom(error.to_string()),
         })?,
         Ok(_) => Vec::new(),
         Err(kube::Error::Api(status)) if status.is_not_found() => Vec::new(),
         Err(source) => {
-            return Err(LiveError::List { what: "Karpenter NodePools (karpenter.sh/v1)".to_owned(), source });
+            return Err(LiveError::List { what: "Karpenter NodePools (karpenter.sh/v1)".to_owned(), error: source });
         }
     };
     let karpenter_names: Vec<String> = pools.iter().map(|pool| pool.name.clone()).collect();
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
-        .map_err(|source| LiveError::List { what: "Nodes".to_owned(), source })?;
+        .map_err(|source| LiveError::List { what: "Nodes".to_owned(), error: source })?;
     pools.extend(build_node_pools(&nodes.items, &karpenter_names));
     Ok(pools)
 }

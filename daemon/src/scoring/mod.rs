@@ -1,7 +1,7 @@
 //! Scheduler-agent scores: which workloads are scored, the `/v1/score` client (timeout, breaker, cache, bounded
 //! concurrency), priority buckets and the built-in scorer. Network I/O only in [`client`]; the rest is pure.
 //!
-//! See docs/scoring.md for the wire format, the outcome of every failure mode and the built-in formula.
+//! See docs/guides/scoring.md for the wire format, the outcome of every failure mode and the built-in formula.
 
 pub mod agent_server;
 pub mod breaker;

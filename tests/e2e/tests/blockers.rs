@@ -2,7 +2,7 @@
 //! namespace and a served policy that does not exist (while another does) are each reported as a blocker, with
 //! the fix, and a Blocked condition reaches the served policy's status. A policy rendering Karpenter NodePools
 //! where Karpenter is not installed gets everything else applied and the `karpenter_missing` blocker (issue 51). Skipped (and passing) without a cluster
-//! or Kueue, like every e2e test. See docs/operations.md, troubleshooting.
+//! or Kueue, like every e2e test. See docs/troubleshooting.md.
 
 use std::time::Duration;
 

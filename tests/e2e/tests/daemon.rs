@@ -1,6 +1,6 @@
 //! End-to-end test of `tiergate run`'s reconciler against a real cluster with Kueue: objects appear, follow a
 //! relabel and a policy edit, survive a restart with zero writes, and are pruned with the policy. Skipped (and
-//! passing) when KUBECONFIG is unset/unreachable or Kueue's v1beta2 CRDs are absent. See docs/reconcile.md.
+//! passing) when KUBECONFIG is unset/unreachable or Kueue's v1beta2 CRDs are absent. See docs/contributing.md.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

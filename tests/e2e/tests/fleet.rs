@@ -7,7 +7,7 @@
 //!
 //! Skipped (and passing), with a message, unless `KUBECONFIG`, `TIERGATE_E2E_WORKER_KUBECONFIG` and
 //! `TIERGATE_E2E_WEBHOOK_HOST` are set, both API servers answer and both serve Kueue's v1beta2 CRDs. The worker's
-//! kubeconfig must name a server the management cluster's Kueue can reach (docs/fleet.md, "End-to-end").
+//! kubeconfig must name a server the management cluster's Kueue can reach (docs/contributing.md, "End-to-end").
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! webhook runs in this process on the daemon's live snapshot, and one sample of each kind is created in a bronze
 //! namespace: each must carry the bronze LocalQueue after admission, and where Kueue's configuration enables that
 //! integration, Kueue's Workload for it must sit in that LocalQueue. Skipped (and passing) without a reachable
-//! cluster, without Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`. See docs/reconcile.md
+//! cluster, without Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`. See docs/contributing.md
 //! ("End-to-end").
 //!
 //! One test function: the webhook port and the cluster-scoped objects are per process.

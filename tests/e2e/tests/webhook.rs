@@ -3,7 +3,7 @@
 //! are created for real: a bronze Job is queued, suspended, pinned to its tier's GPU class and given a scored
 //! priority class that exists; a bronze Pod asking for the gold class is denied; the seed Deployments' pods are
 //! split exactly across their node types. Skipped (and passing) without a reachable cluster, without Kueue's
-//! v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`. See docs/reconcile.md ("End-to-end").
+//! v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`. See docs/contributing.md ("End-to-end").
 //!
 //! One test function: the webhook port and the cluster-scoped objects are per process.
 

@@ -4,7 +4,7 @@
 //! [`PlacementLedger::assign_for`] is the entry point: at an owner's admission (Deployment, ReplicaSet,
 //! StatefulSet, Job, CronJob) it validates the strategy and GPU map and copies a Deployment's smart-scheduler
 //! strategy onto its pod template; at a pod's creation it picks the pod's rule (`split`) from the pods the
-//! caches show plus this replica's in-flight admissions (`ledger`). See docs/placement.md.
+//! caches show plus this replica's in-flight admissions (`ledger`). See docs/guides/placement.md.
 
 mod ledger;
 mod owner;

@@ -1,5 +1,5 @@
 //! The base/weight split: which rule an owner's next pod goes to, given how many pods each rule holds now;
-//! pure integer arithmetic, no I/O. The rule is documented with worked examples in docs/placement.md.
+//! pure integer arithmetic, no I/O. The rule is documented with worked examples in docs/guides/placement.md.
 //!
 //! For `n` pods the ideal share of rule `i` is `base·[i = 0]` (capped at `n`) plus `max(n − base, 0)·wᵢ/W`.
 //! The next pod goes to the rule with the largest deficit `ideal(n + 1) − count`; ties go to the rule listed
@@ -77,7 +77,7 @@ impl Split {
 
     /// The counts per rule after `total` units are placed one by one from nothing: exactly
     /// [`Split::counts_for`], in O(min(total, W)·rules) instead of O(total·rules). The plan splits a tier's quota
-    /// with it (docs/placement.md, "Quota"), so pods and quota are split by one function.
+    /// with it (docs/guides/placement.md, "Quota"), so pods and quota are split by one function.
     ///
     /// Why the shortcut is exact: after the base, the deficits are `(m·wᵢ − W·cᵢ)/W` for `m` placed units. After
     /// `W` units every rule holds `cᵢ ≤ wᵢ` (its excess stays below 1, see the module docs) and the counts add up

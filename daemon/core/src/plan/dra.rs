@@ -6,7 +6,7 @@
 //! every DRA class to the class's whole-GPU resource (`nvidia.com/gpu` by default), so a tier's quota of that
 //! resource is one cap over extended-resource and DRA GPUs of its flavors alike. Kueue picks the flavor by the
 //! pod's node selection (the webhook pins the class's node labels), never by the DeviceClass, which is why a DRA
-//! class without node labels may not share a tier with another flavor (validation). docs/configuration.md "DRA".
+//! class without node labels may not share a tier with another flavor (validation). docs/guides/dra.md "DRA".
 
 use std::collections::BTreeMap;
 

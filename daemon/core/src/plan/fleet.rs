@@ -4,7 +4,7 @@
 //! One policy is the source of truth for both sides: a worker gets the very ResourceFlavors, ClusterQueues,
 //! WorkloadPriorityClasses and LocalQueue names the management cluster has for its tiers, so a Job MultiKueue
 //! copies there (queue-name and priority-class labels unchanged) finds its queue. Why a dispatching tier's
-//! ProvisioningRequest check moves to the workers: docs/fleet.md, "Admission checks".
+//! ProvisioningRequest check moves to the workers: docs/guides/fleet.md, "Admission checks".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

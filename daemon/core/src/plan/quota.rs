@@ -7,7 +7,7 @@
 //! resource follows the GPU shares in proportion, by the same function, in the largest unit that divides the
 //! total (`Gi`, `Mi`, `Ki` for binary quantities, else whole units, else milli-units). The rounding never loses
 //! or adds a unit: each resource's flavor quotas add up to exactly its total (or less, when explicit shares
-//! leave GPUs unassigned). Documented in docs/placement.md, "Quota".
+//! leave GPUs unassigned). Documented in docs/guides/placement.md, "Quota".
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -5,7 +5,7 @@
 //! `admissionScope.admissionMode: UsageBasedAdmissionFairSharing` by each LocalQueue's decayed past usage divided
 //! by its `fairSharing.weight`; the half-life, sampling interval and resource weights are one block of Kueue's
 //! Configuration for the whole cluster. A tenant's weight comes only from what the platform controls: the policy and
-//! its namespace's labels, never a field a tenant writes. docs/configuration.md "Fair sharing among a tier's
+//! its namespace's labels, never a field a tenant writes. docs/guides/fair-sharing.md "Fair sharing among a tier's
 //! tenants".
 
 use std::borrow::Cow;

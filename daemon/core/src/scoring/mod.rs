@@ -40,7 +40,7 @@ pub enum ScoreSource {
     /// The agent failed; the tier's default priority was used. `reason` is a fixed string.
     Fallback {
         /// Fixed reason: `timeout`, `refused`, `http_error`, `garbage`, `out_of_range`, `breaker_open`, `busy`,
-        /// `transport_error`, `bad_url` or `client_error` (see docs/scoring.md).
+        /// `transport_error`, `bad_url` or `client_error` (see docs/guides/scoring.md).
         reason: &'static str,
     },
 }

@@ -4,7 +4,7 @@
 //! Why a schema walk and not `#[serde(deny_unknown_fields)]`: the walk reports every unknown field at once with
 //! its path, and the daemon's typed watch keeps decoding objects from a newer CRD version instead of failing the
 //! whole stream. In a cluster the API server itself refuses unknown fields under strict field validation
-//! (kubectl's default); docs/configuration.md ("Strictness").
+//! (kubectl's default); docs/writing-a-policy.md ("Strictness").
 
 use std::sync::LazyLock;
 

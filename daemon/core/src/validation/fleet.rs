@@ -7,7 +7,7 @@
 //! (one MultiKueue check, never per flavor, never next to a ProvisioningRequest check: the ClusterQueue turns
 //! inactive with `MultipleMultiKueueAdmissionChecks`, `MultiKueueAdmissionCheckAppliedPerFlavor` or
 //! `MultiKueueWithProvisioningRequest`, pkg/cache/scheduler/clusterqueue.go) hold by construction in the plan
-//! (docs/fleet.md, "Admission checks"), so no policy can break them.
+//! (docs/guides/fleet.md, "Admission checks"), so no policy can break them.
 
 use super::Problems;
 use super::names::{DNS_SUBDOMAIN_RULE, is_dns_subdomain};

@@ -48,7 +48,7 @@ pub enum KubeconfigError {
     /// The Secret does not exist.
     #[error(
         "failed to read kubeconfig Secret {namespace}/{name} of worker {cluster}: it does not exist; create it with \
-         the worker's kubeconfig under key `kubeconfig` (the Secret MultiKueue reads, docs/fleet.md), or fix \
+         the worker's kubeconfig under key `kubeconfig` (the Secret MultiKueue reads, docs/guides/fleet.md), or fix \
          spec.clusters[].clusterSource.kubeConfig.location or --kueue-namespace"
     )]
     Missing {
