@@ -12,7 +12,7 @@ plane_env=
 start_plane() {
   cargo build --locked -q -p tiergate-e2e --bin control-plane
   plane_env=$(mktemp -u)
-  target/debug/control-plane up --env-file "$plane_env" &
+  "${CARGO_TARGET_DIR:-target}/debug/control-plane" up --env-file "$plane_env" &
   plane_pid=$!
   until [ -s "$plane_env" ]; do
     if ! kill -0 "$plane_pid" 2>/dev/null; then

@@ -26,6 +26,7 @@ pub mod autoscaler;
 pub mod control_plane;
 pub mod karpenter;
 pub mod real_node;
+pub mod release;
 pub mod webhook;
 
 /// Boxed error for harness results.

@@ -123,18 +123,29 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) ->
         .create(&PostParams::default(), &serde_json::from_value(plain_rs)?)
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &run.bronze);
-    // The plain ReplicaSet's pod exists, confined to l4 by the mutating half (so the controller runs and is
-    // writing pods while the foreign ones are tried).
-    let plain_pod = wait_for("the plain ReplicaSet's pod", CONTROLLER, || async {
-        let list = pods.list(&ListParams::default().labels("app=rs-plain")).await.ok()?;
-        list.items.into_iter().next()
-    })
-    .await?;
-    let selector = plain_pod.spec.as_ref().and_then(|spec| spec.node_selector.clone());
-    ensure(serde_json::to_value(&selector)? == run.l4, || {
-        format!("the plain ReplicaSet's pod is not confined to l4: {selector:?}")
-    })?;
-    for (app, kind) in [("rs-h100", "ReplicaSet"), ("rc-h100", "ReplicationController")] {
+    let mut refused = vec![("rs-h100", "ReplicaSet"), ("rc-h100", "ReplicationController")];
+    let mutating = tiergate::reconcile::discovery::discover_admission_policies(client)
+        .await
+        .ok_or("failed to list admissionregistration.k8s.io/v1")?
+        .mutating;
+    if mutating {
+        // The plain ReplicaSet's pod exists, confined to l4 by the mutating half (so the controller runs and is
+        // writing pods while the foreign ones are tried).
+        let plain_pod = wait_for("the plain ReplicaSet's pod", CONTROLLER, || async {
+            let list = pods.list(&ListParams::default().labels("app=rs-plain")).await.ok()?;
+            list.items.into_iter().next()
+        })
+        .await?;
+        let selector = plain_pod.spec.as_ref().and_then(|spec| spec.node_selector.clone());
+        ensure(serde_json::to_value(&selector)? == run.l4, || {
+            format!("the plain ReplicaSet's pod is not confined to l4: {selector:?}")
+        })?;
+    } else {
+        // Before Kubernetes 1.36 the gate is its validating half: the plain pod is refused, not confined.
+        println!("gate_holes: MutatingAdmissionPolicy is not served; the plain ReplicaSet's pod must be refused");
+        refused.push(("rs-plain", "ReplicaSet"));
+    }
+    for (app, kind) in refused {
         let reason = wait_for(&format!("the {kind}'s ReplicaFailure"), CONTROLLER, || async {
             let status = match kind {
                 "ReplicaSet" => {
