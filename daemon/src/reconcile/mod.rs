@@ -322,10 +322,16 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
     };
     let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
     let mut applied = Applied::default();
-    apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind < KueueKind::LocalQueue, &mut applied).await?;
+    // The in-server gate first: from a fresh install (or a restored cluster) until the API server enforces it, a GPU
+    // workload the webhook does not answer for is stored unconstrained, so nothing may delay it (the LocalQueues of
+    // thousands of namespaces took seconds ahead of it). It refers to nothing else tiergate applies.
+    apply_cluster_scoped(ctx, &cluster_scoped, KueueKind::is_gate, &mut applied).await?;
+    let before_queues = |kind: KueueKind| kind < KueueKind::LocalQueue && !kind.is_gate();
+    apply_cluster_scoped(ctx, &cluster_scoped, before_queues, &mut applied).await?;
     // The snapshots end with the LocalQueue rounds: one rebuilt meanwhile is the only one alive while pruning.
     let local_queues = apply_local_queues_until_still(ctx, policy, snapshot, &mut applied).await?;
-    apply_cluster_scoped(ctx, &cluster_scoped, |kind| kind > KueueKind::LocalQueue, &mut applied).await?;
+    let after_queues = |kind: KueueKind| kind > KueueKind::LocalQueue && !kind.is_gate();
+    apply_cluster_scoped(ctx, &cluster_scoped, after_queues, &mut applied).await?;
     if !applied.failed.is_empty() {
         // What failed may be what the objects to prune are being replaced by: nothing is pruned until all apply.
         events::publish_outcome_events(ctx, policy, &applied.names, &prune::Retired::default()).await;
