@@ -36,32 +36,11 @@ cargo test --workspace --locked --exclude tiergate-e2e
 # made here; name target/release/tiergate to measure the release binary).
 # The Python suites below (the chart's RBAC end-to-end test) run against the same control plane.
 e2e_log=$(mktemp)
-control_plane_env=$(mktemp -u)
-control_plane_pid=
-stop_control_plane() {
-  if [ -n "$control_plane_pid" ]; then
-    kill "$control_plane_pid" 2>/dev/null || true
-    wait "$control_plane_pid" 2>/dev/null || true
-    control_plane_pid=
-  fi
-  rm -f "$control_plane_env" "$e2e_log"
-}
-trap stop_control_plane EXIT
+# shellcheck source=tests/lib/plane.sh
+. tests/lib/plane.sh
+trap 'stop_plane; rm -f "$e2e_log"' EXIT
 if [ -z "${KUBECONFIG:-}" ]; then
-  cargo build --locked -q -p tiergate-e2e --bin control-plane
-  target/debug/control-plane up --env-file "$control_plane_env" &
-  control_plane_pid=$!
-  until [ -s "$control_plane_env" ]; do
-    if ! kill -0 "$control_plane_pid" 2>/dev/null; then
-      wait "$control_plane_pid" || { echo "the throwaway control plane failed to start (see above)" >&2; exit 1; }
-      break
-    fi
-    sleep 1
-  done
-  set -a
-  # shellcheck disable=SC1090
-  . "$control_plane_env"
-  set +a
+  start_plane
 fi
 cargo build --locked -q -p tiergate --bin tiergate
 export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$PWD/target/debug/tiergate}"

@@ -132,18 +132,30 @@ pub fn random_name(prefix: &str) -> String {
     format!("{prefix}-{mixed:08x}")
 }
 
+/// A wait at least this long prints how long it took (`wait: <what> took 12.3s`; tests/stress.sh reports the slowest).
+const REPORTED_WAIT: Duration = Duration::from_secs(5);
+
 /// Polls `check` every 200 ms until it yields `Some`, or fails naming `what` after `timeout`.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, HarnessError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let started = tokio::time::Instant::now();
+    let deadline = started + timeout;
+    let report = || {
+        let took = started.elapsed();
+        if took >= REPORTED_WAIT {
+            println!("wait: {what} took {:.1}s", took.as_secs_f64());
+        }
+    };
     loop {
         if let Some(value) = check().await {
+            report();
             return Ok(value);
         }
         if tokio::time::Instant::now() >= deadline {
+            report();
             return Err(format!("failed to observe {what} within {timeout:?}").into());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;

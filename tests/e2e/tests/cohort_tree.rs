@@ -1,7 +1,7 @@
 //! End-to-end test of the cohort tree (issue 28) against a real API server with Kueue v0.19+ and fair sharing
 //! on: the shape of `samples/org-tree` (gold and silver under `research`, bronze under `batch`, both under `org`;
 //! a floor for gold; weights) with small numbers, reconciled by the in-process daemon. Skipped (and passing)
-//! without a reachable cluster or Kueue's v1beta2 CRDs; see docs/configuration.md ("Cohort tree").
+//! without a reachable cluster or Kueue's v1beta2 CRDs; see docs/guides/tier-hierarchy.md ("Cohort tree").
 //!
 //! Jobs carry their tier's queue label themselves (the webhook's queueing is the `webhook` and `quota_cap`
 //! suites' subject); they ask for one GPU and nothing else, and their pods never need a node: Kueue admits by
@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -385,7 +385,8 @@ async fn borrow_and_reclaim_steps(client: &Client, run: &Run) -> Result<(), Harn
 /// `kubectl tiergate status` for the run's policy shows, per tier, `(tier, borrowed, lent)` on the h100 flavor.
 async fn status_shows(client: &Client, run: &Run, expected: &[(&str, &str, &str)]) -> Result<String, HarnessError> {
     let h100 = run.name("h100");
-    wait_for("status to show what each tier borrows and lends", SCHEDULED, || async {
+    let last = std::sync::Mutex::new(String::from("no status answer yet"));
+    let shown = wait_for("status to show what each tier borrows and lends", SCHEDULED, || async {
         let fetched = fetch_status_inputs(client, Some(&run.prefix), false).await.ok()?;
         let answer = build_status_answer(&StatusInputs {
             policy: &fetched.policy,
@@ -403,10 +404,18 @@ async fn status_shows(client: &Client, run: &Run, expected: &[(&str, &str, &str)
             (row.borrowed == *borrowed && row.lent == *lent).then_some(())
         };
         let cohorts = answer.cohorts.iter().filter(|cohort| cohort.resource == GPU).count();
-        (expected.iter().all(|row| shows(row).is_some()) && cohorts == run.policy.spec.cohorts.len())
-            .then(|| answer.to_table())
+        let table = answer.to_table();
+        let done = expected.iter().all(|row| shows(row).is_some()) && cohorts == run.policy.spec.cohorts.len();
+        if let Ok(mut last) = last.lock() {
+            last.clone_from(&table);
+        }
+        done.then_some(table)
     })
-    .await
+    .await;
+    shown.map_err(|error| {
+        let last = last.lock().map(|last| last.clone()).unwrap_or_default();
+        format!("{error}; expected (tier, borrowed, lent) on {h100}: {expected:?}; the last status:\n{last}").into()
+    })
 }
 
 /// A Job of `tier` whose Workload Kueue preempted.
@@ -472,11 +481,7 @@ async fn restarts_without_writes_and_prunes(
     daemon.stop().await;
     ensure(cohorts == run.policy.spec.cohorts.len(), || format!("owned Cohorts: {before:?}"))?;
     let restarted = InProcessDaemon::start(client, &run.prefix, &run.system, &run.name("lease"));
-    let settled = wait_for("the restarted daemon to lead, sync and reconcile", CONVERGE, || async {
-        let reconciled = restarted.metric_sum("tiergate_owned_objects") > 0.0;
-        (restarted.is_leading_and_synced() && reconciled).then_some(())
-    })
-    .await;
+    let settled = first_reconcile_finished(client, run, &restarted).await;
     let writes = restarted.metric_sum("tiergate_api_writes_total");
     let after = owned_versions(client, &run.prefix).await;
     let result = match (settled, after) {
@@ -496,6 +501,34 @@ async fn restarts_without_writes_and_prunes(
     };
     restarted.stop().await;
     result
+}
+
+/// Waits until the restarted daemon leads, has synced and has *finished* its first reconcile, so that every write
+/// that reconcile makes is counted before the counter is read.
+///
+/// `tiergate_owned_objects` is set in the middle of a reconcile, before its Events and its status write; a reconcile
+/// counted from it alone could still write after the check. Reconciles of one TierPolicy never overlap, so once
+/// another one has started (a tier namespace relabelled with a label no tier reads triggers it), the first has
+/// finished. The run's policy is the only TierPolicy: the suites run one at a time.
+async fn first_reconcile_finished(client: &Client, run: &Run, restarted: &InProcessDaemon) -> Result<(), HarnessError> {
+    wait_for("the restarted daemon to lead, sync and reconcile", CONVERGE, || async {
+        let reconciled = restarted.metric_sum("tiergate_owned_objects") > 0.0;
+        (restarted.is_leading_and_synced() && reconciled).then_some(())
+    })
+    .await?;
+    let started = restarted.metric_sum("tiergate_reconciles_total");
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let nudge = json!({"metadata": {"labels": {"e2e.tiergate.io/nudge": run.prefix}}});
+    namespaces.patch(&run.namespace("gold"), &PatchParams::default(), &Patch::Merge(&nudge)).await?;
+    let next = wait_for("a second reconcile of the restarted daemon (the first one finished)", CONVERGE, || async {
+        (restarted.metric_sum("tiergate_reconciles_total") > started).then_some(())
+    })
+    .await;
+    next.map_err(|error| {
+        let now = restarted.metric_sum("tiergate_reconciles_total");
+        let blockers = restarted.blockers().active();
+        format!("{error}: reconciles {now} (before the relabel {started}), blockers {blockers:?}").into()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -521,7 +554,7 @@ async fn compete_by_weight_steps(client: &Client, run: &Run) -> Result<(), Harne
     // heavy 4, light 2, and the issue asks for that within one workload. Kueue 0.19.2 admits one head per queue
     // per scheduling cycle while both fit, so the split it reaches is 3:3 or 4:2; with nothing preempting, it is
     // final once the pool is full. (Preemption-driven rebalancing, light holding the whole pool first, stopped
-    // at heavy 1, light 5 in our runs: an evicted light Job was readmitted before heavy's; see docs/placement.md.)
+    // at heavy 1, light 5 in our runs: an evicted light Job was readmitted before heavy's; see docs/guides/tier-hierarchy.md.)
     let (pool, jobs) = (6_u64, 6_u32);
     submit(client, run, "light", jobs).await?;
     submit(client, run, "heavy", jobs).await?;

@@ -20,7 +20,7 @@
 //! names is gone, skips when a live policy holds them, and removes them before it ends. Skipped (and passing)
 //! without a reachable cluster, Kueue's v1beta2 CRDs, `TIERGATE_E2E_WEBHOOK_HOST`, a kube-scheduler
 //! (`TIERGATE_E2E_SCHEDULER_SKIP`), `resource.k8s.io/v1`, or Kueue's `deviceClassMappings` for the sample.
-//! See docs/configuration.md ("DRA") and docs/admission.md ("DRA claims").
+//! See docs/guides/dra.md ("DRA") and docs/admission.md ("DRA claims").
 
 use std::time::Duration;
 
@@ -293,11 +293,40 @@ async fn free_fixed_name(client: &Client, resource: &ApiResource, name: &str) ->
             }
         }
     }
-    wait_for(&format!("{kind} {name} of an earlier policy to go"), GONE, || async {
+    let gone = wait_for(&format!("{kind} {name} of an earlier policy to go"), GONE, || async {
         api.get_opt(name).await.ok()?.is_none().then_some(())
     })
-    .await?;
+    .await;
+    if let Err(error) = gone {
+        return Err(format!("{error}; {}", holders_text(client, &api, name).await).into());
+    }
     Ok(None)
+}
+
+/// What keeps `name` from going, read now: its deletion and finalizers, and the ClusterQueues that still name it
+/// (Kueue keeps a ResourceFlavor while one does).
+async fn holders_text(client: &Client, api: &Api<DynamicObject>, name: &str) -> String {
+    let found = match api.get_opt(name).await {
+        Ok(Some(object)) => format!(
+            "deleting {}, finalizers {:?}, labels {:?}",
+            object.metadata.deletion_timestamp.is_some(),
+            object.finalizers(),
+            object.labels()
+        ),
+        Ok(None) => "gone now".to_owned(),
+        Err(error) => format!("failed to read: {error}"),
+    };
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
+    let naming: Vec<String> = match queues.list(&ListParams::default()).await {
+        Ok(list) => list
+            .items
+            .iter()
+            .filter(|queue| queue.data["spec"]["resourceGroups"].to_string().contains(&format!("\"{name}\"")))
+            .map(|queue| format!("{} (deleting {})", queue.name_any(), queue.metadata.deletion_timestamp.is_some()))
+            .collect(),
+        Err(error) => vec![format!("failed to list: {error}")],
+    };
+    format!("{name} now: {found}; ClusterQueues naming it: {naming:?}")
 }
 
 /// Deletes the ClusterQueues of policy `policy`, which hold its ResourceFlavors. Their garbage collection may never
@@ -324,10 +353,13 @@ async fn remove_fixed_names(client: &Client, run: &Run) -> Result<(), HarnessErr
         if api.get_opt(&name).await?.is_some_and(|object| ours(&object)) {
             api.delete(&name, &DeleteParams::background()).await.ok();
         }
-        wait_for(&format!("{} {name} to be deleted", resource.kind), GONE, || async {
+        let gone = wait_for(&format!("{} {name} to be deleted", resource.kind), GONE, || async {
             api.get_opt(&name).await.ok()?.is_none_or(|object| !ours(&object)).then_some(())
         })
-        .await?;
+        .await;
+        if let Err(error) = gone {
+            return Err(format!("{error}; {}", holders_text(client, &api, &name).await).into());
+        }
     }
     Ok(())
 }
@@ -456,17 +488,25 @@ async fn check_dra(
     let binding = format!("binding '{}'", gate_name(&run.tier));
 
     // The gate first, with no webhook registered: a template naming gold's class is refused by the API server.
-    wait_for("the API server to enforce the gate on claims", ENFORCEMENT, || async {
-        let refused = create::<ResourceClaimTemplate>(&tenant, run, template(run, "probe", &h100_class, None), true);
-        refused.await.err().filter(|error| error.to_string().contains(&binding))
-    })
+    let probe = template(run, "probe", &h100_class, None);
+    let what = "the API server to enforce the gate on claims (a template naming h100 refused by the binding)";
+    wait_for_answer(
+        what,
+        ENFORCEMENT,
+        || create::<ResourceClaimTemplate>(&tenant, run, probe.clone(), true),
+        |answer| answer.as_ref().err().filter(|error| error.to_string().contains(&binding)).map(|_| ()),
+    )
     .await?;
     let ca_pem = webhook.as_ref().map(|webhook| webhook.ca_pem.clone()).ok_or("the webhook is not running")?;
     register_webhook_with(client, cleanup, endpoint, &ca_pem, &run.prefix, FailurePolicy::Ignore).await?;
-    wait_for("the API server to send claims to the webhook", ENFORCEMENT, || async {
-        let stored = create::<ResourceClaimTemplate>(&tenant, run, template(run, "probe", DRIVER, None), true);
-        (class_of_template(&stored.await.ok()?) == l4_class).then_some(())
-    })
+    let probe = template(run, "probe", DRIVER, None);
+    let what = "the API server to send claims to the webhook (a generic template retargeted to l4)";
+    wait_for_answer(
+        what,
+        ENFORCEMENT,
+        || create::<ResourceClaimTemplate>(&tenant, run, probe.clone(), true),
+        |answer| answer.as_ref().ok().filter(|stored| class_of_template(stored) == l4_class).map(|_| ()),
+    )
     .await?;
 
     // 1. A Job claiming bronze's class: charged to its quota, allocated on the L4 node.
@@ -518,10 +558,14 @@ async fn check_dra(
     strict.spec.admission.dra_generic_classes = DraGenericClassAction::Deny;
     apply_policy(client, &strict).await?;
     let generic_part = format!("names {DRIVER}, the driver's DeviceClass for every one of its devices");
-    let message = wait_for("the webhook to refuse the generic class under Deny", CONVERGE, || async {
-        let outcome = create::<ResourceClaimTemplate>(&tenant, run, sneaky_template(run), true).await;
-        outcome.err().map(|error| message_of(&error)).filter(|message| message.contains(&generic_part))
-    })
+    let what = "the webhook to refuse the generic class under Deny";
+    let probe = sneaky_template(run);
+    let message = wait_for_answer(
+        what,
+        CONVERGE,
+        || create::<ResourceClaimTemplate>(&tenant, run, probe.clone(), true),
+        |answer| answer.as_ref().err().map(message_of).filter(|message| message.contains(&generic_part)),
+    )
     .await?;
     ensure(message.contains(webhook_part) && message.contains(&format!("Fix: name DeviceClass {l4_class}")), || {
         format!("the generic class under Deny was refused without the webhook's message: {message}")
@@ -532,10 +576,14 @@ async fn check_dra(
     if let Some(webhook) = webhook.take() {
         webhook.stop().await;
     }
-    wait_for("the API server to judge claims without the webhook", ENFORCEMENT, || async {
-        let outcome = create::<ResourceClaimTemplate>(&tenant, run, template(run, "probe", DRIVER, None), true);
-        outcome.await.err().filter(|error| error.to_string().contains(&binding))
-    })
+    let probe = template(run, "probe", DRIVER, None);
+    let what = "the API server to judge claims without the webhook (a generic template refused by the binding)";
+    wait_for_answer(
+        what,
+        ENFORCEMENT,
+        || create::<ResourceClaimTemplate>(&tenant, run, probe.clone(), true),
+        |answer| answer.as_ref().err().filter(|error| error.to_string().contains(&binding)).map(|_| ()),
+    )
     .await?;
     let gate = ["may name only the tier's DeviceClasses".to_owned()];
     let outcome = create::<ResourceClaimTemplate>(&tenant, run, template(run, "h100-down", &h100_class, None), false);
@@ -544,6 +592,39 @@ async fn check_dra(
     expect_refused("the generic class with an H100 selector, webhook down", outcome.await, &binding, &gate)?;
     let kept = create::<ResourceClaimTemplate>(&tenant, run, template(run, "l4-down", &l4_class, None), false).await?;
     ensure(class_of_template(&kept) == l4_class, || format!("a template on {l4_class} was changed: {kept}"))
+}
+
+/// Calls `ask` (a create, usually a dry run) until `accepted` takes its answer; on timeout the error shows the
+/// last answer: the object as stored, or the refusal.
+async fn wait_for_answer<T, Ask, Fut>(
+    what: &str,
+    timeout: Duration,
+    ask: Ask,
+    accepted: impl Fn(&Result<Value, HarnessError>) -> Option<T>,
+) -> Result<T, HarnessError>
+where
+    Ask: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Value, HarnessError>>,
+{
+    let last = std::sync::Mutex::new(String::from("no answer yet"));
+    let waited = wait_for(what, timeout, || async {
+        let answer = ask().await;
+        let taken = accepted(&answer);
+        if taken.is_none()
+            && let Ok(mut last) = last.lock()
+        {
+            *last = match &answer {
+                Ok(stored) => format!("stored as {stored}"),
+                Err(error) => format!("refused: {}", message_of(error)),
+            };
+        }
+        taken
+    })
+    .await;
+    waited.map_err(|error| {
+        let last = last.lock().map(|last| last.clone()).unwrap_or_default();
+        format!("{error}; the last answer: {last}").into()
+    })
 }
 
 /// The DeviceClasses (this policy's), the bronze LocalQueue and ClusterQueue.
@@ -742,10 +823,12 @@ async fn check_no_device_fits(client: &Client, run: &Run, job: &str, class: &str
         {
             return Some(("Kueue", message.to_owned(), None));
         }
+        // kube-scheduler's end state: unschedulable for the claim (an earlier attempt may have failed otherwise).
         let pod = pod_of(client, run, job).await?;
         let scheduled = condition(&pod, "PodScheduled")?;
         (scheduled["status"] == "False" && scheduled["reason"] == "Unschedulable").then_some(())?;
         let message = scheduled["message"].as_str().unwrap_or_default().to_owned();
+        message.contains("claim").then_some(())?;
         let claim = claim_of(client, run, &pod).await?;
         Some(("kube-scheduler", message, Some((pod, claim))))
     })
@@ -763,8 +846,7 @@ async fn check_no_device_fits(client: &Client, run: &Run, job: &str, class: &str
         Some((pod, claim)) => {
             ensure(pod["spec"]["nodeName"].is_null() && claim["status"]["allocation"].is_null(), || {
                 format!("{job}'s claim was allocated: {} (pod on {})", claim["status"], pod["spec"]["nodeName"])
-            })?;
-            ensure(message.contains("claim"), || format!("{job}'s pod is unschedulable for another reason: {message}"))
+            })
         }
     }
 }
@@ -812,17 +894,22 @@ async fn delete_job(client: &Client, run: &Run, job: &str) -> Result<(), Harness
 /// Job `job`'s Workload is not admitted and Kueue says why: bronze's `nvidia.com/gpu` quota is used up, as its
 /// ClusterQueue's usage shows.
 async fn check_held_for_quota(client: &Client, run: &Run, job: &str) -> Result<(), HarnessError> {
-    let message = wait_for(&format!("Kueue's verdict on {job}"), SCHEDULED, || async {
+    // The end state, Kueue's quota verdict, not the first QuotaReserved=False seen: a Workload can say False for
+    // another passing reason before the scheduler has tried it. A wrong final verdict shows in the error's state.
+    let what = format!("Kueue to hold {job} for want of {GPU} quota (QuotaReserved=False, \"insufficient\")");
+    let message = wait_for(&what, SCHEDULED, || async {
         let workload = workload_of(client, run, job).await?;
         let reserved = condition(&workload, "QuotaReserved")?;
-        (reserved["status"] == "False").then(|| reserved["message"].as_str().map(str::to_owned))?
+        let message = reserved["message"].as_str()?;
+        let held = reserved["status"] == "False" && message.contains("insufficient") && message.contains(GPU);
+        held.then(|| message.to_owned())
     })
     .await;
     let message = with_job_state(client, run, job, message).await?;
     println!("{TEST}: {job} held: {message}");
     let workload = workload_of(client, run, job).await.ok_or_else(|| format!("{job}'s Workload is gone"))?;
-    ensure(!is_true(&workload, "Admitted") && message.contains("insufficient") && message.contains(GPU), || {
-        format!("{job} is not held for want of {GPU} quota: {message}")
+    ensure(!is_true(&workload, "Admitted"), || {
+        format!("{job} is held for quota yet admitted: {}", workload["status"])
     })?;
     // Kueue writes the ClusterQueue's status after its own cache has admitted: wait for it to show the quota used.
     let queue = cluster_queue_name(&run.tier);
@@ -894,7 +981,15 @@ async fn check_cpu_pod(client: &Client, tenant: &Client, run: &Run) -> Result<()
     let node = wait_for("the CPU-only pod to be scheduled", SCHEDULED, || async {
         pods.get("cpu").await.ok()?.spec?.node_name
     })
-    .await?;
+    .await;
+    let node = match node {
+        Ok(node) => node,
+        Err(error) => {
+            let pod = pods.get_opt("cpu").await.ok().flatten().map(|pod| serde_json::to_value(pod).unwrap_or_default());
+            let scheduled = pod.as_ref().and_then(|pod| condition(pod, "PodScheduled").cloned());
+            return Err(format!("{error}; its PodScheduled condition now: {scheduled:?}").into());
+        }
+    };
     println!("{TEST}: the CPU-only pod was stored unchanged and bound to {node}");
     Ok(())
 }

@@ -186,13 +186,17 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) ->
         "priorityClassName": high})),
     );
     job["spec"]["suspend"] = json!(true);
-    let stored = Api::<Job>::namespaced(tenant.clone(), &run.bronze)
-        .create(&PostParams::default(), &serde_json::from_value(job)?)
-        .await?;
-    let label = stored.labels().get(PRIORITY_CLASS_LABEL).cloned();
-    ensure(label.as_deref() == Some(default), || {
-        format!("a Job whose pods name PriorityClass {high} was stored with priority label {label:?}, not {default}")
-    })?;
+    let what = format!("a Job whose pods name PriorityClass {high}");
+    match create_dynamic(&tenant, &run.bronze, &job).await {
+        // The mutating half gives it the tier's default label; the validating half alone refuses it.
+        Ok(stored) if mutating => {
+            let label = stored["metadata"]["labels"][PRIORITY_CLASS_LABEL].as_str().map(str::to_owned);
+            ensure(label.as_deref() == Some(default), || {
+                format!("{what} was stored with priority label {label:?}, not {default}")
+            })?;
+        }
+        outcome => refused_by_gate(&what, &tier_part, outcome)?,
+    }
 
     forged_operator_account(client, cleanup, run, &tier_part).await?;
     pod_naming_its_node(&tenant, run).await

@@ -238,22 +238,26 @@ async fn over_quota_buys_nothing(
     karpenter: &Karpenter,
 ) -> Result<(), HarnessError> {
     let namespace = run.namespace("bronze");
+    // Read before the Jobs are submitted: a NodeClaim bought for them at once (the failure this scenario looks for)
+    // would otherwise already be in `before` and pass unseen.
+    let before = karpenter.node_claims_by_pool().await?;
     for name in ["bronze-2", "bronze-3"] {
         submit(client, run, policy, "bronze", name).await?;
     }
     // Kueue says why it holds the first; the second, of the same shape, it may park without a word (its
     // scheduling-equivalence hashing), so it is only required to exist and hold no quota.
-    wait_for("Kueue to hold bronze-2 for quota", CONVERGE, || async {
+    let held = wait_for("Kueue to hold bronze-2 for quota", CONVERGE, || async {
         let workload = job_workload(client, &namespace, "bronze-2").await?;
         let reserved = tiergate_e2e::status_condition(&workload, "QuotaReserved")?;
         (reserved["status"] == "False").then_some(())
     })
-    .await?;
+    .await;
+    with_job_state(client, &namespace, "bronze-2", held).await?;
     wait_for("bronze-3's Workload", CONVERGE, || async {
         job_workload(client, &namespace, "bronze-3").await.map(|_| ())
     })
     .await?;
-    let before = karpenter.node_claims_by_pool().await?;
+    // Not a synchronisation: the window in which nothing may happen, watched whole, three batch windows long.
     tokio::time::sleep(QUIET_WINDOW).await;
     let after = karpenter.node_claims_by_pool().await?;
     let suspended = job_is_suspended(client, &namespace, "bronze-2").await?
@@ -313,11 +317,17 @@ async fn why_names_karpenters_reason(client: &Client, run: &Run, policy: &TierPo
     let namespace = run.namespace("gold");
     finish_job(client, &namespace, "gold-1").await?;
     let system = run.name("system");
-    wait_for("the outside pod to take the node gold freed", GROWN, || async {
+    let taken = wait_for("the outside pod to take the node gold freed", GROWN, || async {
         let pod = Api::<Pod>::namespaced(client.clone(), &system).get_opt(OUTSIDE_POD).await.ok()??;
         pod.spec?.node_name.map(|_| ())
     })
-    .await?;
+    .await;
+    if let Err(error) = taken {
+        let pods = Api::<Pod>::namespaced(client.clone(), &system);
+        let pod = pods.get_opt(OUTSIDE_POD).await.ok().flatten().map(|pod| pod_line(&pod));
+        let claims = karpenter_claims_text(client).await;
+        return Err(format!("{error}; the outside pod: {pod:?}; {claims}").into());
+    }
     submit(client, run, policy, "gold", "gold-3").await?;
     wait_until_admitted(client, &namespace, "gold-3").await?;
     let pod = wait_for("gold-3's pod", CONVERGE, || async {
@@ -325,7 +335,8 @@ async fn why_names_karpenters_reason(client: &Client, run: &Run, policy: &TierPo
         let listed = pods.list(&ListParams::default().labels("job-name=gold-3")).await.ok()?;
         listed.items.first().map(ResourceExt::name_any)
     })
-    .await?;
+    .await;
+    let pod = with_job_state(client, &namespace, "gold-3", pod).await?;
     wait_for_karpenter_limit_event(client, &namespace, &pod).await?;
     let policy_name = policy.name_any();
     let answer = wait_for("why to name Karpenter's reason", CONVERGE, || async {
@@ -342,7 +353,7 @@ async fn why_names_karpenters_reason(client: &Client, run: &Run, policy: &TierPo
 
 /// Scenario 5: A catch-all GPU NodePool (weight 10, fits every pod of the run) beside tiergate's: silver's next Job, which
 /// needs a new node, still grows tiergate's l4 pool (weight 50), and `tiergate check --kubeconfig` reports the
-/// catch-all.
+/// catch-all. gold-3, still waiting for a node from scenario 4, is finished first: nothing else may grow a pool.
 async fn catch_all_does_not_take_the_tiers_pods(
     client: &Client,
     cleanup: &Cleanup,
@@ -350,14 +361,28 @@ async fn catch_all_does_not_take_the_tiers_pods(
     policy: &TierPolicy,
     karpenter: &Karpenter,
 ) -> Result<(), HarnessError> {
+    // gold-3's pod still waits for a node (scenario 4: its pool is at its limit), and the catch-all fits it: the
+    // NodeClaim Karpenter would buy it there could come after `before` is read below and be counted as silver's.
+    // gold-3 goes first, so silver-2's is the only pod that can make anything grow.
+    let gold = run.namespace("gold");
+    finish_job(client, &gold, "gold-3").await?;
+    let gone = wait_for("gold-3's Workload and pod to be gone", CONVERGE, || async {
+        let pods = Api::<Pod>::namespaced(client.clone(), &gold);
+        let listed = pods.list(&ListParams::default().labels("job-name=gold-3")).await.ok()?;
+        let workload = job_workload(client, &gold, "gold-3").await;
+        (listed.items.is_empty() && workload.is_none()).then_some(())
+    })
+    .await;
+    with_job_state(client, &gold, "gold-3", gone).await?;
     create_catch_all_pool(client, cleanup, run).await?;
     let silver = run.namespace("silver");
     let freed = wait_for_bound_nodes(client, &silver, "silver-1", 1).await?;
     finish_job(client, &silver, "silver-1").await?;
-    wait_for("silver-1's Workload to be gone", CONVERGE, || async {
+    let gone = wait_for("silver-1's Workload to be gone", CONVERGE, || async {
         job_workload(client, &silver, "silver-1").await.is_none().then_some(())
     })
-    .await?;
+    .await;
+    with_job_state(client, &silver, "silver-1", gone).await?;
     // The node silver-1 freed would take silver-2 at once: Karpenter takes it away first, so a node must launch.
     remove_node(client, karpenter, &freed[0]).await?;
     let before = karpenter.node_claims_by_pool().await?;
@@ -394,11 +419,26 @@ async fn remove_node(client: &Client, karpenter: &Karpenter, name: &str) -> Resu
     let claim = karpenter::node_claim_of(&node).ok_or_else(|| format!("node {name} names no NodeClaim"))?;
     let claims = Api::<DynamicObject>::all_with(client.clone(), &karpenter::node_claim_resource());
     claims.delete(&claim, &DeleteParams::background()).await?;
-    wait_for(&format!("NodeClaim {claim} to be terminated"), GROWN, || async {
+    let gone = wait_for(&format!("NodeClaim {claim} to be terminated"), GROWN, || async {
         let gone = karpenter.node_claims_by_pool().await.ok()?.values().all(|claims| !claims.contains(&claim));
         gone.then_some(())
     })
-    .await
+    .await;
+    match gone {
+        Ok(()) => Ok(()),
+        Err(error) => {
+            let found = claims.get_opt(&claim).await.ok().flatten().map(|claim| {
+                let value = serde_json::to_value(&claim).unwrap_or_default();
+                format!(
+                    "deleting {}, finalizers {:?}, conditions {}",
+                    claim.metadata.deletion_timestamp.is_some(),
+                    claim.finalizers(),
+                    value["status"]["conditions"]
+                )
+            });
+            Err(format!("{error}; NodeClaim {claim} now: {found:?}; {}", karpenter_claims_text(client).await).into())
+        }
+    }
 }
 
 /// The policy of the run: the Karpenter sample renamed, its classes on run-unique labels and kwok, small quotas.
@@ -558,22 +598,46 @@ async fn create_outside_pod(client: &Client, cleanup: &Cleanup, run: &Run) -> Re
 async fn wait_for_karpenter_limit_event(client: &Client, namespace: &str, name: &str) -> Result<String, HarnessError> {
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let selector = format!("involvedObject.name={name}");
-    wait_for(&format!("Karpenter's verdict on pod {name}"), GROWN, || async {
-        let listed = events.list(&ListParams::default().fields(&selector)).await.ok()?;
-        listed.items.into_iter().find_map(|event| {
-            let message = event.message.unwrap_or_default();
-            message.contains("exceed limits").then_some(message)
-        })
-    })
-    .await
+    let verdict = wait_for(
+        &format!("Karpenter's verdict on pod {name} (an event saying limits are exceeded)"),
+        GROWN,
+        || async {
+            let listed = events.list(&ListParams::default().fields(&selector)).await.ok()?;
+            listed.items.into_iter().find_map(|event| {
+                let message = event.message.unwrap_or_default();
+                message.contains("exceed limits").then_some(message)
+            })
+        },
+    )
+    .await;
+    let Err(error) = verdict else { return verdict };
+    let seen: Vec<String> = match events.list(&ListParams::default().fields(&selector)).await {
+        Ok(listed) => listed
+            .items
+            .into_iter()
+            .map(|event| {
+                let source = event.reporting_component.or(event.source.and_then(|source| source.component));
+                format!("{source:?} {:?}: {}", event.reason, event.message.unwrap_or_default())
+            })
+            .collect(),
+        Err(list_error) => vec![format!("failed to list: {list_error}")],
+    };
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace).get_opt(name).await.ok().flatten();
+    Err(format!(
+        "{error}; the pod: {:?}; its events: {seen:#?}; {}",
+        pod.as_ref().map(pod_line),
+        karpenter_claims_text(client).await
+    )
+    .into())
 }
 
 async fn wait_until_admitted(client: &Client, namespace: &str, job: &str) -> Result<String, HarnessError> {
-    wait_for(&format!("{job} to be admitted"), CONVERGE, || async {
+    let admitted = wait_for(&format!("{job} to be admitted"), CONVERGE, || async {
         let workload = job_workload(client, namespace, job).await?;
         is_admitted(&workload).then(|| workload["metadata"]["name"].as_str().unwrap_or_default().to_owned())
     })
-    .await
+    .await;
+    with_job_state(client, namespace, job, admitted).await
 }
 
 async fn job_is_suspended(client: &Client, namespace: &str, job: &str) -> Result<bool, HarnessError> {
@@ -590,12 +654,89 @@ async fn wait_for_bound_nodes(
 ) -> Result<Vec<String>, HarnessError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = format!("job-name={job}");
-    wait_for(&format!("{job}'s pod to be bound to a node"), GROWN, || async {
+    let bound = wait_for(&format!("{job}'s pod to be bound to a node"), GROWN, || async {
         let listed = api.list(&ListParams::default().labels(&selector)).await.ok()?;
         let nodes: Vec<String> = listed.items.iter().filter_map(|pod| pod.spec.as_ref()?.node_name.clone()).collect();
         (nodes.len() == pods).then_some(nodes)
     })
-    .await
+    .await;
+    let Err(error) = bound else { return bound };
+    let state = job_state_text(client, namespace, job).await;
+    Err(format!("{error}; {state}; {}", karpenter_claims_text(client).await).into())
+}
+
+/// `waited`, or its error with [`job_state_text`] of Job `job`.
+async fn with_job_state<T>(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    waited: Result<T, HarnessError>,
+) -> Result<T, HarnessError> {
+    let Err(error) = waited else { return waited };
+    Err(format!("{error}; {}", job_state_text(client, namespace, job).await).into())
+}
+
+/// What Kueue and kube-scheduler show of Job `job` now: whether it is suspended, its Workload's conditions, and
+/// each pod's node, node selector and PodScheduled condition.
+async fn job_state_text(client: &Client, namespace: &str, job: &str) -> String {
+    let workload = job_workload(client, namespace, job).await.map(|workload| {
+        let conditions: Vec<String> = workload["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| format!("{}={} ({}: {})", c["type"], c["status"], c["reason"], c["message"]))
+            .collect();
+        format!("{} {conditions:?}", workload["metadata"]["name"])
+    });
+    let suspended = job_is_suspended(client, namespace, job).await.map_err(|error| error.to_string());
+    let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .map(|listed| listed.items.iter().map(pod_line).collect::<Vec<_>>())
+        .map_err(|error| error.to_string());
+    format!("{job} now: suspended {suspended:?}, Workload {workload:?}, pods {pods:#?}")
+}
+
+/// A pod's node, node selector, deletion and PodScheduled condition, on one line.
+fn pod_line(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let scheduled = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|condition| condition.type_ == "PodScheduled"))
+        .map(|condition| format!("{} ({:?}: {:?})", condition.status, condition.reason, condition.message));
+    format!(
+        "{}: node {:?}, nodeSelector {:?}, deleting {}, PodScheduled {scheduled:?}",
+        pod.name_any(),
+        spec.and_then(|spec| spec.node_name.clone()),
+        spec.and_then(|spec| spec.node_selector.clone()),
+        pod.metadata.deletion_timestamp.is_some()
+    )
+}
+
+/// Every NodeClaim by pool, read now (or why it could not be), for a failure message.
+async fn karpenter_claims_text(client: &Client) -> String {
+    let claims = Api::<DynamicObject>::all_with(client.clone(), &karpenter::node_claim_resource());
+    match claims.list(&ListParams::default()).await {
+        Ok(listed) => {
+            let shown: Vec<String> = listed
+                .items
+                .iter()
+                .map(|claim| {
+                    format!(
+                        "{} (pool {:?}, node {}, deleting {})",
+                        claim.name_any(),
+                        claim.labels().get(karpenter::NODEPOOL_LABEL),
+                        claim.data["status"]["nodeName"],
+                        claim.metadata.deletion_timestamp.is_some()
+                    )
+                })
+                .collect();
+            format!("NodeClaims now: {shown:?}")
+        }
+        Err(error) => format!("NodeClaims: failed to list: {error}"),
+    }
 }
 
 /// NodeClaims added per pool between `before` and `after`.

@@ -26,6 +26,7 @@ use serde_json::json;
 use tiergate::plan::gate::params::TierGateParameters;
 use tiergate::plan::gate::{gate_name, gate_policy_name};
 use tiergate::policy::TierPolicy;
+use tiergate::reconcile::kinds::KueueKind;
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, apply_policy, build_prefixed_policy, create_namespace,
     ensure, install_tierpolicy_crd, plain_gpu_job, prefixed, random_name, run_cluster_test, tenant_client, wait_for,
@@ -72,11 +73,15 @@ async fn handover(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &name);
     let result = async {
         applied?;
-        wait_for("one replica to lead", TAKE_OVER, || async {
-            (first.is_leading_and_synced() || second.is_leading_and_synced()).then_some(())
+        // The wait names the leader it saw: asked again afterwards, a Lease lost meanwhile would swap the roles.
+        let (leader, follower) = wait_for("one replica to lead", TAKE_OVER, || async {
+            if first.is_leading_and_synced() {
+                Some((&first, &second))
+            } else {
+                second.is_leading_and_synced().then_some((&second, &first))
+            }
         })
         .await?;
-        let (leader, follower) = if first.is_leading_and_synced() { (&first, &second) } else { (&second, &first) };
         let leases: Api<Lease> = Api::namespaced(client.clone(), &system);
         let held_by = |lease: &Lease| lease.spec.as_ref().and_then(|spec| spec.holder_identity.clone());
         let before = held_by(&leases.get(&lease_name).await?);
@@ -141,15 +146,36 @@ async fn uninstall(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessErro
         })
         .await?;
         println!("lifecycle: the gate was gone {:.1} s after its registration", deleted.elapsed().as_secs_f64());
-        // A reconcile after that (the namespace relabelled to trigger one) does not put it back.
+        // A reconcile after that (the namespace relabelled to trigger one) does not put it back. The counter moves
+        // when a reconcile starts; what shows one finished is the policy's status, written last, counting no gate
+        // object. Every reconcile after that one reads the registration as missing, so the check below is final.
         let reconciles = daemon.metric_sum("tiergate_reconciles_total");
         let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
         let relabel = json!({"metadata": {"labels": {"e2e.tiergate.io/nudge": "1"}}});
         namespaces.patch(&bronze, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&relabel)).await?;
-        wait_for("a reconcile after the uninstall", SETTLE, || async {
-            (daemon.metric_sum("tiergate_reconciles_total") > reconciles).then_some(())
+        let policies: Api<TierPolicy> = Api::all(client.clone());
+        let counted = std::sync::Mutex::new(None);
+        let reconciled = wait_for("a reconcile after the uninstall, finished with no gate counted", SETTLE, || async {
+            let started = daemon.metric_sum("tiergate_reconciles_total") > reconciles;
+            let counts = policies.get_opt(&name).await.ok()??.status?.object_counts;
+            let gate_counted: Vec<(String, i32)> = counts
+                .into_iter()
+                .filter(|(kind, count)| *count > 0 && gate_kinds().contains(&kind.as_str()))
+                .collect();
+            let done = started && gate_counted.is_empty();
+            if let Ok(mut counted) = counted.lock() {
+                *counted = Some(gate_counted);
+            }
+            done.then_some(())
         })
-        .await?;
+        .await;
+        reconciled.map_err(|error| {
+            format!(
+                "{error}: reconciles {} (before the relabel {reconciles}), gate objects in the status {:?}",
+                daemon.metric_sum("tiergate_reconciles_total"),
+                counted.lock().ok().and_then(|counted| counted.clone())
+            )
+        })?;
         let left = gate_objects(client, &name, &tier).await?;
         ensure(left.is_empty(), || format!("a reconcile without the registration put the gate back: {left:?}"))?;
         // The Job the gate refused is stored as it would be without tiergate: as sent, in no queue.
@@ -190,6 +216,11 @@ async fn create_registration(api: &Api<MutatingWebhookConfiguration>, name: &str
                 "resources": ["configmaps"]}]}]}))?;
     api.create(&PostParams::default(), &registration).await?;
     Ok(())
+}
+
+/// The names of the in-server gate's kinds, as the policy's `status.objectCounts` keys them.
+fn gate_kinds() -> Vec<&'static str> {
+    KueueKind::ALL.into_iter().filter(|kind| kind.is_gate()).map(KueueKind::name).collect()
 }
 
 /// The gate objects of policy `name` and its `tier` that exist now.

@@ -260,10 +260,8 @@ async fn walk_steps(
         .ok_or("the first topology flavor names no Topology")?;
     free(client, run, &racks, 2).await?;
     flavor_pruned(client, &racks).await?;
-    wait_for(&format!("the first Topology {racks_topology}, unused, to be pruned"), CONVERGE, || async {
-        api(client, KueueKind::Topology).get_opt(&racks_topology).await.ok()?.is_none().then_some(())
-    })
-    .await?;
+    let what = format!("the first Topology {racks_topology}, unused, to be pruned");
+    object_gone(client, KueueKind::Topology, &racks_topology, &what).await?;
     expect_gold_flavors(client, run, &[(&hosts, "4")]).await?;
     let admitted = wait_admitted(client, run, 2, "gold's 2 Jobs left").await?;
 
@@ -289,10 +287,8 @@ async fn walk_steps(
     converge(client, run, daemon, shape, "two cohorts merged").await?;
     still_admitted(client, run, &admitted).await?;
     let bronze_pool = run.name("bronze-pool");
-    wait_for(&format!("the emptied Cohort {bronze_pool} to be pruned"), CONVERGE, || async {
-        api(client, KueueKind::Cohort).get_opt(&bronze_pool).await.ok()?.is_none().then_some(())
-    })
-    .await?;
+    let what = format!("the emptied Cohort {bronze_pool} to be pruned");
+    object_gone(client, KueueKind::Cohort, &bronze_pool, &what).await?;
     still_admitted(client, run, &admitted).await?;
 
     // 7. Gold renamed gold2, its namespace relabelled: a new ClusterQueue and LocalQueue. Kueue keeps the old queue,
@@ -323,10 +319,8 @@ async fn walk_steps(
     let old_running: Vec<String> = before_rename.keys().filter(|job| !running.contains(job)).cloned().collect();
     delete_jobs(client, run, &old_running).await?;
     let old_queue = cluster_queue_name(&run.name("gold"));
-    wait_for(&format!("the retired ClusterQueue {old_queue}, released, to go"), CONVERGE, || async {
-        api(client, KueueKind::ClusterQueue).get_opt(&old_queue).await.ok()?.is_none().then_some(())
-    })
-    .await?;
+    let what = format!("the retired ClusterQueue {old_queue}, released, to go");
+    object_gone(client, KueueKind::ClusterQueue, &old_queue, &what).await?;
     expect_queue_flavors(client, run, "gold2", &[(&hosts, "4")]).await?;
     let admitted = wait_admitted(client, run, 2, "the renamed tier's 2 Jobs").await?;
     Ok((shape, admitted))
@@ -339,20 +333,30 @@ async fn requeued_to(client: &Client, run: &Run, job: &str, tier: &str) -> Resul
     let namespace = run.namespace("gold");
     let jobs: Api<Job> = Api::namespaced(client.clone(), &namespace);
     let workloads: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &workload_resource());
-    wait_for(&format!("Job {job}, pending in the retired LocalQueue, to be moved to {queue}"), CONVERGE, || async {
-        let labelled = jobs.get(job).await.ok()?.labels().get("kueue.x-k8s.io/queue-name").cloned();
-        let uid = jobs.get(job).await.ok()?.uid()?;
-        let workload = workloads
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|workload| workload.owner_references().iter().any(|owner| owner.uid == uid))?;
-        (labelled.as_deref() == Some(queue.as_str()) && workload.data["spec"]["queueName"] == json!(queue))
-            .then_some(())
-    })
-    .await
+    let last = Mutex::new(String::from("no answer yet"));
+    let moved = wait_for(
+        &format!("Job {job}, pending in the retired LocalQueue, to be moved to {queue}"),
+        CONVERGE,
+        || async {
+            let found = jobs.get(job).await.ok()?;
+            let labelled = found.labels().get("kueue.x-k8s.io/queue-name").cloned();
+            let uid = found.uid()?;
+            let workload = workloads
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|workload| workload.owner_references().iter().any(|owner| owner.uid == uid));
+            let queue_name = workload.as_ref().map(|workload| workload.data["spec"]["queueName"].clone());
+            if let Ok(mut last) = last.lock() {
+                *last = format!("the Job's queue label {labelled:?}, its Workload's spec.queueName {queue_name:?}");
+            }
+            (labelled.as_deref() == Some(queue.as_str()) && queue_name == Some(json!(queue))).then_some(())
+        },
+    )
+    .await;
+    moved.map_err(|error| format!("{error}; {}", last.lock().map(|last| last.clone()).unwrap_or_default()).into())
 }
 
 /// Relabels gold's namespace into tier `tier`.
@@ -365,10 +369,33 @@ async fn relabel(client: &Client, run: &Run, tier: &str) -> Result<(), HarnessEr
 
 /// Waits until the ResourceFlavor `flavor`, released by every queue, is pruned.
 async fn flavor_pruned(client: &Client, flavor: &str) -> Result<(), HarnessError> {
-    wait_for(&format!("flavor {flavor}, released, to be pruned"), CONVERGE, || async {
-        api(client, KueueKind::ResourceFlavor).get_opt(flavor).await.ok()?.is_none().then_some(())
-    })
-    .await
+    object_gone(client, KueueKind::ResourceFlavor, flavor, &format!("flavor {flavor}, released, to be pruned")).await
+}
+
+/// Waits until the cluster-scoped `kind` `name` is gone; on timeout says what holds it (its deletion, finalizers
+/// and conditions) and which ClusterQueues still list it as a flavor.
+async fn object_gone(client: &Client, kind: KueueKind, name: &str, what: &str) -> Result<(), HarnessError> {
+    let gone =
+        wait_for(what, CONVERGE, || async { api(client, kind).get_opt(name).await.ok()?.is_none().then_some(()) })
+            .await;
+    let Err(error) = gone else { return Ok(()) };
+    let found = api(client, kind).get_opt(name).await.ok().flatten().map(|object| {
+        format!(
+            "deleting {}, finalizers {:?}, conditions {}",
+            object.metadata.deletion_timestamp.is_some(),
+            object.finalizers(),
+            object.data["status"]["conditions"]
+        )
+    });
+    let queues = api(client, KueueKind::ClusterQueue).list(&ListParams::default()).await;
+    let listing: Vec<String> = queues
+        .map(|list| list.items)
+        .unwrap_or_default()
+        .iter()
+        .filter(|queue| queue.data["spec"]["resourceGroups"].to_string().contains(&format!("\"{name}\"")))
+        .map(ResourceExt::name_any)
+        .collect();
+    Err(format!("{error}; {} {name} now: {found:?}; ClusterQueues naming it: {listing:?}", kind.name()).into())
 }
 
 fn api(client: &Client, kind: KueueKind) -> Api<DynamicObject> {
@@ -399,7 +426,7 @@ async fn converge_policy(
     let name = policy.name_any();
     let policies: Api<TierPolicy> = Api::all(client.clone());
     let generation = policies.get(&name).await?.metadata.generation.ok_or("the policy has no generation")?;
-    wait_for(&format!("the policy to converge after {edit}"), CONVERGE, || async {
+    let converged = wait_for(&format!("the policy to converge after {edit}"), CONVERGE, || async {
         let status = policies.get_opt(&name).await.ok()??.status?;
         let ready = status.conditions.iter().any(|condition| {
             condition.type_ == "Ready"
@@ -409,7 +436,27 @@ async fn converge_policy(
         let clean = status.last_error.as_deref().is_none_or(str::is_empty);
         (ready && clean && !daemon.blockers().is_active(BlockedReason::ReconcileFailing)).then_some(())
     })
-    .await?;
+    .await;
+    if let Err(error) = converged {
+        let status = policies.get_opt(&name).await.ok().flatten().and_then(|policy| policy.status);
+        let conditions: Vec<String> = status
+            .iter()
+            .flat_map(|status| &status.conditions)
+            .map(|c| {
+                format!(
+                    "{}={} ({}: {}) at generation {:?}",
+                    c.type_, c.status, c.reason, c.message, c.observed_generation
+                )
+            })
+            .collect();
+        let last_error = status.as_ref().and_then(|status| status.last_error.clone());
+        return Err(format!(
+            "{error}: wanted Ready=True at generation {generation}, no last error and no reconcile_failing blocker; \
+             found conditions {conditions:?}, last error {last_error:?}, blockers {:?}",
+            daemon.blockers().active()
+        )
+        .into());
+    }
     println!("{edit}: converged in {:?} (generation {generation})", started.elapsed());
     Ok(())
 }
@@ -536,24 +583,31 @@ async fn delete_jobs(client: &Client, run: &Run, names: &[String]) -> Result<(),
     for job in names {
         jobs.delete(job, &DeleteParams::background()).await?;
     }
-    wait_for("the deleted Jobs' Workloads to be gone", SCHEDULED, || async {
+    let gone = wait_for("the deleted Jobs' Workloads to be gone", SCHEDULED, || async {
         let held = quota_held(client, run).await.ok()?;
         names.iter().all(|job| !held.contains_key(job)).then_some(())
     })
-    .await
+    .await;
+    let Err(error) = gone else { return Ok(()) };
+    let held = quota_held(client, run).await.map_err(|error| error.to_string());
+    Err(format!("{error}: deleted {names:?}; quota held now {held:?}\n{}", describe_gold(client, run).await).into())
 }
 
 /// Waits until gold's ClusterQueue status shows `total` GPUs reserved on `flavor`.
 async fn gold_reservation_shows(client: &Client, run: &Run, flavor: &str, total: &str) -> Result<(), HarnessError> {
     let queue = cluster_queue_name(&run.name("gold"));
-    wait_for(&format!("ClusterQueue {queue}'s status to show {total} GPUs held on {flavor}"), CONVERGE, || async {
-        let live = api(client, KueueKind::ClusterQueue).get(&queue).await.ok()?;
-        let flavors = live.data["status"]["flavorsReservation"].as_array()?.clone();
-        let entry = flavors.iter().find(|entry| entry["name"] == flavor)?;
-        let gpus = entry["resources"].as_array()?.iter().find(|resource| resource["name"] == GPU)?;
-        (gpus["total"].as_str() == Some(total)).then_some(())
-    })
-    .await
+    let shown =
+        wait_for(&format!("ClusterQueue {queue}'s status to show {total} GPUs held on {flavor}"), CONVERGE, || async {
+            let live = api(client, KueueKind::ClusterQueue).get(&queue).await.ok()?;
+            let flavors = live.data["status"]["flavorsReservation"].as_array()?.clone();
+            let entry = flavors.iter().find(|entry| entry["name"] == flavor)?;
+            let gpus = entry["resources"].as_array()?.iter().find(|resource| resource["name"] == GPU)?;
+            (gpus["total"].as_str() == Some(total)).then_some(())
+        })
+        .await;
+    let Err(error) = shown else { return Ok(()) };
+    let held = quota_held(client, run).await.map_err(|error| error.to_string());
+    Err(format!("{error}; quota held by gold's Jobs now {held:?}\n{}", describe_gold(client, run).await).into())
 }
 
 /// Gold's live ClusterQueue lists exactly `expected` (flavor, nominal GPU quota), in order.

@@ -3,8 +3,8 @@
 //! one-GPU Jobs spread over its classes and rules, through the real webhook. Kueue must admit
 //! exactly the tier's quota, leave the rest pending with its "insufficient quota" message, and charge each
 //! admitted Job to the flavor of its class or rule. Skipped (and passing) without a reachable cluster, without
-//! Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`; see docs/placement.md ("Which flavor Kueue
-//! charges") and docs/reconcile.md ("End-to-end").
+//! Kueue's v1beta2 CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`; see docs/guides/placement.md ("Which flavor Kueue
+//! charges") and docs/contributing.md ("End-to-end").
 //!
 //! The pods of these Jobs never need a node: Kueue admits by quota alone (no provisioning check in this tier),
 //! so the test runs on any cluster; the admitted Jobs' pods stay Pending for want of GPU nodes.
@@ -17,6 +17,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+use tiergate::admission::TIER_ANNOTATION;
 use tiergate::plan::quota::tier_quota;
 use tiergate::policy::TierPolicy;
 use tiergate::reconcile::kinds::KueueKind;
@@ -39,7 +40,7 @@ const SCHEDULED: Duration = Duration::from_secs(90);
 const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
 const NODE_TYPE_LABEL: &str = "e2e.tiergate.io/node-type";
 /// The tier's GPU quota: 2 for the fallback class, the rules split the other 6 (1:1), the primary class keeps 0
-/// (so a rule's Job can only be charged to its rule's flavor; docs/placement.md).
+/// (so a rule's Job can only be charged to its rule's flavor; docs/guides/placement.md).
 const TIER_GPUS: u32 = 8;
 
 /// The Jobs of one kind of workload: what the user writes on the pod template, and which flavor may charge it.
@@ -229,12 +230,17 @@ fn build_job(run: &Run, kind: Kind, index: usize) -> Result<Job, HarnessError> {
     Ok(serde_json::from_value(job)?)
 }
 
-/// Waits until a dry-run Job comes back queued: the API server reaches the webhook and its snapshot knows the
-/// namespace.
+/// Waits until a dry-run Job comes back queued and marked with its tier by the webhook: the API server reaches the
+/// webhook and its snapshot knows the namespace. The queue label alone proves neither: the in-server gate's
+/// mutating half, in effect since the daemon applied it, writes it too.
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
     let probe = build_job(run, Kind::OnDemand, 0)?;
-    let queued = |stored: &Job| stored.labels().contains_key(QUEUE_NAME_LABEL);
-    wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
+    let tier = run.tier();
+    let decided = |stored: &Job| {
+        stored.labels().contains_key(QUEUE_NAME_LABEL) && stored.annotations().get(TIER_ANNOTATION) == Some(&tier)
+    };
+    let what = "the API server to call the webhook (a dry-run Job stored with its tier annotation)";
+    wait_until_admitted_as(client, what, WEBHOOK_PROPAGATION, &probe, decided).await
 }
 
 /// What Kueue decided for one Job's Workload.
@@ -341,8 +347,14 @@ async fn fill_and_check(
         };
         for index in 0..count {
             let stored = jobs.create(&PostParams::default(), &build_job(run, kind, index)?).await?;
-            ensure(stored.labels().contains_key(QUEUE_NAME_LABEL), || {
-                format!("Job {} was not queued by the webhook: {:?}", stored.name_any(), stored.labels())
+            let decided = stored.annotations().get(TIER_ANNOTATION) == Some(&run.tier());
+            ensure(stored.labels().contains_key(QUEUE_NAME_LABEL) && decided, || {
+                format!(
+                    "Job {} was not queued by the webhook: labels {:?}, annotations {:?}",
+                    stored.name_any(),
+                    stored.labels(),
+                    stored.annotations()
+                )
             })?;
             created += 1;
         }

@@ -44,7 +44,7 @@ impl fmt::Display for MissingBinary {
         let searched: Vec<String> = self.searched.iter().map(|dir| dir.display().to_string()).collect();
         write!(
             formatter,
-            "no `{}` binary in {ASSETS_ENV}, {KUBEBUILDER_ASSETS_ENV} or PATH (looked in: {}); see README.md, \
+            "no `{}` binary in {ASSETS_ENV}, {KUBEBUILDER_ASSETS_ENV} or PATH (looked in: {}); see docs/contributing.md, \
              \"End-to-end tests\", for where the control-plane binaries come from",
             self.binary,
             if searched.is_empty() { "nothing: all three are unset".to_owned() } else { searched.join(", ") },
