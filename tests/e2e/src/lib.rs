@@ -162,6 +162,21 @@ where
     }
 }
 
+/// Deletes the Jobs of `namespace`, then its pods at once (grace period 0), reporting (never failing on) errors:
+/// fake nodes have no kubelet to finish a graceful deletion, so the pods would wait for the pod garbage collector
+/// after the nodes go.
+pub async fn release_pods(client: &Client, namespace: &str) {
+    let params = kube::api::DeleteParams::default();
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), namespace);
+    if let Err(error) = jobs.delete_collection(&kube::api::DeleteParams::background(), &Default::default()).await {
+        println!("cleanup: failed to delete the Jobs of {namespace}: {error}");
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), namespace);
+    if let Err(error) = pods.delete_collection(&params.grace_period(0), &Default::default()).await {
+        println!("cleanup: failed to delete the pods of {namespace}: {error}");
+    }
+}
+
 /// One object to delete at cleanup.
 #[derive(Clone, Debug)]
 struct Tracked {

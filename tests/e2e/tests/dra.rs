@@ -50,7 +50,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HARNESS_MANAGER, HarnessError, SCHEDULER_SKIP_ENV, apply_policy, ensure, prefixed,
-    random_name, skip, start_tiergate, tenant_client, wait_for, wait_for_local_queue,
+    random_name, release_pods, skip, start_tiergate, tenant_client, wait_for, wait_for_local_queue,
 };
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -992,17 +992,4 @@ async fn check_cpu_pod(client: &Client, tenant: &Client, run: &Run) -> Result<()
     };
     println!("{TEST}: the CPU-only pod was stored unchanged and bound to {node}");
     Ok(())
-}
-
-/// Deletes the namespace's Jobs, then its pods at once: the fake nodes have no kubelet to finish a graceful
-/// deletion, so they would wait for the pod garbage collector after the nodes go.
-async fn release_pods(client: &Client, namespace: &str) {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    if let Err(error) = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await {
-        println!("cleanup: failed to delete the Jobs of {namespace}: {error}");
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    if let Err(error) = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await {
-        println!("cleanup: failed to delete the pods of {namespace}: {error}");
-    }
 }

@@ -31,7 +31,7 @@ use tiergate_e2e::webhook::{
 };
 use tiergate_e2e::{
     Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, SCHEDULER_SKIP_ENV, ensure, is_admitted, job_workload,
-    plain_gpu_job, random_name, start_tiergate, status_condition, wait_for, wait_until_admitted_as,
+    plain_gpu_job, random_name, release_pods, start_tiergate, status_condition, wait_for, wait_until_admitted_as,
 };
 use tiergate_kueue::{PODSET_REQUIRED_TOPOLOGY_ANNOTATION, decode_topology_assignment};
 use tiergate_workloads::QUEUE_NAME_LABEL;
@@ -358,18 +358,6 @@ async fn force_delete_pods(client: &Client, namespace: &str, job: &str) -> Resul
     let selector = ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"));
     pods.delete_collection(&DeleteParams::default().grace_period(0), &selector).await?;
     Ok(())
-}
-
-/// Deletes the Jobs of `namespace`, then its pods at once, reporting (never failing on) errors.
-async fn release_pods(client: &Client, namespace: &str) {
-    let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    if let Err(error) = jobs.delete_collection(&DeleteParams::background(), &ListParams::default()).await {
-        println!("cleanup: failed to delete the Jobs of {namespace}: {error}");
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    if let Err(error) = pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default()).await {
-        println!("cleanup: failed to delete the pods of {namespace}: {error}");
-    }
 }
 
 /// With a kube-scheduler, Job `job`'s pods end up bound to the nodes of its topology assignment `assigned` (pods
