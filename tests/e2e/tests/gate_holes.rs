@@ -504,8 +504,16 @@ async fn apply_render_as_kubectl_does(client: &Client) -> Result<(), HarnessErro
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/kubenexus/policy.yaml");
     let policy = tiergate::inputs::parse_policy(&std::fs::read_to_string(&path)?, &path.display().to_string())?;
     let desired = tiergate::plan::desired_cluster_scoped(&policy);
+    // What `tiergate render --kubeconfig` writes for this server: the mutating half only where it is served.
+    let mutating = tiergate::reconcile::discovery::discover_admission_policies(client)
+        .await
+        .ok_or("failed to list admissionregistration.k8s.io/v1")?
+        .mutating;
     let mut checked = 0;
     for object in desired.objects() {
+        if !mutating && KueueKind::from_kind(object.kind()).is_some_and(KueueKind::is_mutating_half) {
+            continue;
+        }
         let mut value = object.to_value()?;
         let (group, version) = value["apiVersion"].as_str().unwrap_or_default().split_once('/').unwrap_or_default();
         let kind = value["kind"].as_str().unwrap_or_default().to_owned();
