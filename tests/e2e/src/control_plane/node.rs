@@ -636,13 +636,18 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 
 /// The kubelet's configuration: cgroupfs on cgroup v1, the node's containerd, its endpoints on loopback ports
 /// `port` and `healthz_port` (anonymous, always allowed: the API server asks it for logs), pod logs in
-/// `pod_logs_dir`, lenient eviction and no image garbage collection (the disks here are big and busy), no DNS.
+/// `pod_logs_dir`, lenient eviction and no image garbage collection (the disks here are big and busy), no DNS, and
+/// a crash-loop back-off capped at 2 s.
 fn build_kubelet_config(socket: &Path, ca_file: &Path, pod_logs_dir: &Path, port: u16, healthz_port: u16) -> String {
     let endpoint = format!("unix://{}", socket.display());
     serde_json::json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
         "failCgroupV1": false,
+        // A container that exits is restarted after at most 2 s, not a back-off doubling to 5 min: the chaos suite
+        // kills the same replicas dozens of times in a row (Kubernetes 1.36's KubeletCrashLoopBackOffMax, on by
+        // default; a production kubelet keeps its default back-off).
+        "crashLoopBackOff": {"maxContainerRestartPeriod": "2s"},
         "cgroupDriver": "cgroupfs",
         "containerRuntimeEndpoint": endpoint,
         "imageServiceEndpoint": endpoint,
@@ -733,6 +738,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(kubelet["failCgroupV1"], false);
+        assert_eq!(kubelet["crashLoopBackOff"]["maxContainerRestartPeriod"], "2s");
         assert_eq!(kubelet["containerRuntimeEndpoint"], "unix:///tmp/n/containerd.sock");
     }
 
