@@ -294,7 +294,7 @@ fn name_missing_pools(command: &mut clap::Command, error: clap::Error) -> clap::
     }
 }
 
-/// The variable of the system `--blocklisted-namespaces` replaces (seed 004), still read when
+/// The variable of the system `--blocklisted-namespaces` replaces (custom-kube-scheduler-webhook), still read when
 /// `TIERGATE_BLOCKLISTED_NAMESPACES` is unset.
 pub const BLOCKLIST_COMPATIBILITY_ENV: &str = "BLOCKLISTED_NAMESPACE_LIST";
 
@@ -742,7 +742,7 @@ fn parse_byte_quantity(value: &str) -> Result<usize, String> {
 #[derive(Debug, Args, Clone, Default)]
 pub struct PlacementArgs {
     /// Namespaces placement (base/weight strategies, GPU pinning) leaves alone, comma-separated, on top of the
-    /// policy's exclusions, e.g. `kube-system,kube-public,default`; also read from seed 004's
+    /// policy's exclusions, e.g. `kube-system,kube-public,default`; also read from custom-kube-scheduler-webhook's
     /// `BLOCKLISTED_NAMESPACE_LIST` when `TIERGATE_BLOCKLISTED_NAMESPACES` is unset.
     #[arg(long, env = "TIERGATE_BLOCKLISTED_NAMESPACES", value_parser = parse_namespace_list)]
     pub blocklisted_namespaces: Option<NamespaceList>,
@@ -755,7 +755,7 @@ impl PlacementArgs {
     }
 }
 
-/// Namespace names from seed 004's `BLOCKLISTED_NAMESPACE_LIST` format.
+/// Namespace names from custom-kube-scheduler-webhook's `BLOCKLISTED_NAMESPACE_LIST` format.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NamespaceList(pub Vec<String>);
 

@@ -62,14 +62,14 @@ pub struct TierPolicySpec {
     /// Tenant tiers, each bound to one GPU class (or an ordered fallback list when asked for).
     #[schemars(length(min = 1))]
     pub tiers: Vec<Tier>,
-    /// Named base/weight placement strategies (seed 003/004 semantics), referenced by tiers or workloads.
+    /// Named base/weight placement strategies (the semantics of SmartScheduler's and custom-kube-scheduler-webhook's strategies), referenced by tiers or workloads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub placement_strategies: Vec<PlacementStrategy>,
     /// Score buckets: a score >= `minScore` maps to the bucket's WorkloadPriorityClass.
     #[serde(default = "default_priority_buckets")]
     pub priority_buckets: Vec<PriorityBucket>,
     /// Namespaces tiergate never mutates or queues (kube-system and the daemon's own are always excluded).
-    /// Seed 004's `BLOCKLISTED_NAMESPACE_LIST` maps here.
+    /// custom-kube-scheduler-webhook's `BLOCKLISTED_NAMESPACE_LIST` maps here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excluded_namespaces: Vec<String>,
     /// How the webhook treats user choices and its own failures.
@@ -841,7 +841,7 @@ fn default_scoring_max_concurrent_calls() -> u32 {
     32
 }
 
-/// Seed 000's buckets: gpu-ultra >= 90, gpu-high >= 70, gpu-medium >= 50, gpu-default >= 0.
+/// The GPU Scheduler webhook's buckets: gpu-ultra >= 90, gpu-high >= 70, gpu-medium >= 50, gpu-default >= 0.
 pub fn default_priority_buckets() -> Vec<PriorityBucket> {
     [("gpu-ultra", 90, 900), ("gpu-high", 70, 700), ("gpu-medium", 50, 500), ("gpu-default", 0, 100)]
         .into_iter()
