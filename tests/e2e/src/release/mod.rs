@@ -72,16 +72,20 @@ pub fn prerequisites_or_skip(test: &str) -> Option<Prerequisites> {
         skip(test, &format!("{CONTAINERD_SOCKET_ENV} is not set: no containerd to import tiergate's image into"));
         return None;
     };
-    let Some(binary) = set(IMAGE_BINARY_ENV).filter(|binary| binary.is_file()) else {
+    let Some(binary) = set(IMAGE_BINARY_ENV).or_else(workspace_binary).filter(|binary| binary.is_file()) else {
         skip(
             test,
             &format!(
-                "{IMAGE_BINARY_ENV} names no file: build the binary the image carries (`cargo build -p tiergate \
-                 --bin tiergate`, or --release) and name it there (tests/run.sh does)"
+                "no tiergate binary for the image: {IMAGE_BINARY_ENV} is unset or names no file, and this workspace \
+                 has no debug build; run `cargo build -p tiergate --bin tiergate` (tests/run.sh does) or name one \
+                 in {IMAGE_BINARY_ENV} (e.g. target/release/tiergate)"
             ),
         );
         return None;
     };
+    if set(IMAGE_BINARY_ENV).is_none() {
+        println!("{test}: {IMAGE_BINARY_ENV} is unset: the image carries this workspace's {}", binary.display());
+    }
     let helm_script = repository_file("tests/e2e/helm_release.py").ok()?;
     let python = set(PYTHON_ENV).or_else(|| {
         let venv = helm_script.parent()?.parent()?.parent()?.join("target/test-venv/bin/python");
@@ -109,6 +113,17 @@ pub fn prerequisites_or_skip(test: &str) -> Option<Prerequisites> {
         }
     };
     Some(Prerequisites { binary, python, helm_script, ctr, socket })
+}
+
+/// This workspace's debug build of tiergate (in `CARGO_TARGET_DIR` when set), if it exists: what the image carries
+/// when [`IMAGE_BINARY_ENV`] names nothing, as tests/run.sh names it.
+fn workspace_binary() -> Option<PathBuf> {
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+    };
+    let binary = target.join("debug/tiergate");
+    binary.is_file().then_some(binary)
 }
 
 /// One release of the chart and the names around it.
