@@ -1227,3 +1227,41 @@ async fn a_server_without_validating_admission_policies_gets_no_gate_and_the_pol
     );
     assert!(blockers.iter().any(|blocker| blocker.reason == BlockedReason::GateNotServed), "{blockers:?}");
 }
+
+#[tokio::test]
+async fn an_unanswered_discovery_keeps_the_live_mutating_half_and_asks_again() {
+    let policy = sample_policy();
+    let snapshot = snapshot_with(&[("team-b", "bronze")]);
+    // What a leader with --mutating-gate left on Kubernetes 1.36: every object, both halves of the gate.
+    let everything = desired_objects(&policy, &snapshot.load().cluster_view()).unwrap();
+    let live: Vec<DynamicObject> = build_desired_set(&policy, everything, None)
+        .unwrap()
+        .objects
+        .into_iter()
+        .map(|desired| as_live(desired.object))
+        .collect();
+    assert!(live.iter().any(|object| KueueKind::of(object).is_some_and(KueueKind::is_mutating_half)));
+    // The new leader's discovery of admissionregistration.k8s.io/v1 is not answered (404 here): the mode is unknown.
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let settings = ReconcilerSettings {
+        policy_name: "default".to_owned(),
+        identity: "test".to_owned(),
+        mutating_gate: true,
+        gate_owner: None,
+    };
+    let ctx =
+        Context::new(client, settings, snapshot, stores_with(live), WriteGate::always_open(), Arc::new(Metrics::new()));
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let asked = calls.iter().any(|call| call.method == "GET" && call.path == "/apis/admissionregistration.k8s.io/v1");
+    assert!(asked, "an unknown mode is asked again: {:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+    let weakened: Vec<String> = calls
+        .iter()
+        .filter(|call| call.method == "DELETE" && kind_of_path(&call.path).is_some_and(KueueKind::is_gate))
+        .map(Call::summary)
+        .collect();
+    assert!(weakened.is_empty(), "a leader that cannot tell the mode never prunes the gate: {weakened:?}");
+}
