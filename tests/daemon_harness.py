@@ -26,6 +26,11 @@ import yaml
 from urllib.parse import parse_qs, urlparse
 
 KINDS = [
+    # The in-server gate comes first: until the API server enforces it, a GPU workload the webhook does not answer
+    # for is stored unconstrained. Its parameters (tiergate.io) first, then the policy and its bindings.
+    ("tiergateparameters", "TierGateParameters", False),
+    ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
+    ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
     ("topologies", "Topology", False),
     ("resourceflavors", "ResourceFlavor", False),
     ("workloadpriorityclasses", "WorkloadPriorityClass", False),
@@ -36,11 +41,6 @@ KINDS = [
     ("cohorts", "Cohort", False),
     ("clusterqueues", "ClusterQueue", False),
     ("localqueues", "LocalQueue", True),
-    # The in-server gate comes after the LocalQueues: the API server compiles each policy for seconds. Its
-    # parameters (tiergate.io) first, then the policy and its bindings.
-    ("tiergateparameters", "TierGateParameters", False),
-    ("validatingadmissionpolicies", "ValidatingAdmissionPolicy", False),
-    ("validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding", False),
 ]
 TIERS = ["gold", "silver", "bronze"]
 TIER_LABEL = "tenant.kubenexus.io/tier"

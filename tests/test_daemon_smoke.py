@@ -34,7 +34,7 @@ def test_run_converges_drains_on_sigterm_and_restarts_without_writes(binary, tmp
         wait_until("the status write", lambda: any(w[1].endswith("/status") for w in api.non_lease_writes()))
         applies = [w for w in api.non_lease_writes() if w[0] == "PATCH" and not w[1].endswith("/status")]
         kinds = [next(i for i, (name, _, _) in enumerate(KINDS) if f"/{name}/" in w[1]) for w in applies]
-        assert kinds == sorted(kinds), "objects are applied topologies first, then LocalQueues, the in-server gate last"
+        assert kinds == sorted(kinds), "objects are applied the in-server gate first, then topologies, then LocalQueues last"
         assert sum(1 for w in applies if "/localqueues/" in w[1]) == 5
         assert all("fieldManager=tiergate" in w[2] and "force=true" in w[2] for w in applies)
         assert "null" not in json.dumps([w[3] for w in applies])
