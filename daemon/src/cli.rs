@@ -116,6 +116,12 @@ impl From<Exit> for std::process::ExitCode {
 /// What [`Exit::Usage`] means everywhere; added to each command's list.
 const USAGE_MEANING: &str = "the command line is wrong (an unknown flag, a missing or bad value)";
 
+/// The exit statuses of the commands that serve until stopped (`run`, `webhook`).
+const SERVER_EXIT_STATUSES: &[(Exit, &str)] = &[
+    (Exit::Success, "stopped by SIGTERM or ctrl-c"),
+    (Exit::Failure, "failed to start, or a server stopped with an error"),
+];
+
 /// Each subcommand's exit statuses besides [`Exit::Usage`], and what each means there: the one table `--help`,
 /// docs/reference/cli.md and the tests read.
 pub const EXIT_STATUSES: &[(&str, &[(Exit, &str)])] = &[
@@ -149,20 +155,8 @@ pub const EXIT_STATUSES: &[(&str, &[(Exit, &str)])] = &[
             (Exit::Denied, "the webhook would deny the workload (a rule, an invalid review, or fail-closed)"),
         ],
     ),
-    (
-        "run",
-        &[
-            (Exit::Success, "stopped by SIGTERM or ctrl-c"),
-            (Exit::Failure, "failed to start, or a server stopped with an error"),
-        ],
-    ),
-    (
-        "webhook",
-        &[
-            (Exit::Success, "stopped by SIGTERM or ctrl-c"),
-            (Exit::Failure, "failed to start, or a server stopped with an error"),
-        ],
-    ),
+    ("run", SERVER_EXIT_STATUSES),
+    ("webhook", SERVER_EXIT_STATUSES),
     ("agent", &[(Exit::Success, "stopped by SIGTERM or ctrl-c"), (Exit::Failure, "failed to start or to serve")]),
     (
         "status",

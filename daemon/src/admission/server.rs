@@ -465,13 +465,22 @@ const SYNC_POLL: Duration = Duration::from_millis(20);
 /// restarted replica the API server reaches before it is Ready, through a Service endpoint not yet updated, then
 /// confines the request instead of leaving it to the in-server gate, which refuses it); the unsynced one after that.
 pub async fn synced_snapshot(shared: &SharedSnapshot, budget: Duration) -> Arc<Snapshot> {
+    let snapshot = shared.load_full();
+    if snapshot.synced {
+        // Every review once the caches have synced: no clock read on this path.
+        return snapshot;
+    }
     let deadline = tokio::time::Instant::now() + budget;
     loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return shared.load_full();
+        }
+        tokio::time::sleep(SYNC_POLL.min(deadline - now)).await;
         let snapshot = shared.load_full();
-        if snapshot.synced || tokio::time::Instant::now() >= deadline {
+        if snapshot.synced {
             return snapshot;
         }
-        tokio::time::sleep(SYNC_POLL.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
     }
 }
 
