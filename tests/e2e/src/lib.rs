@@ -122,6 +122,15 @@ pub async fn kueue_served_or_skip(client: &Client, test: &str) -> bool {
     }
 }
 
+/// Whether the cluster serves MutatingAdmissionPolicy (Kubernetes 1.36+), so the gate has its mutating half: suites
+/// whose expectations differ by it ask here.
+pub async fn serves_mutating_policies(client: &Client) -> Result<bool, HarnessError> {
+    let served = tiergate::reconcile::discovery::discover_admission_policies(client)
+        .await
+        .ok_or("failed to list admissionregistration.k8s.io/v1")?;
+    Ok(served.mutating)
+}
+
 /// `prefix-xxxxxxxx`, unique enough for parallel runs on one cluster.
 pub fn random_name(prefix: &str) -> String {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

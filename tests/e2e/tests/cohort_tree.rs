@@ -141,17 +141,15 @@ fn weights_policy(prefix: &str, pool: u64) -> Result<TierPolicy, HarnessError> {
 /// Whether the API server serves MutatingAdmissionPolicy (Kubernetes 1.36+), which stands in for the webhook here
 /// (it gives plain Jobs their tier's class); prints a skip line when it does not.
 async fn mutating_gate_served_or_skip(client: &Client, test: &str) -> Result<bool, HarnessError> {
-    let served = tiergate::reconcile::discovery::discover_admission_policies(client)
-        .await
-        .ok_or("failed to list admissionregistration.k8s.io/v1")?;
-    if !served.mutating {
+    let served = tiergate_e2e::serves_mutating_policies(client).await?;
+    if !served {
         tiergate_e2e::skip(
             test,
             "the API server serves no MutatingAdmissionPolicy (before Kubernetes 1.36), which this suite runs in place \
              of the webhook to give plain Jobs their tier's class",
         );
     }
-    Ok(served.mutating)
+    Ok(served)
 }
 
 /// Installs the CRD, creates the namespaces of `tiers`, starts the daemon, applies the policy and waits for the

@@ -124,10 +124,7 @@ async fn attack(client: &Client, cleanup: &Cleanup, run: &Run, default: &str) ->
         .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &run.bronze);
     let mut refused = vec![("rs-h100", "ReplicaSet"), ("rc-h100", "ReplicationController")];
-    let mutating = tiergate::reconcile::discovery::discover_admission_policies(client)
-        .await
-        .ok_or("failed to list admissionregistration.k8s.io/v1")?
-        .mutating;
+    let mutating = tiergate_e2e::serves_mutating_policies(client).await?;
     if mutating {
         // The plain ReplicaSet's pod exists, confined to l4 by the mutating half (so the controller runs and is
         // writing pods while the foreign ones are tried).
@@ -505,10 +502,7 @@ async fn apply_render_as_kubectl_does(client: &Client) -> Result<(), HarnessErro
     let policy = tiergate::inputs::parse_policy(&std::fs::read_to_string(&path)?, &path.display().to_string())?;
     let desired = tiergate::plan::desired_cluster_scoped(&policy);
     // What `tiergate render --kubeconfig` writes for this server: the mutating half only where it is served.
-    let mutating = tiergate::reconcile::discovery::discover_admission_policies(client)
-        .await
-        .ok_or("failed to list admissionregistration.k8s.io/v1")?
-        .mutating;
+    let mutating = tiergate_e2e::serves_mutating_policies(client).await?;
     let mut checked = 0;
     for object in desired.objects() {
         if !mutating && KueueKind::from_kind(object.kind()).is_some_and(KueueKind::is_mutating_half) {
