@@ -15,6 +15,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use tiergate::admission::TIER_ANNOTATION;
 use tiergate::policy::{GpuClass, Tier, TierPolicy};
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
@@ -168,11 +169,14 @@ fn expect_at_most(
     })
 }
 
-/// Waits until a dry-run bronze GPU Job comes back with a queue name (the API server calls the webhook).
+/// Waits until a dry-run bronze GPU Job comes back with a queue name and the webhook's tier annotation (the API server
+/// calls the webhook; the in-server gate's mutating half sets the queue name alone).
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
     let probe: Job = typed(job(run, "probe", &run.bucket("gpu-default")))?;
-    let queued =
-        |stored: &Job| stored.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(QUEUE_NAME_LABEL));
+    let queued = |stored: &Job| {
+        stored.metadata.labels.as_ref().is_some_and(|labels| labels.contains_key(QUEUE_NAME_LABEL))
+            && stored.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key(TIER_ANNOTATION))
+    };
     wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 

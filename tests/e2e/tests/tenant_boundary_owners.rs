@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
+use tiergate::admission::TIER_ANNOTATION;
 use tiergate::policy::TierPolicy;
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
@@ -85,10 +86,14 @@ async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndp
     .await
 }
 
-/// Waits until a dry-run bronze Job comes back queued (the API server calls the webhook).
+/// Waits until a dry-run bronze Job comes back queued and with the webhook's tier annotation (the API server calls the
+/// webhook; the in-server gate's mutating half sets the queue name alone).
 async fn wait_until_mutating(client: &Client, run: &Run) -> Result<(), HarnessError> {
     let probe: Job = load_sample_workload("job-bronze.yaml", &run.bronze)?;
-    let queued = |stored: &Job| queue_of(stored).is_some();
+    let queued = |stored: &Job| {
+        queue_of(stored).is_some()
+            && stored.metadata.annotations.as_ref().is_some_and(|annotations| annotations.contains_key(TIER_ANNOTATION))
+    };
     wait_until_admitted_as(client, "the API server to call the webhook", WEBHOOK_PROPAGATION, &probe, queued).await
 }
 

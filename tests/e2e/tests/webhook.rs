@@ -150,19 +150,26 @@ async fn wait_until_mutating(
             *last = message;
         }
     };
-    let waited = wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
-        match jobs.create(&dry_run, &job).await {
-            Ok(stored) if labels(&stored.metadata).contains_key(QUEUE_NAME_LABEL) => return Some(()),
+    let waited =
+        wait_for("the API server to call the webhook", WEBHOOK_PROPAGATION, || async {
+            match jobs.create(&dry_run, &job).await {
+            // The gate's mutating half sets the queue name too; only the webhook writes the tier annotation.
+            Ok(stored)
+                if labels(&stored.metadata).contains_key(QUEUE_NAME_LABEL)
+                    && stored.metadata.annotations.as_ref().is_some_and(|notes| notes.contains_key(TIER_ANNOTATION)) =>
+            {
+                return Some(());
+            }
             Ok(_) => record(
-                "the last dry-run create came back unmutated (the configuration is not active yet, \
-                              or the daemon's snapshot does not show the namespace)"
+                "the last dry-run create came back without the webhook's tier annotation (the configuration is not \
+                 active yet, or the daemon's snapshot does not show the namespace)"
                     .to_owned(),
             ),
             Err(error) => record(format!("the last dry-run create failed: {error}")),
         }
-        None
-    })
-    .await;
+            None
+        })
+        .await;
     waited.map_err(|error| {
         let last = last.lock().map(|last| last.clone()).unwrap_or_default();
         let serving = if webhook.is_serving() { "is serving" } else { "has STOPPED" };
