@@ -33,7 +33,7 @@ done
 logs=$(mktemp -d)
 trap 'stop_plane; echo "logs kept in $logs"' EXIT
 cargo build --locked -q -p tiergate --bin tiergate
-export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$PWD/target/debug/tiergate}"
+export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$(realpath "${CARGO_TARGET_DIR:-target}")/debug/tiergate}"
 cargo test --locked -q -p tiergate-e2e --no-run
 
 IFS=, read -r -a minors <<<"$kubernetes"

@@ -43,7 +43,7 @@ if [ -z "${KUBECONFIG:-}" ]; then
   start_plane
 fi
 cargo build --locked -q -p tiergate --bin tiergate
-export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$PWD/target/debug/tiergate}"
+export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$(realpath "${CARGO_TARGET_DIR:-target}")/debug/tiergate}"
 cargo test --locked -p tiergate-e2e -- --nocapture 2>&1 | tee "$e2e_log"
 e2e_skipped=$(grep -c '^skipped: ' "$e2e_log" || true)
 echo "e2e: ${KUBECONFIG:+against $KUBECONFIG, }$e2e_skipped test(s) skipped (each says why above)"
