@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use crate::blockers::{Blocker, Blockers};
+use crate::blockers::{Blocker, Blockers, Severity};
 use crate::metrics::Metrics;
 use crate::view::SharedSnapshot;
 
@@ -76,15 +76,25 @@ pub fn unready_reason(state: &AdminState) -> Option<&'static str> {
 
 /// The `/readyz` answer: `ok` alone when ready and nothing blocks; else the first line says whether the replica
 /// is ready, and one line per active blocker says what is wrong and how to fix it.
+/// Features the cluster does not serve (notices) follow, one `[~]` line each, without changing the first line.
 pub fn build_readyz_body(unready: Option<&str>, blockers: &[Blocker]) -> String {
+    let (notices, blockers): (Vec<&Blocker>, Vec<&Blocker>) =
+        blockers.iter().partition(|blocker| blocker.reason.severity() == Severity::Notice);
     let mut body = match (unready, blockers.is_empty()) {
-        (None, true) => return "ok".to_owned(),
+        (None, true) if notices.is_empty() => return "ok".to_owned(),
+        (None, true) => "ok".to_owned(),
         (None, false) => "ready (the webhook serves), but blocked:".to_owned(),
         (Some(reason), true) => reason.to_owned(),
         (Some(reason), false) => format!("{reason}; blocked:"),
     };
     for blocker in blockers {
         body.push_str(&format!("\n[-] {}: {}", blocker.reason.label(), blocker.describe()));
+    }
+    if !notices.is_empty() {
+        body.push_str("\nnot served by this cluster:");
+    }
+    for notice in notices {
+        body.push_str(&format!("\n[~] {}: {}", notice.reason.label(), notice.describe()));
     }
     body.push('\n');
     body
@@ -178,6 +188,20 @@ mod tests {
         let (_, metrics, _) = get_path(state, "/metrics").await;
         assert!(metrics.contains(r#"tiergate_blocked{reason="lease_namespace_missing"} 1"#), "{metrics}");
         assert!(metrics.contains(r#"tiergate_blocked{reason="kueue_missing"} 0"#), "{metrics}");
+    }
+
+    #[tokio::test]
+    async fn readyz_lists_what_the_cluster_does_not_serve_after_ok() {
+        use crate::blockers::BlockedReason;
+        let state = state(true, false);
+        state.blockers.set(BlockedReason::MutatingGateNotServed, "no mutatingadmissionpolicies");
+        let (status, body, _) = get_path(state.clone(), "/readyz").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.starts_with("ok\nnot served by this cluster:\n[~] mutating_gate_not_served:"), "{body}");
+        state.blockers.set(BlockedReason::PolicyNotFound, "this one serves \"default\"");
+        let (_, body, _) = get_path(state, "/readyz").await;
+        assert!(body.starts_with("ready (the webhook serves), but blocked:\n[-] policy_not_found"), "{body}");
+        assert!(body.contains("\n[~] mutating_gate_not_served:"), "{body}");
     }
 
     #[tokio::test]

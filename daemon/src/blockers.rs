@@ -56,6 +56,13 @@ pub enum BlockedReason {
     KarpenterMissing,
     /// The API server does not serve ValidatingAdmissionPolicy, so the in-server gate cannot be applied.
     GateNotServed,
+    /// The API server does not serve MutatingAdmissionPolicy (before Kubernetes 1.36), so the in-server gate is its
+    /// validating half only: a notice, not a fault.
+    MutatingGateNotServed,
+    /// The policy has DRA GPU classes, but the API server does not serve `resource.k8s.io/v1` DeviceClasses.
+    DraNotServed,
+    /// The API server dropped fields tiergate applied to Kueue objects (an older Kueue CRD prunes them).
+    KueueFieldDropped,
     /// The webhook's serving certificate file is missing or unreadable.
     CertificateMissing,
     /// The webhook's serving certificate has expired.
@@ -69,11 +76,14 @@ pub enum Severity {
     Error,
     /// Part of the job is not done, or the last good state is kept.
     Warn,
+    /// The cluster does not serve a feature tiergate would use, and tiergate does without it as designed: logged
+    /// once, listed by `/readyz` and `tiergate_not_served{reason}`, never in `tiergate_blocked` or `Blocked`.
+    Notice,
 }
 
 impl BlockedReason {
     /// Every reason, in a fixed order (the gauges are registered for each, 0 or 1).
-    pub const ALL: [Self; 19] = [
+    pub const ALL: [Self; 22] = [
         Self::LeaseNamespaceMissing,
         Self::LeaseForbidden,
         Self::LeaseConflict,
@@ -91,6 +101,9 @@ impl BlockedReason {
         Self::KueueFairSharingMissing,
         Self::KarpenterMissing,
         Self::GateNotServed,
+        Self::MutatingGateNotServed,
+        Self::DraNotServed,
+        Self::KueueFieldDropped,
         Self::CertificateMissing,
         Self::CertificateExpired,
     ];
@@ -115,6 +128,9 @@ impl BlockedReason {
             Self::KueueFairSharingMissing => "kueue_fair_sharing_missing",
             Self::KarpenterMissing => "karpenter_missing",
             Self::GateNotServed => "gate_not_served",
+            Self::MutatingGateNotServed => "mutating_gate_not_served",
+            Self::DraNotServed => "dra_not_served",
+            Self::KueueFieldDropped => "kueue_field_dropped",
             Self::CertificateMissing => "certificate_missing",
             Self::CertificateExpired => "certificate_expired",
         }
@@ -152,6 +168,19 @@ impl BlockedReason {
                 "the in-server gate is not applied: the API server does not serve ValidatingAdmissionPolicy \
                  (admissionregistration.k8s.io/v1), so a GPU workload the webhook does not answer for is stored \
                  unconstrained"
+            }
+            Self::MutatingGateNotServed => {
+                "the in-server gate is its validating half only: the API server does not serve \
+                 MutatingAdmissionPolicy (Kubernetes 1.36+), so while the webhook does not answer, a GPU workload \
+                 without its tier's queue and class is refused instead of given them"
+            }
+            Self::DraNotServed => {
+                "the policy's DRA GPU classes have no DeviceClasses: the API server does not serve resource.k8s.io/v1 \
+                 deviceclasses (Kubernetes 1.34+), so no claim can select those classes (everything else is applied)"
+            }
+            Self::KueueFieldDropped => {
+                "the API server dropped fields tiergate applied to Kueue objects (the installed Kueue CRDs do not \
+                 know them): those objects run without them, and are not re-applied until the policy changes"
             }
             Self::CertificateMissing => "the webhook cannot serve: its certificate file is missing",
             Self::CertificateExpired => "the webhook's certificate has expired: the API server refuses it",
@@ -219,6 +248,19 @@ impl BlockedReason {
                  webhook with failurePolicy Fail (chart value webhook.failurePolicy) so the API server refuses what \
                  the webhook does not answer"
             }
+            Self::MutatingGateNotServed => {
+                "nothing to do for the boundary (the validating half holds it); on Kubernetes 1.36+ the mutating half \
+                 is applied by itself"
+            }
+            Self::DraNotServed => {
+                "run Kubernetes 1.34 or newer (DRA is GA there), or remove the classes' `dra` blocks and use \
+                 extended resources (`tiergate check --kubeconfig` lists what the cluster serves)"
+            }
+            Self::KueueFieldDropped => {
+                "upgrade Kueue (its CRDs) to a release that serves the fields named (docs/operations.md, Supported \
+                 versions), or remove the policy fields that render them; `tiergate check --kubeconfig` finds them \
+                 before an install"
+            }
             Self::CertificateMissing => {
                 "with cert-manager, check the Certificate (`kubectl describe certificate`); with \
                  --self-managed-certs, read the certificate loop's log lines"
@@ -238,7 +280,10 @@ impl BlockedReason {
             | Self::LeaseConflict
             | Self::KueueDraMappingMissing
             | Self::KueueFairSharingMissing
-            | Self::KarpenterMissing => Severity::Warn,
+            | Self::KarpenterMissing
+            | Self::DraNotServed
+            | Self::KueueFieldDropped => Severity::Warn,
+            Self::MutatingGateNotServed => Severity::Notice,
             _ => Severity::Error,
         }
     }
@@ -247,7 +292,7 @@ impl BlockedReason {
     /// webhook's certificate (a replica's own file, missing for a moment at every start with self-managed
     /// certificates: the condition would flap and a restart would write the status twice).
     pub fn is_about_the_policy(self) -> bool {
-        !matches!(self, Self::CertificateMissing | Self::CertificateExpired)
+        !matches!(self, Self::CertificateMissing | Self::CertificateExpired) && self.severity() != Severity::Notice
     }
 
     /// Whether `/readyz` turns 503 for it: only when the webhook itself cannot serve. Every other blocker keeps the
@@ -278,21 +323,40 @@ impl Blocker {
 pub struct Blockers {
     active: Mutex<BTreeMap<BlockedReason, String>>,
     gauges: Family<ReasonLabels, Gauge>,
+    /// The gauges of [`Severity::Notice`] reasons (`tiergate_not_served`).
+    notices: Family<ReasonLabels, Gauge>,
     changes: watch::Sender<u64>,
 }
 
 impl Blockers {
-    /// No blocker, every `tiergate_blocked{reason}` gauge registered at 0.
+    /// No blocker, every `tiergate_blocked{reason}` (and, for notices, `tiergate_not_served{reason}`) gauge
+    /// registered at 0.
     pub fn new(metrics: &Metrics) -> Arc<Self> {
+        let blockers = Self {
+            active: Mutex::default(),
+            gauges: metrics.blocked.clone(),
+            notices: metrics.not_served.clone(),
+            changes: watch::channel(0).0,
+        };
         for reason in BlockedReason::ALL {
-            metrics.blocked.get_or_create(&ReasonLabels { reason: reason.label() }).set(0);
+            blockers.gauge(reason).set(0);
         }
-        Arc::new(Self { active: Mutex::default(), gauges: metrics.blocked.clone(), changes: watch::channel(0).0 })
+        Arc::new(blockers)
     }
 
     /// A registry whose gauges are not exported (tests, and reconcilers whose blockers nobody reads).
     pub fn detached() -> Arc<Self> {
-        Arc::new(Self { active: Mutex::default(), gauges: Family::default(), changes: watch::channel(0).0 })
+        Arc::new(Self {
+            active: Mutex::default(),
+            gauges: Family::default(),
+            notices: Family::default(),
+            changes: watch::channel(0).0,
+        })
+    }
+
+    fn gauge(&self, reason: BlockedReason) -> Gauge {
+        let family = if reason.severity() == Severity::Notice { &self.notices } else { &self.gauges };
+        family.get_or_create(&ReasonLabels { reason: reason.label() }).clone()
     }
 
     /// Marks `reason` active with `detail` (replacing an earlier detail). Subscribers wake only when the set of
@@ -303,7 +367,7 @@ impl Blockers {
         let added = active.insert(reason, detail).is_none();
         drop(active);
         if added {
-            self.gauges.get_or_create(&ReasonLabels { reason: reason.label() }).set(1);
+            self.gauge(reason).set(1);
             self.changes.send_modify(|version| *version = version.wrapping_add(1));
         }
     }
@@ -312,7 +376,7 @@ impl Blockers {
     pub fn clear(&self, reason: BlockedReason) {
         let removed = self.active.lock().is_ok_and(|mut active| active.remove(&reason).is_some());
         if removed {
-            self.gauges.get_or_create(&ReasonLabels { reason: reason.label() }).set(0);
+            self.gauge(reason).set(0);
             self.changes.send_modify(|version| *version = version.wrapping_add(1));
         }
     }
@@ -386,6 +450,20 @@ mod tests {
         assert!(changes.has_changed().unwrap());
         assert!(blockers.active().is_empty());
         assert!(metrics.encode().unwrap().contains(r#"tiergate_blocked{reason="lease_namespace_missing"} 0"#));
+    }
+
+    #[test]
+    fn a_notice_has_its_own_gauge_and_stays_out_of_the_policys_blocked_condition() {
+        let metrics = Metrics::new();
+        let blockers = Blockers::new(&metrics);
+        let reason = BlockedReason::MutatingGateNotServed;
+        assert_eq!(reason.severity(), Severity::Notice);
+        assert!(!reason.is_about_the_policy() && !reason.blocks_readiness());
+        blockers.set(reason, "admissionregistration.k8s.io/v1 lists no mutatingadmissionpolicies");
+        let text = metrics.encode().unwrap();
+        assert!(text.contains(r#"tiergate_not_served{reason="mutating_gate_not_served"} 1"#), "{text}");
+        assert!(!text.contains(r#"tiergate_blocked{reason="mutating_gate_not_served"}"#), "{text}");
+        assert!(text.contains(r#"tiergate_blocked{reason="dra_not_served"} 0"#), "{text}");
     }
 
     #[test]

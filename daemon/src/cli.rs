@@ -520,7 +520,9 @@ pub struct CheckArgs {
     /// Karpenter NodePools (karpenter.sh/v1) and/or cluster-autoscaler node-group templates.
     #[arg(long, env = "TIERGATE_NODEPOOLS")]
     pub nodepools: Option<PathBuf>,
-    /// Also check the live cluster: its Karpenter NodePools (when karpenter.sh/v1 is served) and node groups.
+    /// Also check the live cluster: its Karpenter NodePools (when karpenter.sh/v1 is served) and node groups, and
+    /// what it serves of the policy (the in-server gate's halves, DRA, Karpenter, and every field of the policy's
+    /// Kueue objects, by a server-side dry-run apply that stores nothing and needs patch on them).
     #[arg(long, env = "TIERGATE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context for `--kubeconfig` (default: its current context).

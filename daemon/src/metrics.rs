@@ -83,6 +83,8 @@ pub struct Metrics {
     pub certificate_reloads: Family<ReasonLabels, Counter>,
     /// 1 while a reason keeps the daemon from doing its job, by fixed reason (`crate::blockers::BlockedReason`).
     pub blocked: Family<ReasonLabels, Gauge>,
+    /// 1 while the cluster does not serve a feature tiergate does without as designed, by fixed reason.
+    pub not_served: Family<ReasonLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -117,6 +119,7 @@ impl Metrics {
             certificate_expiry_timestamp_seconds: Gauge::default(),
             certificate_reloads: Family::default(),
             blocked: Family::default(),
+            not_served: Family::default(),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Reconciles run", metrics.reconciles.clone());
@@ -182,6 +185,11 @@ impl Metrics {
             "blocked",
             "1 while a reason keeps tiergate from reconciling or serving, by reason",
             metrics.blocked.clone(),
+        );
+        registry.register(
+            "not_served",
+            "1 while the cluster does not serve a feature tiergate then does without, by reason",
+            metrics.not_served.clone(),
         );
         Self { registry, ..metrics }
     }

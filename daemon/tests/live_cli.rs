@@ -56,8 +56,22 @@ fn answer(path: &str) -> Option<Value> {
             kueue_config_map(Some("apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\n"))
         }
         "/api/v1/namespaces/kueue-keyless/configmaps/kueue-manager-config" => kueue_config_map(None),
+        "/apis/admissionregistration.k8s.io/v1" => resource_list(
+            "admissionregistration.k8s.io/v1",
+            &["validatingadmissionpolicies", "validatingadmissionpolicybindings", "mutatingadmissionpolicies"],
+        ),
+        "/apis/resource.k8s.io/v1" => resource_list("resource.k8s.io/v1", &["deviceclasses", "resourceclaims"]),
         _ => return None,
     })
+}
+
+/// Discovery's answer for `group_version`, listing `names`.
+fn resource_list(group_version: &str, names: &[&str]) -> Value {
+    let resources: Vec<Value> = names
+        .iter()
+        .map(|name| json!({"name": name, "singularName": "", "namespaced": false, "kind": "X", "verbs": []}))
+        .collect();
+    json!({"kind": "APIResourceList", "groupVersion": group_version, "resources": resources})
 }
 
 /// Kueue's ConfigMap with `configuration` under its key (`None`: without the key).
@@ -112,7 +126,10 @@ fn serve_connection(stream: TcpStream, recorded: &Mutex<Vec<String>>) {
         let target = parts.next().unwrap_or_default();
         let path = target.split('?').next().unwrap_or_default().to_owned();
         recorded.lock().unwrap().push(format!("{method} {path}"));
+        let dry_run_apply = method == "PATCH" && target.contains("dryRun=All");
         let (status, reply) = match answer(&path).filter(|_| method == "GET") {
+            // `check --kubeconfig`'s dry-run applies: the API server answers with the object as it would store it.
+            _ if dry_run_apply => ("200 OK", serde_json::from_slice(&body).unwrap_or_default()),
             _ if FORBIDDEN.contains(&path.as_str()) => (
                 "403 Forbidden",
                 json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Forbidden", "code": 403,
@@ -318,8 +335,17 @@ fn check_with_a_kubeconfig_passes_when_kueue_maps_every_dra_class() {
     assert!(output.status.success(), "{report}{}", text(&output.stderr));
     assert!(report.contains("tier gold: OK") && report.contains("tier bronze: OK"), "{report}");
     assert!(
-        report.ends_with(
+        report.contains(
             "Kueue deviceClassMappings: every DRA class is charged as nvidia.com/gpu (h100.tiergate.io, l4.tiergate.io)\n"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.ends_with(
+            "What this cluster serves of the policy:\n  \
+             ok   in-server gate: ValidatingAdmissionPolicy and MutatingAdmissionPolicy served (both halves)\n  \
+             ok   DRA GPU classes: resource.k8s.io/v1 deviceclasses served\n  \
+             ok   Kueue objects: the installed CRDs keep every field of the 6 cluster-scoped objects (dry-run apply)\n"
         ),
         "{report}"
     );

@@ -66,6 +66,8 @@ fn build_backoff() -> backon::ExponentialBackoff {
 /// Logs active blockers on their schedule until `shutdown`.
 pub async fn run_blocker_log(blockers: Arc<Blockers>, shutdown: CancellationToken) {
     let mut schedule = LogSchedule::default();
+    // Notices are logged once while they last, not repeated.
+    let mut noted = std::collections::BTreeSet::new();
     let mut changes = blockers.subscribe();
     let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -74,8 +76,11 @@ pub async fn run_blocker_log(blockers: Arc<Blockers>, shutdown: CancellationToke
         let reasons: Vec<BlockedReason> = active.iter().map(|blocker| blocker.reason).collect();
         let plan = schedule.plan(&reasons, Instant::now());
         for blocker in active.iter().filter(|blocker| plan.due.contains(&blocker.reason)) {
-            log_blocker(blocker);
+            if blocker.reason.severity() != Severity::Notice || noted.insert(blocker.reason) {
+                log_blocker(blocker);
+            }
         }
+        noted.retain(|reason| reasons.contains(reason));
         for reason in plan.cleared {
             tracing::info!(reason = reason.label(), "no longer blocked: {}", reason.summary());
         }
@@ -94,6 +99,7 @@ fn log_blocker(blocker: &Blocker) {
     match blocker.reason.severity() {
         Severity::Error => tracing::error!(reason, detail, fix, "blocked: {}", blocker.reason.summary()),
         Severity::Warn => tracing::warn!(reason, detail, fix, "blocked: {}", blocker.reason.summary()),
+        Severity::Notice => tracing::info!(reason, detail, fix, "not served here: {}", blocker.reason.summary()),
     }
 }
 

@@ -5,7 +5,8 @@
 //! With `--fleet`, each tier that dispatches is checked against each of its workers' own nodepools files instead.
 //! With `--kubeconfig` and DRA classes, Kueue's Configuration must also map each class's DeviceClass, and with
 //! tiers sharing among their tenants hold the `admissionFairSharing` they need
-//! (`reconcile::monitor::kueue_config`).
+//! (`reconcile::monitor::kueue_config`). With `--kubeconfig`, it also reports what the cluster serves of what the
+//! policy renders (`live::served`): the in-server gate's halves, DRA, Karpenter, the Kueue fields its CRDs keep.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -16,10 +17,12 @@ use crate::check::{NodePool, build_check_report, build_nodepool_warnings, parse_
 use crate::cli::{CheckArgs, Exit};
 use crate::inputs::read_file;
 use crate::live::pools::fetch_live_pools;
+use crate::live::served::{ServedReport, build_served_report, fetch_served_facts};
 use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::kueue_device_class_mappings;
 use crate::plan::tenants::any_tier_shares;
-use crate::policy::{Tier, TierPolicySpec};
+use crate::policy::{Tier, TierPolicy, TierPolicySpec};
+use crate::reconcile::desired::desired_cluster_objects;
 use crate::reconcile::monitor::kueue_config::{
     KueueFairSharingCheck, KueueMappingCheck, build_kueue_fair_sharing_check, build_kueue_mapping_check,
     read_kueue_configuration,
@@ -28,9 +31,9 @@ use crate::reconcile::monitor::kueue_config::{
 /// Runs `tiergate check`.
 pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     let policy = super::load_valid_policy(Some(&args.policy))?;
-    let (live_pools, kueue, sharing) = match fetch_live_inputs(&args, &policy.spec)? {
-        Some(live) => (Some(live.pools), live.kueue_check, live.fair_sharing_check),
-        None => (None, None, None),
+    let (live_pools, kueue, sharing, served) = match fetch_live_inputs(&args, &policy)? {
+        Some(live) => (Some(live.pools), live.kueue_check, live.fair_sharing_check, Some(live.served)),
+        None => (None, None, None, None),
     };
     let passed = if args.fleet {
         run_fleet(&args, &policy.spec, live_pools)?
@@ -46,7 +49,11 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     if let Some(sharing) = &sharing {
         super::write_stdout(&sharing.to_text())?;
     }
+    if let Some(served) = &served {
+        super::write_stdout(&served.to_text())?;
+    }
     let passed = passed
+        && served.as_ref().is_none_or(ServedReport::passed)
         && kueue.as_ref().is_none_or(KueueMappingCheck::passed)
         && sharing.as_ref().is_none_or(KueueFairSharingCheck::passed);
     Ok(if passed { Exit::Success } else { Exit::Failure }.into())
@@ -54,38 +61,46 @@ pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
 
 /// What `--kubeconfig` reads from the live cluster.
 struct LiveInputs {
-    /// Its Karpenter NodePools and node groups (never empty).
+    /// Its Karpenter NodePools and node groups (never empty unless `--nodepools` names pools).
     pools: Vec<NodePool>,
     /// Kueue's `deviceClassMappings` against the policy's DRA classes (`None` without DRA classes).
     kueue_check: Option<KueueMappingCheck>,
     /// Kueue's `admissionFairSharing` against the policy's sharing tiers (`None` when no tier shares).
     fair_sharing_check: Option<KueueFairSharingCheck>,
+    /// What the cluster serves of what the policy renders.
+    served: ServedReport,
 }
 
 /// Connects once (with `--kubeconfig`) and reads the live pools and, when the policy has DRA classes, Kueue's
-/// Configuration from `--kueue-namespace`.
-fn fetch_live_inputs(args: &CheckArgs, spec: &TierPolicySpec) -> Result<Option<LiveInputs>, CmdError> {
+/// Configuration from `--kueue-namespace`, and what it serves of the policy's cluster-scoped objects.
+fn fetch_live_inputs(args: &CheckArgs, policy: &TierPolicy) -> Result<Option<LiveInputs>, CmdError> {
     let Some(kubeconfig) = &args.kubeconfig else { return Ok(None) };
+    let spec = &policy.spec;
     let needed = kueue_device_class_mappings(spec);
+    let rendered = desired_cluster_objects(policy).map_err(|error| error.to_string())?;
     let connection = KubectlConnection { kubeconfig: Some(kubeconfig.clone()), context: args.context.clone() };
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (pools, kueue_read) = runtime.block_on(async {
+    let (pools, kueue_read, served) = runtime.block_on(async {
         let (client, _) = connect(&connection).await?;
         let pools = fetch_live_pools(&client).await?;
+        let served = fetch_served_facts(&client, &rendered).await;
         let kueue_read = if needed.is_empty() && !any_tier_shares(spec) {
             None
         } else {
             Some(read_kueue_configuration(&client, &args.kueue_namespace).await)
         };
-        Ok::<_, LiveError>((pools, kueue_read))
+        Ok::<_, LiveError>((pools, kueue_read, served))
     })?;
-    if pools.is_empty() {
-        return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools".into());
+    if pools.is_empty() && args.nodepools.is_none() {
+        return Err("failed to find any live pool: the cluster has no nodes and no Karpenter NodePools (name the \
+                    pools to check against with --nodepools)"
+            .into());
     }
     let fair_sharing_check =
         kueue_read.as_ref().and_then(|read| build_kueue_fair_sharing_check(&args.kueue_namespace, spec, read));
     let kueue_check = kueue_read.and_then(|read| build_kueue_mapping_check(&args.kueue_namespace, needed, &read));
-    Ok(Some(LiveInputs { pools, kueue_check, fair_sharing_check }))
+    let served = build_served_report(&rendered, &served);
+    Ok(Some(LiveInputs { pools, kueue_check, fair_sharing_check, served }))
 }
 
 /// The pools `tiergate check` matches against: those of `--nodepools`, then the `live` ones.

@@ -1,8 +1,10 @@
 //! Live inputs for `kubectl tiergate status`, `why` and `tiergate check --kubeconfig`: a client built from the
-//! kubeconfig the way kubectl builds it, and read-only (get/list) fetches of the objects the answers need; I/O.
+//! kubeconfig the way kubectl builds it, and read-only fetches of the objects the answers need (get/list, and
+//! `check`'s dry-run applies, which store nothing); I/O.
 
 pub mod fetch;
 pub mod pools;
+pub mod served;
 
 use std::path::{Path, PathBuf};
 

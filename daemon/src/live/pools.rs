@@ -109,7 +109,8 @@ pub async fn fetch_live_pools(client: &kube::Client) -> Result<Vec<NodePool>, Li
             error: serde::de::Error::custom(error.to_string()),
         })?,
         Ok(_) => Vec::new(),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Vec::new(),
+        // A group the API server does not serve answers a plain-text "404 page not found", not a NotFound Status.
+        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
         Err(source) => {
             return Err(LiveError::List { what: "Karpenter NodePools (karpenter.sh/v1)".to_owned(), error: source });
         }

@@ -115,11 +115,24 @@ pub async fn discover_admission_policies(client: &Client) -> Option<AdmissionPol
 /// a 404 (logged; the NodePools are then applied and any failure reported as a write's).
 pub async fn discover_node_pools(client: &Client) -> Option<bool> {
     let group_version = format!("{}/{}", tiergate_karpenter::GROUP, tiergate_karpenter::VERSION);
-    match client.list_api_group_resources(&group_version).await {
-        Ok(resources) => Some(resources.resources.iter().any(|resource| resource.name == "nodepools")),
+    discover_resource(client, &group_version, "nodepools").await
+}
+
+/// Asks the API server whether it serves DRA's `resource.k8s.io/v1` DeviceClass (Kubernetes 1.34+), in the terms
+/// of [`discover_node_pools`].
+pub async fn discover_device_classes(client: &Client) -> Option<bool> {
+    let group_version = format!("{}/{}", crate::cache::kinds::RESOURCE_GROUP, crate::cache::kinds::RESOURCE_VERSION);
+    discover_resource(client, &group_version, "deviceclasses").await
+}
+
+/// Whether `group_version` lists `plural`: `Some(false)` when it does not or the group version is not served (404),
+/// `None` when discovery failed otherwise (logged; the caller applies as if served and reports any failed write).
+async fn discover_resource(client: &Client, group_version: &str, plural: &str) -> Option<bool> {
+    match client.list_api_group_resources(group_version).await {
+        Ok(resources) => Some(resources.resources.iter().any(|resource| resource.name == plural)),
         Err(kube::Error::Api(status)) if status.code == 404 => Some(false),
         Err(error) => {
-            tracing::warn!(%error, "failed to list {group_version}; applying the policy's NodePools as if served");
+            tracing::warn!(%error, "failed to list {group_version}; applying the policy's {plural} as if served");
             None
         }
     }

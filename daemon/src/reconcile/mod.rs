@@ -10,6 +10,7 @@ pub mod desired;
 pub mod diff;
 pub mod discovery;
 pub mod drain;
+pub mod dropped;
 mod error;
 mod events;
 pub mod fleet;
@@ -44,7 +45,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use self::desired::{DesiredSet, build_desired_set, desired_cluster_objects, desired_local_queues, policy_problems};
-use self::diff::build_apply_need;
+use self::diff::{ApplyNeed, build_apply_need_knowing_dropped};
 use self::discovery::discover_kueue;
 use self::fleet::health::FleetHealth;
 use self::kinds::{APPLIED_HASH_LABEL, KueueKind, display_name};
@@ -112,6 +113,8 @@ pub struct Context {
     blockers: Arc<Blockers>,
     /// Requeue passes and refused moves, so neither repeats on every reconcile.
     requeue_memory: Mutex<requeue::RequeueMemory>,
+    /// Fields the API server dropped from applied objects, so their drift is reported once, not re-applied.
+    dropped: Mutex<dropped::DroppedFields>,
 }
 
 impl std::fmt::Debug for Context {
@@ -158,6 +161,7 @@ impl Context {
             fleet: Arc::new(FleetHealth::default()),
             blockers,
             requeue_memory: Mutex::new(requeue::RequeueMemory::default()),
+            dropped: Mutex::new(dropped::DroppedFields::default()),
         })
     }
 
@@ -306,7 +310,13 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
                 objects.retain(|object| !KueueKind::of(object).is_some_and(KueueKind::is_gate));
             }
             report_gate_served(ctx, gate_not_served);
-            keep_node_pools_if_served(ctx, &mut objects).await;
+            let client = &ctx.client;
+            let karpenter = (KueueKind::NodePool, "karpenter.sh/v1 nodepools");
+            let missing = BlockedReason::KarpenterMissing;
+            keep_if_served(ctx, &mut objects, karpenter, missing, || discovery::discover_node_pools(client)).await;
+            let dra = (KueueKind::DeviceClass, "resource.k8s.io/v1 deviceclasses");
+            let missing = BlockedReason::DraNotServed;
+            keep_if_served(ctx, &mut objects, dra, missing, || discovery::discover_device_classes(client)).await;
             let draining = carry_draining_flavors(ctx, &mut objects, "management");
             let retiring = retiring_queues(ctx, policy, &snapshot, &objects);
             drain::count_retiring_queues(&mut objects, &retiring);
@@ -348,6 +358,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
             .collect(),
         local_queues,
     };
+    forget_dropped_fields(ctx, &wanted);
     let retired = prune::retire_orphans(ctx, &wanted).await?;
     let object_counts = build_object_counts(&cluster_scoped, wanted.local_queues.len());
     for kind in KueueKind::ALL {
@@ -401,7 +412,8 @@ async fn discover_gate_mode(ctx: &Context) {
 }
 
 /// Sets the `gate_not_served` blocker (the policy's Blocked condition, `/readyz`'s body, `tiergate_blocked`, the log)
-/// when the API server serves no ValidatingAdmissionPolicy, so the gate is not applied; clears it otherwise.
+/// when the API server serves no ValidatingAdmissionPolicy, so the gate is not applied; clears it otherwise. With
+/// the validating half served, notes (`mutating_gate_not_served`) when the mutating half is wanted but not served.
 fn report_gate_served(ctx: &Context, not_served: bool) {
     if not_served {
         ctx.blockers.set(
@@ -410,6 +422,15 @@ fn report_gate_served(ctx: &Context, not_served: bool) {
         );
     } else {
         ctx.blockers.clear(BlockedReason::GateNotServed);
+    }
+    let mutating_not_served = ctx.mutating_policies.load(Ordering::Relaxed) == MODE_NOT_SERVED;
+    if ctx.settings.mutating_gate && mutating_not_served && !not_served {
+        ctx.blockers.set(
+            BlockedReason::MutatingGateNotServed,
+            "admissionregistration.k8s.io/v1 lists no mutatingadmissionpolicies",
+        );
+    } else {
+        ctx.blockers.clear(BlockedReason::MutatingGateNotServed);
     }
 }
 
@@ -434,28 +455,28 @@ pub fn translation_namespaces(snapshot: &Snapshot) -> impl Iterator<Item = &Name
     snapshot.namespaces.values().map(AsRef::as_ref).filter(move |namespace| Some(namespace.name.as_str()) != own)
 }
 
-/// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
-/// Drops the policy's NodePools from `objects` when the API server does not serve Karpenter's NodePool, naming them
-/// in the `karpenter_missing` blocker (everything else is still applied); clears the blocker otherwise. Asks
-/// discovery only when the policy has NodePools.
-async fn keep_node_pools_if_served(ctx: &Context, objects: &mut Vec<DynamicObject>) {
-    let is_pool = |object: &DynamicObject| KueueKind::of(object) == Some(KueueKind::NodePool);
-    let pools: Vec<String> = objects.iter().filter(|object| is_pool(object)).map(ResourceExt::name_any).collect();
-    if pools.is_empty() {
-        ctx.blockers.clear(BlockedReason::KarpenterMissing);
-        return;
-    }
-    if self::discovery::discover_node_pools(&ctx.client).await == Some(false) {
-        objects.retain(|object| !is_pool(object));
-        ctx.blockers.set(
-            BlockedReason::KarpenterMissing,
-            format!("NodePools {} not applied: karpenter.sh/v1 nodepools is not served", pools.join(", ")),
-        );
+/// Drops the policy's objects of `kind` from `objects` when the API server does not serve it (`discover` asks,
+/// and is asked only when the policy has such objects), naming them in `reason`'s blocker; everything else is still
+/// applied. Clears the blocker otherwise. `resource`: the group, version and plural, for the blocker's detail.
+async fn keep_if_served<Served: Future<Output = Option<bool>>>(
+    ctx: &Context,
+    objects: &mut Vec<DynamicObject>,
+    (kind, resource): (KueueKind, &str),
+    reason: BlockedReason,
+    discover: impl FnOnce() -> Served,
+) {
+    let is_kind = |object: &DynamicObject| KueueKind::of(object) == Some(kind);
+    let names: Vec<String> = objects.iter().filter(|object| is_kind(object)).map(ResourceExt::name_any).collect();
+    if !names.is_empty() && discover().await == Some(false) {
+        objects.retain(|object| !is_kind(object));
+        let detail = format!("{}s {} not applied: {resource} is not served", kind.name(), names.join(", "));
+        ctx.blockers.set(reason, detail);
     } else {
-        ctx.blockers.clear(BlockedReason::KarpenterMissing);
+        ctx.blockers.clear(reason);
     }
 }
 
+/// An invalid policy: nothing is applied or pruned (the last applied state stays); status and an Event say why.
 async fn reject_policy(policy: &TierPolicy, ctx: &Context, message: &str) -> Result<Action, ReconcileError> {
     tracing::warn!(policy = %policy.name_any(), %message, "invalid TierPolicy; keeping the last applied state");
     ctx.blockers.set(BlockedReason::PolicyInvalid, format!("TierPolicy {}: {message}", policy.name_any()));
@@ -690,7 +711,11 @@ async fn apply_kind(
                 if sent_key(&object).is_some_and(|key| already_sent.contains(&key)) {
                     return None;
                 }
-                let need = build_apply_need(&object, live_object(ctx, kind, &object).as_deref());
+                let live = live_object(ctx, kind, &object);
+                let need = ctx.dropped.lock().map_or(ApplyNeed::Drifted, |dropped| {
+                    let known = dropped.known(&object_key(kind, &object), applied_hash(&object));
+                    build_apply_need_knowing_dropped(&object, live.as_deref(), known)
+                });
                 need.needs_write().then_some(Ok((object, need)))
             }
             Err(error) => Some(Err(error)),
@@ -698,7 +723,8 @@ async fn apply_kind(
         .map(|candidate| async move {
             let (object, need) = candidate?;
             tracing::info!(kind = kind.name(), name = %display_name(&object), ?need, "applying");
-            writes::apply_object(ctx, kind, &object).await?;
+            let dropped = writes::apply_object(ctx, kind, &object).await?;
+            record_dropped_fields(ctx, kind, &object, dropped);
             Ok::<_, ReconcileError>((format!("{} {}", kind.name(), display_name(&object)), sent_key(&object)))
         });
     let mut writes = futures::stream::iter(writes).buffer_unordered(APPLY_CONCURRENCY);
@@ -719,6 +745,41 @@ async fn apply_kind(
     drop(writes);
     sent.extend(newly_sent);
     Ok(())
+}
+
+/// The key [`dropped::DroppedFields`] knows `object` of `kind` by.
+fn object_key(kind: KueueKind, object: &DynamicObject) -> dropped::ObjectKey {
+    dropped::ObjectKey { kind, namespace: object.namespace(), name: object.name_any() }
+}
+
+fn applied_hash(object: &DynamicObject) -> Option<&str> {
+    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
+}
+
+/// Records which fields (`dropped`, empty when none) the API server left out of `object` when applying it: warns
+/// once per object and body, and keeps the `kueue_field_dropped` blocker naming every such object.
+fn record_dropped_fields(ctx: &Context, kind: KueueKind, object: &DynamicObject, dropped: Vec<String>) {
+    let Ok(mut memory) = ctx.dropped.lock() else { return };
+    let hash = applied_hash(object).map(str::to_owned);
+    let fields = dropped.join(", ");
+    if memory.record(object_key(kind, object), hash, dropped) == dropped::DroppedChange::Newly {
+        tracing::warn!(
+            kind = kind.name(),
+            name = %display_name(object),
+            %fields,
+            "the API server dropped fields tiergate applied (the installed CRD does not know them); the object runs \
+             without them and is not re-applied until the policy changes"
+        );
+    }
+    ctx.blockers.update(BlockedReason::KueueFieldDropped, memory.describe());
+}
+
+/// Forgets dropped fields of objects tiergate no longer applies (`wanted`), updating the blocker.
+fn forget_dropped_fields(ctx: &Context, wanted: &prune::Wanted) {
+    let Ok(mut memory) = ctx.dropped.lock() else { return };
+    if memory.retain(|key| wanted.contains_key(key)) {
+        ctx.blockers.update(BlockedReason::KueueFieldDropped, memory.describe());
+    }
 }
 
 fn build_object_counts(cluster_scoped: &DesiredSet, local_queues: usize) -> BTreeMap<String, i32> {

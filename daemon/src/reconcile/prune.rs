@@ -30,6 +30,14 @@ pub(super) struct Wanted {
 }
 
 impl Wanted {
+    /// Whether the object `key` names is still wanted.
+    pub(super) fn contains_key(&self, key: &super::dropped::ObjectKey) -> bool {
+        match &key.namespace {
+            Some(namespace) if key.kind == KueueKind::LocalQueue => self.local_queues.get(namespace) == Some(&key.name),
+            _ => self.cluster.contains(&(key.kind, key.name.clone())),
+        }
+    }
+
     fn contains(&self, object: &LiveObject) -> bool {
         match &object.namespace {
             Some(namespace) if object.kind == KueueKind::LocalQueue => {

@@ -1265,3 +1265,88 @@ async fn an_unanswered_discovery_keeps_the_live_mutating_half_and_asks_again() {
         .collect();
     assert!(weakened.is_empty(), "a leader that cannot tell the mode never prunes the gate: {weakened:?}");
 }
+
+#[tokio::test]
+async fn a_field_the_installed_kueue_crd_prunes_is_reported_once_and_not_reapplied_on_every_reconcile() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "silver")]);
+    let policy = with_converged_status(sample_policy(), &snapshot);
+    let mut objects = converged_objects(&policy, &snapshot);
+    let gold = objects.iter_mut().find(|object| object.name_any() == "tiergate-gold").unwrap();
+    let spec = gold.data["spec"].as_object_mut().unwrap();
+    let field = spec.keys().find(|key| !["resourceGroups", "cohortName"].contains(&key.as_str())).unwrap().clone();
+    spec.remove(&field);
+    let path = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/tiergate-gold";
+    let mut echo = echo_server(policy.clone());
+    let pruning = move |call: &Call| {
+        let (status, mut body) = echo(call);
+        if call.method == "PATCH" && call.path == path {
+            body["spec"].as_object_mut().unwrap().remove(&field);
+        }
+        (status, body)
+    };
+    let (client, api) = MockApi::start(Box::new(pruning));
+    let ctx = context(client, snapshot, stores_with(objects), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap();
+    let blockers = ctx.blockers();
+    let detail = blockers.active().into_iter().find(|blocker| blocker.reason == BlockedReason::KueueFieldDropped);
+    let detail = detail.expect("the dropped field is reported").detail;
+    assert!(detail.starts_with("ClusterQueue tiergate-gold: spec."), "{detail}");
+    reconcile(Arc::new(policy.clone()), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let patches = calls.iter().filter(|call| call.method == "PATCH" && call.path == path).count();
+    assert_eq!(
+        patches,
+        1,
+        "applied once, then known to lose the field: {:?}",
+        calls.iter().map(Call::summary).collect::<Vec<_>>()
+    );
+    assert!(blockers.is_active(BlockedReason::KueueFieldDropped));
+}
+
+/// Reconciles the DRA sample once where `resource.k8s.io/v1` lists `served` resources (`None`: the group is not
+/// served at all, a 404); returns the DeviceClass writes and the `dra_not_served` detail.
+async fn reconcile_dra_sample(served: Option<&'static [&'static str]>) -> (usize, Option<String>) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/dra/policy.yaml");
+    let mut policy = load_policy(Some(&path)).unwrap();
+    policy.metadata.name = Some("default".to_owned());
+    policy.metadata.uid = Some("policy-uid".to_owned());
+    let mut echo = echo_server(policy.clone());
+    let discovery = move |call: &Call| match served {
+        Some(names) if call.method == "GET" && call.path == "/apis/resource.k8s.io/v1" => {
+            let resources: Vec<Value> = names
+                .iter()
+                .map(|name| json!({"name": name, "singularName": "", "namespaced": false, "kind": "X", "verbs": []}))
+                .collect();
+            (
+                StatusCode::OK,
+                json!({"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1", "resources": resources}),
+            )
+        }
+        _ => echo(call),
+    };
+    let (client, api) = MockApi::start(Box::new(discovery));
+    let ctx = context(client, snapshot_with(&[]), stores_with(Vec::new()), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let blockers = ctx.blockers();
+    let detail = blockers.active().into_iter().find(|blocker| blocker.reason == BlockedReason::DraNotServed);
+    let calls = api.finish(ctx).await;
+    let writes = calls.iter().filter(|call| call.method == "PATCH" && call.path.contains("/deviceclasses/")).count();
+    (writes, detail.map(|blocker| blocker.detail))
+}
+
+#[tokio::test]
+async fn dra_classes_where_resource_k8s_io_v1_is_not_served_get_no_device_class_and_say_so() {
+    let (writes, detail) = reconcile_dra_sample(None).await;
+    assert_eq!(writes, 0, "no DeviceClass is applied where the API server does not serve them");
+    let detail = detail.expect("dra_not_served names the classes");
+    assert!(detail.contains("h100.tiergate.io") && detail.contains("resource.k8s.io/v1 deviceclasses"), "{detail}");
+    let (writes, detail) = reconcile_dra_sample(Some(&["resourceclaims"])).await;
+    assert_eq!((writes, detail.is_some()), (0, true), "served group, no deviceclasses");
+    let (writes, detail) = reconcile_dra_sample(Some(&["deviceclasses", "resourceclaims"])).await;
+    assert_eq!((writes, detail), (2, None), "served: both DeviceClasses applied, nothing reported");
+}

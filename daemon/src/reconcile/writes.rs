@@ -9,7 +9,7 @@ use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use super::diff::{build_apply_need, is_contained};
+use super::diff::{build_apply_need, build_missing_paths};
 use super::fleet::health::merge_worker_conditions;
 use super::kinds::{FIELD_MANAGER, KueueKind, display_name};
 use super::live::LiveObject;
@@ -42,8 +42,13 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
 }
 
 /// Server-side applies `object` with the `tiergate` field manager (forced). On 409 it re-reads the object and
-/// retries unless the re-read shows it already matches.
-pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &DynamicObject) -> Result<(), ReconcileError> {
+/// retries unless the re-read shows it already matches. Returns the paths of the fields the API server's answer
+/// lacks ([`build_missing_paths`]; an older CRD pruned them), empty when it kept every one.
+pub(super) async fn apply_object(
+    ctx: &Context,
+    kind: KueueKind,
+    object: &DynamicObject,
+) -> Result<Vec<String>, ReconcileError> {
     let api = object_api(ctx, kind, object.metadata.namespace.as_deref());
     let name = object.name_any();
     let params = PatchParams::apply(FIELD_MANAGER).force();
@@ -51,17 +56,7 @@ pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &Dynami
         check_gate(ctx, || format!("{} {}", kind.name(), display_name(object)))?;
         count_write(ctx, kind.name());
         match api.patch(&name, &params, &Patch::Apply(object)).await {
-            Ok(returned) => {
-                if !is_contained(&object.data, &returned.data) {
-                    tracing::warn!(
-                        kind = kind.name(),
-                        name = %display_name(object),
-                        "the API server rewrote fields tiergate applies; the translation should emit the server's \
-                         canonical form, else this object is re-applied on every resync"
-                    );
-                }
-                return Ok(());
-            }
+            Ok(returned) => return Ok(build_missing_paths(&object.data, &returned.data)),
             Err(error) if is_status(&error, 409) => {
                 tracing::info!(kind = kind.name(), name = %display_name(object), "apply conflicted; re-reading");
                 let live = api.get_opt(&name).await.map_err(|source| ReconcileError::ReadObject {
@@ -71,7 +66,7 @@ pub(super) async fn apply_object(ctx: &Context, kind: KueueKind, object: &Dynami
                 })?;
                 let live = live.map(|live| LiveObject::from_dynamic(kind, live));
                 if !build_apply_need(object, live.as_ref()).needs_write() {
-                    return Ok(());
+                    return Ok(Vec::new());
                 }
             }
             Err(source) => {

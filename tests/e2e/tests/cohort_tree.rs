@@ -5,7 +5,9 @@
 //!
 //! Jobs carry their tier's queue label themselves (the webhook's queueing is the `webhook` and `quota_cap`
 //! suites' subject); they ask for one GPU and nothing else, and their pods never need a node: Kueue admits by
-//! quota alone. Every count is awaited as a condition with a generous timeout, then compared exactly.
+//! quota alone. Where the API server serves no MutatingAdmissionPolicy (before 1.36), a one-class tier's Jobs also
+//! carry their class's node selector, which the gate's mutating half gives them otherwise. Every count is awaited as
+//! a condition with a generous timeout, then compared exactly.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,6 +53,8 @@ struct Run {
     prefix: String,
     system: String,
     policy: TierPolicy,
+    /// Whether the Jobs of a one-class tier carry its class themselves (no MutatingAdmissionPolicy to give it).
+    pins_class: bool,
 }
 
 impl Run {
@@ -138,18 +142,17 @@ fn weights_policy(prefix: &str, pool: u64) -> Result<TierPolicy, HarnessError> {
     )
 }
 
-/// Whether the API server serves MutatingAdmissionPolicy (Kubernetes 1.36+), which stands in for the webhook here
-/// (it gives plain Jobs their tier's class); prints a skip line when it does not.
-async fn mutating_gate_served_or_skip(client: &Client, test: &str) -> Result<bool, HarnessError> {
+/// Whether the Jobs must carry a one-class tier's class themselves: the API server serves no
+/// MutatingAdmissionPolicy (before Kubernetes 1.36), which gives it to them otherwise; says which.
+async fn jobs_pin_their_class(client: &Client, test: &str) -> Result<bool, HarnessError> {
     let served = tiergate_e2e::serves_mutating_policies(client).await?;
     if !served {
-        tiergate_e2e::skip(
-            test,
-            "the API server serves no MutatingAdmissionPolicy (before Kubernetes 1.36), which this suite runs in place \
-             of the webhook to give plain Jobs their tier's class",
+        println!(
+            "{test}: the API server serves no MutatingAdmissionPolicy (before Kubernetes 1.36): a one-class tier's \
+             Jobs carry their class's node selector themselves"
         );
     }
-    Ok(served)
+    Ok(!served)
 }
 
 /// Installs the CRD, creates the namespaces of `tiers`, starts the daemon, applies the policy and waits for the
@@ -201,9 +204,20 @@ fn is_active(object: &DynamicObject) -> bool {
         .is_some_and(|conditions| conditions.iter().any(|c| c["type"] == "Active" && c["status"] == "True"))
 }
 
-/// A suspended one-GPU Job `name` in tier `tier`'s namespace, queued to its LocalQueue.
+/// A suspended one-GPU Job `name` in tier `tier`'s namespace, queued to its LocalQueue (and selecting a one-class
+/// tier's class where `run.pins_class`).
 fn one_gpu_job(run: &Run, tier: &str, name: &str) -> Result<Job, HarnessError> {
-    tiergate_e2e::one_gpu_job(&run.namespace(tier), name, &format!("tiergate-{}", run.name(tier)))
+    let mut job = tiergate_e2e::one_gpu_job(&run.namespace(tier), name, &format!("tiergate-{}", run.name(tier)))?;
+    let spec = run.policy.spec.tier(&run.name(tier)).ok_or_else(|| format!("no tier {tier} in the run's policy"))?;
+    let classes: Vec<&str> = spec.gpu_class_names().collect();
+    if let [only] = classes.as_slice()
+        && run.pins_class
+    {
+        let template =
+            job.spec.as_mut().and_then(|spec| spec.template.spec.as_mut()).ok_or("the Job has no pod template")?;
+        template.node_selector = Some([(CLASS_LABEL.to_owned(), (*only).to_owned())].into());
+    }
+    Ok(job)
 }
 
 /// A one-GPU Job of tier `tier` that selects a GPU class the tier does not have.
@@ -333,10 +347,8 @@ async fn idle_gold_gpus_are_borrowed_up_to_the_cap_never_past_the_floor_and_recl
     const TEST: &str = "idle_gold_gpus_are_borrowed_up_to_the_cap_never_past_the_floor_and_reclaimed_when_gold_submits";
     let _serial = SERIAL.lock().await;
     if let Err(error) = run_cluster_test(TEST, async |client: &Client, cleanup: &Cleanup| {
-        if !mutating_gate_served_or_skip(client, TEST).await? {
-            return Ok(());
-        }
-        borrow_and_reclaim(client, cleanup).await
+        let pins_class = jobs_pin_their_class(client, TEST).await?;
+        borrow_and_reclaim(client, cleanup, pins_class).await
     })
     .await
     {
@@ -344,9 +356,9 @@ async fn idle_gold_gpus_are_borrowed_up_to_the_cap_never_past_the_floor_and_recl
     }
 }
 
-async fn borrow_and_reclaim(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+async fn borrow_and_reclaim(client: &Client, cleanup: &Cleanup, pins_class: bool) -> Result<(), HarnessError> {
     let prefix = random_name("e2e");
-    let run = Run { system: format!("{prefix}-system"), policy: org_tree_policy(&prefix)?, prefix };
+    let run = Run { system: format!("{prefix}-system"), policy: org_tree_policy(&prefix)?, prefix, pins_class };
     let daemon = start(client, cleanup, &run, &["gold", "silver", "bronze"]).await?;
     let outcome = borrow_and_reclaim_steps(client, &run).await;
     match outcome {
@@ -557,10 +569,8 @@ async fn two_tiers_competing_for_a_pool_get_it_in_proportion_to_their_weights() 
     const TEST: &str = "two_tiers_competing_for_a_pool_get_it_in_proportion_to_their_weights";
     let _serial = SERIAL.lock().await;
     if let Err(error) = run_cluster_test(TEST, async |client: &Client, cleanup: &Cleanup| {
-        if !mutating_gate_served_or_skip(client, TEST).await? {
-            return Ok(());
-        }
-        compete_by_weight(client, cleanup).await
+        let pins_class = jobs_pin_their_class(client, TEST).await?;
+        compete_by_weight(client, cleanup, pins_class).await
     })
     .await
     {
@@ -568,9 +578,9 @@ async fn two_tiers_competing_for_a_pool_get_it_in_proportion_to_their_weights() 
     }
 }
 
-async fn compete_by_weight(client: &Client, cleanup: &Cleanup) -> Result<(), HarnessError> {
+async fn compete_by_weight(client: &Client, cleanup: &Cleanup, pins_class: bool) -> Result<(), HarnessError> {
     let prefix = random_name("e2e");
-    let run = Run { system: format!("{prefix}-system"), policy: weights_policy(&prefix, 0)?, prefix };
+    let run = Run { system: format!("{prefix}-system"), policy: weights_policy(&prefix, 0)?, prefix, pins_class };
     let daemon = start(client, cleanup, &run, &["heavy", "light"]).await?;
     let outcome = compete_by_weight_steps(client, &run).await;
     daemon.stop().await;

@@ -2,7 +2,9 @@
 //! server: the objects `render` writes for the Kubernetes version the cluster runs (asked with `--kubeconfig`, and
 //! named with `--kubernetes-version` where the plane emulates an older minor) are all accepted, by a server-side
 //! dry run of each. On an API server that serves no MutatingAdmissionPolicy (before 1.36) the render must hold
-//! none, or the apply fails on it. Skipped (and passing) without a cluster, Kueue's v1beta2 CRDs, or the tiergate
+//! none, or the apply fails on it. The installed Kueue CRDs must keep every field of every sample policy's Kueue
+//! objects (an older CRD would prune one silently), and `tiergate check --kubeconfig` must say what the cluster
+//! serves as discovery does. Skipped (and passing) without a cluster, Kueue's v1beta2 CRDs, or the tiergate
 //! binary (`TIERGATE_E2E_IMAGE_BINARY`, which tests/run.sh sets).
 
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use std::process::Command;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::Discovery;
 use kube::{Client, ResourceExt};
+use tiergate::reconcile::diff::build_missing_paths;
 use tiergate_e2e::control_plane::versions::KUBERNETES_VERSION_ENV;
 use tiergate_e2e::{
     Cleanup, HarnessError, create_namespace, install_tierpolicy_crd, kueue_served_or_skip, random_name,
@@ -22,6 +25,8 @@ const TEST: &str = "readmes_render_pipeline_is_accepted_by_the_clusters_api_serv
 const BINARY_ENV: &str = "TIERGATE_E2E_IMAGE_BINARY";
 /// The sample policy's tier label.
 const TIER_LABEL: &str = "tenant.kubenexus.io/tier";
+/// The other sample policies whose cluster-scoped objects must apply whole (each exercises other Kueue fields).
+const MORE_SAMPLES: [&str; 7] = ["org-tree", "shared-quota", "spot-mix", "tenant-sharing", "topology", "dra", "fleet"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readmes_render_pipeline_is_accepted_by_the_clusters_api_server() {
@@ -45,8 +50,9 @@ async fn readmes_render_pipeline_is_accepted_by_the_clusters_api_server() {
             targets.push(vec!["--kubernetes-version".to_owned(), version]);
         }
         let discovery = Discovery::new(client.clone()).run().await?;
+        let kubenexus = repository_file("samples/kubenexus/policy.yaml")?;
         for target in targets {
-            let objects = render(&binary, view.path(), &target)?;
+            let objects = render(&binary, &kubenexus, Some(view.path()), &target)?;
             let mutating = objects.iter().filter(|object| kind_of(object) == "MutatingAdmissionPolicy").count();
             println!(
                 "render_apply: render {} wrote {} objects, {mutating} MutatingAdmissionPolicies",
@@ -64,7 +70,28 @@ async fn readmes_render_pipeline_is_accepted_by_the_clusters_api_server() {
                 })?;
             }
         }
-        Ok(())
+        let kubeconfig = ["--kubeconfig".to_owned(), kubeconfig.display().to_string()];
+        for sample in MORE_SAMPLES {
+            let policy = repository_file(&format!("samples/{sample}/policy.yaml"))?;
+            let objects = render(&binary, &policy, None, &kubeconfig)?;
+            let mut applied = 0;
+            for object in objects.iter().filter(|object| object.namespace().is_none()) {
+                if discovery_lacks(&discovery, object) {
+                    println!("render_apply: {sample}: {} is not served here; not applied", kind_of(object));
+                    continue;
+                }
+                dry_run_apply(client, &discovery, object).await.map_err(|error| {
+                    format!(
+                        "samples/{sample}: the API server refused {} {}: {error}",
+                        kind_of(object),
+                        object.name_any()
+                    )
+                })?;
+                applied += 1;
+            }
+            println!("render_apply: samples/{sample}: {applied} cluster-scoped objects applied whole (dry run)");
+        }
+        check_reports_what_is_served(&binary, client, &kubenexus, &kubeconfig).await
     };
     if let Err(error) = run_cluster_test(TEST, scenario).await {
         panic!("{error}");
@@ -83,18 +110,63 @@ fn cluster_view(namespaces: &[(&str, &str)]) -> String {
     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string()
 }
 
-/// `tiergate render` of the sample policy over `view`, for `target`, parsed from its JSON List.
-fn render(binary: &Path, view: &Path, target: &[String]) -> Result<Vec<DynamicObject>, HarnessError> {
-    let policy = repository_file("samples/kubenexus/policy.yaml")?;
+/// `tiergate check --kubeconfig` of the kubenexus sample (with its nodepools file, as a cluster without nodes has no
+/// live pool) must report the in-server gate's halves as discovery lists them, and every Kueue object kept whole.
+async fn check_reports_what_is_served(
+    binary: &Path,
+    client: &Client,
+    policy: &Path,
+    kubeconfig: &[String],
+) -> Result<(), HarnessError> {
+    let nodepools = repository_file("samples/kubenexus/nodepools.yaml")?;
     let output = Command::new(binary)
-        .arg("render")
+        .arg("check")
         .arg("--policy")
-        .arg(&policy)
-        .arg("--cluster")
-        .arg(view)
-        .args(["--output", "json"])
-        .args(target)
+        .arg(policy)
+        .arg("--nodepools")
+        .arg(&nodepools)
+        .args(kubeconfig)
         .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let served = client.list_api_group_resources("admissionregistration.k8s.io/v1").await?;
+    let mutating = served.resources.iter().any(|resource| resource.name == "mutatingadmissionpolicies");
+    let gate = if mutating {
+        "  ok   in-server gate: ValidatingAdmissionPolicy and MutatingAdmissionPolicy served (both halves)"
+    } else {
+        "  note in-server gate: validating half only"
+    };
+    let kept = "  ok   Kueue objects: the installed CRDs keep every field of the";
+    if !text.contains("What this cluster serves of the policy:") || !text.contains(gate) || !text.contains(kept) {
+        return Err(format!(
+            "tiergate check --kubeconfig should report {gate:?} and {kept:?}; it wrote:\n{text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+        .into());
+    }
+    println!("render_apply: tiergate check --kubeconfig reports what is served:\n{text}");
+    Ok(())
+}
+
+/// Whether the API server serves no resource for `object`'s kind (DRA's DeviceClass before 1.34).
+fn discovery_lacks(discovery: &Discovery, object: &DynamicObject) -> bool {
+    let Some(types) = object.types.as_ref() else { return false };
+    let (group, version) = types.api_version.split_once('/').unwrap_or(("", types.api_version.as_str()));
+    discovery.resolve_gvk(&kube::api::GroupVersionKind::gvk(group, version, &types.kind)).is_none()
+}
+
+/// `tiergate render` of `policy` (over `view` when given), for `target`, parsed from its JSON List.
+fn render(
+    binary: &Path,
+    policy: &Path,
+    view: Option<&Path>,
+    target: &[String],
+) -> Result<Vec<DynamicObject>, HarnessError> {
+    let mut command = Command::new(binary);
+    command.arg("render").arg("--policy").arg(policy);
+    if let Some(view) = view {
+        command.arg("--cluster").arg(view);
+    }
+    let output = command.args(["--output", "json"]).args(target).output()?;
     if !output.status.success() {
         return Err(format!(
             "tiergate render {} failed: {}",
@@ -104,6 +176,8 @@ fn render(binary: &Path, view: &Path, target: &[String]) -> Result<Vec<DynamicOb
         .into());
     }
     let list: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    // A fleet's render is the management cluster's List and one per worker; the management one is applied here.
+    let list = list.get("management").unwrap_or(&list);
     let items = list["items"].as_array().ok_or("render --output json wrote no List")?;
     Ok(items.iter().map(|item| serde_json::from_value(item.clone())).collect::<Result<_, _>>()?)
 }
@@ -112,7 +186,8 @@ fn kind_of(object: &DynamicObject) -> String {
     object.types.as_ref().map(|types| types.kind.clone()).unwrap_or_default()
 }
 
-/// A server-side apply of `object` with `dryRun=All`: every admission step and schema check, nothing stored.
+/// A server-side apply of `object` with `dryRun=All`: every admission step and schema check, nothing stored. The
+/// answer must hold every field sent: a field the installed CRD does not know is pruned without an error.
 async fn dry_run_apply(client: &Client, discovery: &Discovery, object: &DynamicObject) -> Result<(), HarnessError> {
     let types = object.types.as_ref().ok_or("an object without apiVersion and kind")?;
     let (group, version) = match types.api_version.split_once('/') {
@@ -129,6 +204,11 @@ async fn dry_run_apply(client: &Client, discovery: &Discovery, object: &DynamicO
         _ => Api::all_with(client.clone(), &resource),
     };
     let params = PatchParams::apply("tiergate-e2e-render").force().dry_run();
-    api.patch(&object.name_any(), &params, &Patch::Apply(object)).await?;
-    Ok(())
+    let returned = api.patch(&object.name_any(), &params, &Patch::Apply(object)).await?;
+    let dropped = build_missing_paths(&object.data, &returned.data);
+    if dropped.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the installed CRD dropped {} (the answer lacks them)", dropped.join(", ")).into())
+    }
 }
