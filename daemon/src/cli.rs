@@ -528,6 +528,16 @@ pub struct CheckArgs {
     /// Kubeconfig context for `--kubeconfig` (default: its current context).
     #[arg(long, env = "TIERGATE_CONTEXT", requires = "kubeconfig")]
     pub context: Option<String>,
+    /// Without `--kubeconfig`: also report what this Kubernetes version (MAJOR.MINOR, 1.33 to 1.36) serves of the
+    /// policy, as `--kubeconfig` does for a live cluster (the in-server gate's halves, DRA from 1.34).
+    #[arg(
+        long,
+        env = "TIERGATE_KUBERNETES_VERSION",
+        value_name = "MAJOR.MINOR",
+        value_parser = KubernetesVersion::parse_supported,
+        conflicts_with = "kubeconfig"
+    )]
+    pub kubernetes_version: Option<KubernetesVersion>,
     /// Check a fleet: each tier with `dispatch` against the pools of each of its workers (`--worker-nodepools`),
     /// the other tiers against `--nodepools`/`--kubeconfig` when given.
     #[arg(long, env = "TIERGATE_FLEET")]
@@ -850,6 +860,7 @@ mod tests {
         ("TIERGATE_CLUSTER", "a cluster view file"),
         ("TIERGATE_KUBECONFIG", "the kubeconfig file of the cluster to read"),
         ("TIERGATE_CONTEXT", "the kubeconfig context"),
+        ("TIERGATE_KUBERNETES_VERSION", "the Kubernetes version the policy is rendered or checked for"),
         ("TIERGATE_OUTPUT", "the output format of the command"),
         ("TIERGATE_POLICY_NAME", "the TierPolicy served or read, resolved by choose_policy_name"),
         ("TIERGATE_NAMESPACE", "tiergate's own namespace"),

@@ -124,6 +124,42 @@ fn check_passes_on_the_samples_and_fails_when_a_tier_has_no_pool() {
 }
 
 #[test]
+fn check_for_a_kubernetes_version_reports_what_it_serves_and_fails_dra_classes_before_1_34() {
+    let dir = tempfile::tempdir().unwrap();
+    let pools = dir.path().join("pools.yaml");
+    let pool = |name: &str, class: &str| {
+        format!(
+            "apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {{name: {name}}}\nspec:\n  template:\n    \
+             metadata:\n      labels: {{nvidia.com/gpu.product: {class}}}\n    spec:\n      nodeClassRef: \
+             {{group: karpenter.k8s.aws, kind: EC2NodeClass, name: gpu}}\n      requirements: []\n"
+        )
+    };
+    std::fs::write(&pools, [pool("h100", "NVIDIA-H100-80GB-HBM3"), pool("l4", "NVIDIA-L4")].join("---\n")).unwrap();
+    let check = |version: &str| {
+        let policy = sample("dra/policy.yaml");
+        tiergate(&[
+            "check",
+            "--policy",
+            &policy,
+            "--nodepools",
+            pools.to_str().unwrap(),
+            "--kubernetes-version",
+            version,
+        ])
+    };
+    let old = check("1.33");
+    let report = stdout(&old);
+    assert!(!old.status.success(), "{report}");
+    assert!(report.contains("What Kubernetes 1.33 serves of the policy:\n  note in-server gate: validating half only"));
+    assert!(report.contains("  FAIL DRA GPU classes: resource.k8s.io/v1 deviceclasses is not served"), "{report}");
+    let newest = check("1.36");
+    let report = stdout(&newest);
+    assert!(newest.status.success(), "{report}{}", stderr(&newest));
+    assert!(report.contains("  ok   in-server gate: ValidatingAdmissionPolicy and MutatingAdmissionPolicy served"));
+    assert!(report.contains("  ok   DRA GPU classes: resource.k8s.io/v1 deviceclasses served"), "{report}");
+}
+
+#[test]
 fn check_warns_of_a_karpenter_limit_below_the_quota_and_of_a_lower_weight_catch_all_but_passes() {
     let output = tiergate(&[
         "check",

@@ -17,7 +17,9 @@ use crate::check::{NodePool, build_check_report, build_nodepool_warnings, parse_
 use crate::cli::{CheckArgs, Exit};
 use crate::inputs::read_file;
 use crate::live::pools::fetch_live_pools;
-use crate::live::served::{ServedReport, build_served_report, fetch_served_facts};
+use crate::live::served::{
+    ServedReport, THIS_CLUSTER, build_served_report, fetch_served_facts, served_facts_of_version,
+};
 use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::kueue_device_class_mappings;
 use crate::plan::tenants::any_tier_shares;
@@ -31,10 +33,15 @@ use crate::reconcile::monitor::kueue_config::{
 /// Runs `tiergate check`.
 pub fn run(args: CheckArgs) -> Result<ExitCode, CmdError> {
     let policy = super::load_valid_policy(Some(&args.policy))?;
-    let (live_pools, kueue, sharing, served) = match fetch_live_inputs(&args, &policy)? {
+    let (live_pools, kueue, sharing, mut served) = match fetch_live_inputs(&args, &policy)? {
         Some(live) => (Some(live.pools), live.kueue_check, live.fair_sharing_check, Some(live.served)),
         None => (None, None, None, None),
     };
+    if let Some(version) = args.kubernetes_version {
+        let rendered = desired_cluster_objects(&policy).map_err(|error| error.to_string())?;
+        let facts = served_facts_of_version(version.minor, &rendered);
+        served = Some(build_served_report(&format!("Kubernetes {version}"), &rendered, &facts));
+    }
     let passed = if args.fleet {
         run_fleet(&args, &policy.spec, live_pools)?
     } else {
@@ -99,7 +106,7 @@ fn fetch_live_inputs(args: &CheckArgs, policy: &TierPolicy) -> Result<Option<Liv
     let fair_sharing_check =
         kueue_read.as_ref().and_then(|read| build_kueue_fair_sharing_check(&args.kueue_namespace, spec, read));
     let kueue_check = kueue_read.and_then(|read| build_kueue_mapping_check(&args.kueue_namespace, needed, &read));
-    let served = build_served_report(&rendered, &served);
+    let served = build_served_report(THIS_CLUSTER, &rendered, &served);
     Ok(Some(LiveInputs { pools, kueue_check, fair_sharing_check, served }))
 }
 

@@ -49,7 +49,21 @@ enum Verdict {
 /// The report: one verdict per feature the policy uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServedReport {
+    /// Whose answers: "this cluster", or "Kubernetes 1.33" from a version alone.
+    source: String,
     verdicts: Vec<Verdict>,
+}
+
+/// What Kubernetes `minor` (1.MINOR) serves, without asking a cluster: ValidatingAdmissionPolicy from 1.30,
+/// MutatingAdmissionPolicy from 1.36, DRA's `resource.k8s.io/v1` from 1.34 (asked only when `objects` render
+/// DeviceClasses); Karpenter and the Kueue fields are the cluster's, not the version's, and stay unknown.
+pub fn served_facts_of_version(minor: u32, objects: &[DynamicObject]) -> ServedFacts {
+    let renders_device_classes = objects.iter().any(|object| KueueKind::of(object) == Some(KueueKind::DeviceClass));
+    ServedFacts {
+        admission: Some(AdmissionPolicies { validating: minor >= 30, mutating: minor >= 36 }),
+        device_classes: renders_device_classes.then_some(minor >= 34),
+        ..ServedFacts::default()
+    }
 }
 
 /// Asks the cluster behind `client` about each feature `objects` (the policy's rendered cluster-scoped objects)
@@ -92,8 +106,8 @@ pub async fn fetch_served_facts(client: &Client, objects: &[DynamicObject]) -> S
     facts
 }
 
-/// Judges `facts` for a policy that renders `objects`.
-pub fn build_served_report(objects: &[DynamicObject], facts: &ServedFacts) -> ServedReport {
+/// Judges `facts`, the answers of `source` ("this cluster", "Kubernetes 1.34"), for a policy that renders `objects`.
+pub fn build_served_report(source: &str, objects: &[DynamicObject], facts: &ServedFacts) -> ServedReport {
     let renders = |kind: KueueKind| objects.iter().any(|object| KueueKind::of(object) == Some(kind));
     let mut verdicts = Vec::new();
     verdicts.push(match facts.admission {
@@ -127,7 +141,7 @@ pub fn build_served_report(objects: &[DynamicObject], facts: &ServedFacts) -> Se
             None => Verdict::Note("DRA GPU classes: could not list resource.k8s.io/v1".to_owned()),
         });
     }
-    if renders(KueueKind::NodePool) {
+    if renders(KueueKind::NodePool) && source == THIS_CLUSTER {
         verdicts.push(match facts.node_pools {
             Some(true) => Verdict::Served("Karpenter templates: karpenter.sh/v1 nodepools served".to_owned()),
             Some(false) => Verdict::Fail(
@@ -156,13 +170,16 @@ pub fn build_served_report(objects: &[DynamicObject], facts: &ServedFacts) -> Se
         .iter()
         .filter(|object| KueueKind::of(object).is_some_and(|kind| kind.is_kueue() && !kind.namespaced()))
         .count();
-    if facts.dropped.is_empty() && facts.unchecked.is_empty() && checked > 0 {
+    if facts.dropped.is_empty() && facts.unchecked.is_empty() && checked > 0 && source == THIS_CLUSTER {
         verdicts.push(Verdict::Served(format!(
             "Kueue objects: the installed CRDs keep every field of the {checked} cluster-scoped objects (dry-run apply)"
         )));
     }
-    ServedReport { verdicts }
+    ServedReport { source: source.to_owned(), verdicts }
 }
+
+/// The source of a report from `--kubeconfig`.
+pub const THIS_CLUSTER: &str = "this cluster";
 
 impl ServedReport {
     /// Whether everything the policy uses is served (notes do not fail).
@@ -172,7 +189,7 @@ impl ServedReport {
 
     /// The report for people: a heading, then one `ok`, `note` or `FAIL` line per feature.
     pub fn to_text(&self) -> String {
-        let mut text = "What this cluster serves of the policy:\n".to_owned();
+        let mut text = format!("What {} serves of the policy:\n", self.source);
         for verdict in &self.verdicts {
             let (mark, line) = match verdict {
                 Verdict::Served(line) => ("ok  ", line),
@@ -208,9 +225,20 @@ mod tests {
             device_classes: Some(false),
             ..ServedFacts::default()
         };
-        let report = build_served_report(&rendered(), &facts);
+        let report = build_served_report(THIS_CLUSTER, &rendered(), &facts);
         let text = report.to_text();
         assert!(!report.passed(), "{text}");
+        assert_eq!(
+            build_served_report("Kubernetes 1.33", &rendered(), &served_facts_of_version(33, &rendered())).to_text(),
+            "What Kubernetes 1.33 serves of the policy:\n  note in-server gate: validating half only; \
+             MutatingAdmissionPolicy is not served (Kubernetes 1.36+), so with the webhook down a GPU workload \
+             without its tier's queue and class is refused rather than given them (mutating_gate_not_served)\n  \
+             FAIL DRA GPU classes: resource.k8s.io/v1 deviceclasses is not served (Kubernetes 1.34+), so their \
+             DeviceClasses are not applied and no claim can select them (dra_not_served)\n"
+        );
+        assert!(
+            build_served_report("Kubernetes 1.34", &rendered(), &served_facts_of_version(34, &rendered())).passed()
+        );
         assert!(text.contains("  note in-server gate: validating half only"), "{text}");
         assert!(text.contains("  FAIL DRA GPU classes: resource.k8s.io/v1 deviceclasses is not served"), "{text}");
         assert!(text.contains("  ok   Kueue objects: the installed CRDs keep every field of the 1 "), "{text}");
@@ -225,7 +253,7 @@ mod tests {
             dropped: vec![("ClusterQueue tiergate-gold".to_owned(), vec!["spec.admissionScope".to_owned()])],
             ..ServedFacts::default()
         };
-        let report = build_served_report(&rendered(), &facts);
+        let report = build_served_report(THIS_CLUSTER, &rendered(), &facts);
         assert!(!report.passed());
         let text = report.to_text();
         assert!(text.contains("FAIL ClusterQueue tiergate-gold: the installed Kueue CRD drops spec.admissionScope"));
@@ -235,7 +263,7 @@ mod tests {
             unchecked: vec![("ClusterQueue tiergate-gold".to_owned(), "forbidden".to_owned(), false)],
             ..ServedFacts::default()
         };
-        let report = build_served_report(&rendered(), &forbidden);
+        let report = build_served_report(THIS_CLUSTER, &rendered(), &forbidden);
         assert!(report.passed(), "{}", report.to_text());
         assert!(report.to_text().contains("note ClusterQueue tiergate-gold: not checked"));
     }
