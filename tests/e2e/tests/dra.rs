@@ -812,8 +812,9 @@ async fn published_device(client: &Client, pool: &str, device: &str) -> Result<O
 
 /// No device of the cluster fits Job `job`'s claim (retargeted to `class`, with a selector for H100): Kueue 0.19
 /// evaluates the claim's selectors against the ResourceSlices and keeps the Workload inadmissible, saying so (no
-/// quota taken, no pod); a Kueue that leaves devices to the scheduler admits it, and kube-scheduler finds no node
-/// for the pod. Either way nothing is allocated.
+/// quota taken, no pod); Kueue 0.17 evaluates no CEL selector and keeps it inadmissible for having one; a Kueue
+/// that leaves devices to the scheduler admits it, and kube-scheduler finds no node for the pod. Either way nothing
+/// is allocated.
 async fn check_no_device_fits(client: &Client, run: &Run, job: &str, class: &str) -> Result<(), HarnessError> {
     let verdict = wait_for(&format!("Kueue's or kube-scheduler's verdict on {job}"), SCHEDULED, || async {
         let workload = workload_of(client, run, job).await?;
@@ -822,6 +823,12 @@ async fn check_no_device_fits(client: &Client, run: &Run, job: &str, class: &str
             && let Some(message) = reserved["message"].as_str().filter(|message| message.contains(class))
         {
             return Some(("Kueue", message.to_owned(), None));
+        }
+        if let Some(reserved) = reserved.filter(|reserved| reserved["reason"] == "Inadmissible")
+            && let Some(message) =
+                reserved["message"].as_str().filter(|message| message.contains("CEL selectors are not supported"))
+        {
+            return Some(("Kueue (before 0.18: no CEL selector evaluated)", message.to_owned(), None));
         }
         // kube-scheduler's end state: unschedulable for the claim (an earlier attempt may have failed otherwise).
         let pod = pod_of(client, run, job).await?;
