@@ -17,7 +17,7 @@ use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
-use crate::plan::tenants::kueue_admission_fair_sharing;
+use crate::plan::tenants::{kueue_admission_fair_sharing, kueue_usage_truncation_warning};
 use crate::policy::TierPolicy;
 use crate::trust::find_installed_operators;
 use crate::view::ClusterView;
@@ -72,9 +72,11 @@ pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
     }
     let fragment = kueue_configuration_fragment(&kueue_device_class_mappings(&policy.spec));
     let fair_sharing = kueue_admission_fair_sharing(&policy.spec).map(|block| {
+        let warning = kueue_usage_truncation_warning(&policy.spec).map(|warning| format!("# note: {warning}\n"));
         format!(
             "# Kueue's Configuration: add at its top level, then restart Kueue (the tiers sharing fairly among their \
-             tenants need it; without it Kueue orders their queues first come, first served).\n{block}"
+             tenants need it; without it Kueue orders their queues first come, first served).\n{}{block}",
+            warning.unwrap_or_default()
         )
     });
     if args.kueue_config {

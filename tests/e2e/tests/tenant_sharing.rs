@@ -84,7 +84,7 @@ async fn run_order(client: &Client, cleanup: &Cleanup, fair: bool) -> Result<Vec
     let tier = format!("{prefix}-bronze");
     let labels_a: [(&str, &str); 1] = [(E2E_TIER_LABEL, tier.as_str())];
     let labels_b: [(&str, &str); 2] = [(E2E_TIER_LABEL, tier.as_str()), (WEIGHT_LABEL, "2")];
-    // Fair sharing on: the policy first asks Kueue for another half-life than the plane's Kueue has (1h), which
+    // Fair sharing on: the policy first asks Kueue for another half-life than the plane's Kueue has (10m), which
     // `tiergate run` reports as the kueue_fair_sharing_missing blocker; the policy then matches and it clears.
     let mut first = policy.clone();
     if fair && let Some(sharing) = first.spec.tenant_fair_sharing.as_mut() {
@@ -371,7 +371,7 @@ async fn check_status_lists_the_tenants(
     Ok(())
 }
 
-/// The daemon names Kueue's half-life (1h in the plane) against the policy's 2h, then, with the policy matching,
+/// The daemon names Kueue's half-life (10m in the plane) against the policy's 2h, then, with the policy matching,
 /// clears the blocker.
 async fn check_kueue_configuration_blocker(
     client: &Client,
@@ -384,7 +384,7 @@ async fn check_kueue_configuration_blocker(
     })
     .await?
     .detail;
-    ensure(detail.contains("usageHalfLifeTime is \"1h\", the policy says \"2h\""), || {
+    ensure(detail.contains("usageHalfLifeTime is \"10m\", the policy says \"2h\""), || {
         format!("the blocker does not name the half-life: {detail}")
     })?;
     println!("tenant_sharing: with the policy asking 2h, tiergate run reported: {detail}");
@@ -495,7 +495,7 @@ fn sharing_policy(prefix: &str, fair: bool) -> Result<TierPolicy, HarnessError> 
             "gpuClasses": [{"name": name("l4"), "nodeLabels": {CLASS_LABEL: name("l4")}}],
             "priorityBuckets": [{"name": name("default"), "minScore": 0, "value": 100}],
             "scoring": {"enabled": false},
-            "tenantFairSharing": {"usageHalfLife": "1h", "usageSamplingInterval": "1s",
+            "tenantFairSharing": {"usageHalfLife": "10m", "usageSamplingInterval": "1s",
                 "weightLabel": WEIGHT_LABEL},
             "tiers": [{"name": name("bronze"), "gpuClass": name("l4"), "tenantFairSharing": fair,
                 "quotas": {"nvidia.com/gpu": {"nominal": SLOTS.to_string()}, "cpu": {"nominal": "16"},

@@ -122,6 +122,33 @@ pub fn kueue_admission_fair_sharing(spec: &TierPolicySpec) -> Option<String> {
     Some(text)
 }
 
+/// The most sampling intervals a half-life may span for Kueue before v0.18.5 to count a one-unit sample: those
+/// releases truncate each usage sample and entry penalty below one milli-unit (fixed in v0.18.5, kueue#13763), and
+/// one unit's share of a sample is about ln 2 / (half-life / sampling interval).
+pub const KUEUE_TRUNCATION_RATIO: u128 = 693;
+
+/// Why Kueue before v0.18.5 would order the policy's tenants first come, first served: its half-life spans more than
+/// [`KUEUE_TRUNCATION_RATIO`] sampling intervals, so a one-GPU workload's usage rounds to zero there. `None` when
+/// no tier shares fairly or the ratio is within it.
+pub fn kueue_usage_truncation_warning(spec: &TierPolicySpec) -> Option<String> {
+    if !any_tier_shares(spec) {
+        return None;
+    }
+    let sharing = settings(spec);
+    let half_life = crate::syntax::go_duration_nanos(&sharing.usage_half_life)?;
+    let interval = crate::syntax::go_duration_nanos(&sharing.usage_sampling_interval).filter(|nanos| *nanos > 0)?;
+    let ratio = half_life / interval;
+    (ratio > KUEUE_TRUNCATION_RATIO).then(|| {
+        format!(
+            "usageHalfLife {} is {ratio} sampling intervals of {}: Kueue before v0.18.5 (all of 0.17) rounds a one-GPU \
+             workload's usage to zero at more than {KUEUE_TRUNCATION_RATIO}, and orders the tenants first come, first \
+             served; on those releases set spec.tenantFairSharing.usageHalfLife to at most {KUEUE_TRUNCATION_RATIO} \
+             intervals, or upgrade Kueue",
+            sharing.usage_half_life, sharing.usage_sampling_interval
+        )
+    })
+}
+
 /// The `admissionFairSharing` block of a live Kueue Configuration, as Kueue reads it.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -292,5 +319,22 @@ mod tests {
         assert!(differences.contains("resourceWeights[memory] is unset (Kueue weighs it 1 per unit)"), "{differences}");
         assert_eq!(parse_kueue_admission_fair_sharing("apiVersion: v1\n").unwrap(), None);
         assert!(parse_kueue_admission_fair_sharing("admissionFairSharing: [").is_err());
+    }
+
+    #[test]
+    fn a_half_life_of_more_than_693_sampling_intervals_is_flagged_for_kueue_before_0_18_5() {
+        let mut spec = crate::inputs::load_policy(None).unwrap().spec;
+        spec.tiers[0].tenant_fair_sharing = true;
+        let mut sharing = crate::policy::TenantFairSharing::default();
+        let warning = |spec: &TierPolicySpec| kueue_usage_truncation_warning(spec);
+        spec.tenant_fair_sharing = Some(sharing.clone());
+        let text = warning(&spec).expect("168h over 5m is 2016 intervals");
+        assert!(text.contains("2016 sampling intervals of 5m") && text.contains("v0.18.5"), "{text}");
+        sharing.usage_half_life = "57h".to_owned();
+        spec.tenant_fair_sharing = Some(sharing);
+        assert_eq!(warning(&spec), None, "57h is 684 intervals of 5m");
+        spec.tiers[0].tenant_fair_sharing = false;
+        spec.tenant_fair_sharing = None;
+        assert_eq!(warning(&spec), None, "no tier shares");
     }
 }

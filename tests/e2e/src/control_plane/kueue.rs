@@ -144,8 +144,9 @@ pub fn build_manager_config(
         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]},
         // Admission fair sharing among a ClusterQueue's LocalQueues (issue 50), as `tiergate render --kueue-config`
         // prints it, sampled every second so the tenant_sharing suite sees usage within a cycle; it applies only to
-        // ClusterQueues with `admissionScope`, so the other suites' queues keep Kueue's default order.
-        "admissionFairSharing": {"usageHalfLifeTime": "1h", "usageSamplingInterval": "1s",
+        // ClusterQueues with `admissionScope`, so the other suites' queues keep Kueue's default order. The half-life
+        // spans at most 693 samples: Kueue before v0.18.5 rounds a one-GPU sample below one milli-unit to zero.
+        "admissionFairSharing": {"usageHalfLifeTime": "10m", "usageSamplingInterval": "1s",
             "resourceWeights": {"nvidia.com/gpu": 1, "cpu": 0.01, "memory": 0, "ephemeral-storage": 0}},
     });
     // Kueue charges a DRA claim's devices to the resource its DeviceClass is mapped to, and ignores them otherwise.
