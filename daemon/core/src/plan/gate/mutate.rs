@@ -179,9 +179,12 @@ fn additions() -> String {
         addition(&priority_path, &format!("{F}.priorityCeiling")),
         mark(PRIORITY_WAS_MARK, &format!("{OBJECT}.metadata.labels[{label}]"))
     ));
+    // Added by its path, not with `set_at`: the object's labels map exists by then (a queued kind labelled on its
+    // own metadata without a usable queue gets one from the queue edit above), and creating it again would drop the
+    // queue label just added.
     parts.push(format!(
-        "(variables.defaultPriority ? {} + {} : [])",
-        set_at(&format!("/metadata/labels/{}", escape(PRIORITY_CLASS_LABEL)), &format!("{F}.defaultPriority")),
+        "(variables.defaultPriority ? [{}] + {} : [])",
+        addition(&priority_path, &format!("{F}.defaultPriority")),
         mark(PRIORITY_WAS_MARK, "''")
     ));
     parts.push(by_kind(&suspend_additions, "[]"));
