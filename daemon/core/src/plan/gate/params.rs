@@ -6,7 +6,8 @@
 //! the policy holds and the API server compiles them once. Every fact is derived, not copied: resource patterns
 //! from `GpuClass::resource_patterns`, the vendor prefixes of `admission::boundary`, queues from
 //! `Tier::local_queue`, the priorities a tier may keep from `check_priority_ceiling`, its default from
-//! `default_priority_class`, tolerations from `GpuClass::pod_tolerations`.
+//! `default_priority_class`, tolerations from `GpuClass::pod_tolerations`, run-time limits from
+//! `Tier::run_time_limits`.
 
 use std::collections::BTreeMap;
 
