@@ -152,12 +152,12 @@ fn scored_bronze_job_is_queued_suspended_on_l4_with_the_score_applied() {
     assert_eq!(decision.warnings, Vec::<String>::new());
     let job = fixture.patched(&decision);
     let mut expected = fixture.object().clone();
-    expected["metadata"]["labels"] =
-        json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": "gpu-high"});
+    expected["metadata"]["labels"] = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze",
+        "kueue.x-k8s.io/priority-class": "gpu-high", "kueue.x-k8s.io/max-exec-time-seconds": "14400"});
     let expected_annotations = expected["metadata"]["annotations"].as_object_mut().unwrap();
     for (key, value) in [
         ("tiergate.io/tier", "bronze"),
-        ("tiergate.io/decision", "gpu-class: l4; queue: tiergate-bronze; priority: gpu-high"),
+        ("tiergate.io/decision", "gpu-class: l4; queue: tiergate-bronze; priority: gpu-high; max-exec-time: 14400s"),
         ("tiergate.io/priority-score", "75"),
         ("tiergate.io/chosen-gpu", "l4"),
         ("tiergate.io/decision-timestamp", "1699123456"),
@@ -186,9 +186,15 @@ fn scored_bronze_job_is_queued_suspended_on_l4_with_the_score_applied() {
 fn bronze_job_without_a_score_gets_queue_and_l4_but_no_priority_label() {
     let fixture = Fixture::load("job-create-bronze-gpu-scored.json");
     let job = fixture.patched(&decide(&fixture, &AdmissionInputs::default()));
-    assert_eq!(job["metadata"]["labels"], json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze"}));
+    assert_eq!(
+        job["metadata"]["labels"],
+        json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/max-exec-time-seconds": "14400"})
+    );
     assert_eq!(job["spec"]["template"]["spec"]["nodeSelector"], json!({"gpu.nvidia.com/class": "l4"}));
-    assert_eq!(annotations(&job)["tiergate.io/decision"], "gpu-class: l4; queue: tiergate-bronze");
+    assert_eq!(
+        annotations(&job)["tiergate.io/decision"],
+        "gpu-class: l4; queue: tiergate-bronze; max-exec-time: 14400s"
+    );
     assert!(annotations(&job).get("tiergate.io/priority-score").is_none());
     assert!(job["spec"]["template"]["metadata"].get("labels").is_none(), "unscored: no job-type label");
 }

@@ -174,6 +174,103 @@ fn every_kind_created_in_a_bronze_namespace_carries_the_bronze_queue_where_kueue
     }
 }
 
+/// Bronze's run-time ceiling in the sample policy (4h), in seconds.
+const BRONZE_CEILING: &str = "14400";
+const RUN_TIME: &str = "kueue.x-k8s.io/max-exec-time-seconds";
+
+/// The run-time label at each place Kueue reads it on `object` (templates only where present), by pointer.
+fn run_time_labels(adapter: &WorkloadAdapter, object: &Value) -> Vec<(String, Option<String>)> {
+    adapter
+        .run_time_labels_at()
+        .into_iter()
+        .enumerate()
+        .filter(|(index, at)| *index == 0 || object.pointer(at.strip_suffix("/metadata").unwrap_or(at)).is_some())
+        .map(|(_, at)| {
+            let value = object.pointer(&at).and_then(|metadata| metadata["labels"][RUN_TIME].as_str());
+            (at, value.map(str::to_owned))
+        })
+        .collect()
+}
+
+/// The fixture's object with the run-time label `value` where Kueue reads it first.
+fn asking_for(name: &str, value: &str) -> Request {
+    let request = load(name);
+    let adapter = adapter(&request);
+    let mut object = object_of(&request);
+    let at = adapter.run_time_labels_at().remove(0);
+    let pointer = format!("{at}/labels/{}", RUN_TIME.replace('/', "~1"));
+    assert!(tiergate_workloads::set_pointer(&mut object, &pointer, Some(json!(value))), "{name}");
+    with_object(name, &object)
+}
+
+#[test]
+fn every_kind_created_in_a_bronze_namespace_gets_bronzes_run_time_ceiling_where_kueue_reads_it() {
+    for name in creates() {
+        let request = load(&name);
+        let adapter = adapter(&request);
+        let decision = decide(&request);
+        let object = patched(&request, &decision);
+        let labels = run_time_labels(adapter, &object);
+        assert!(!labels.is_empty(), "{name}");
+        for (at, value) in labels {
+            assert_eq!(value.as_deref(), Some(BRONZE_CEILING), "{name} {at}");
+        }
+        let summary = object["metadata"]["annotations"]["tiergate.io/decision"].as_str().unwrap_or_default();
+        assert!(summary.ends_with("; max-exec-time: 14400s"), "{name}: {summary}");
+        assert!(decision.reasons.iter().any(|reason| reason.contains("run-time limit 14400s (4h)")), "{name}");
+    }
+}
+
+#[test]
+fn every_kind_asking_for_less_keeps_it_and_asking_for_more_or_garbage_gets_the_ceiling_with_a_warning() {
+    for name in creates() {
+        for (asked, stored, warned) in
+            [("600", "600", false), ("86400", BRONZE_CEILING, true), ("4h", BRONZE_CEILING, true)]
+        {
+            let request = asking_for(&name, asked);
+            let adapter = adapter(&request);
+            let decision = decide(&request);
+            assert_eq!(decision.verdict, Verdict::Allow, "{name} {asked}");
+            for (at, value) in run_time_labels(adapter, &patched(&request, &decision)) {
+                assert_eq!(value.as_deref(), Some(stored), "{name} {asked} {at}");
+            }
+            let warning = decision.warnings.iter().any(|warning| warning.contains(RUN_TIME));
+            assert_eq!(warning, warned, "{name} {asked}: {:?}", decision.warnings);
+        }
+    }
+}
+
+#[test]
+fn an_update_of_a_running_kubeflow_or_ray_job_can_neither_raise_nor_drop_its_run_time_limit() {
+    for name in ["pytorchjob-update-bronze-pt-ddp.json", "rayjob-update-bronze-ray-finetune.json"] {
+        let request = load(name);
+        let adapter = adapter(&request);
+        // Recorded without the label: an update that leaves it so adds none (Kueue refuses a change while it runs).
+        assert_eq!(run_time_labels(adapter, &patched(&request, &decide(&request)))[0].1, None, "{name}");
+        let mut review = raw(name);
+        let labelled = |object: &mut Value, value: Option<&str>| {
+            if !object["metadata"]["labels"].is_object() {
+                object["metadata"]["labels"] = json!({});
+            }
+            let labels = object["metadata"]["labels"].as_object_mut().unwrap();
+            match value {
+                Some(value) => labels.insert(RUN_TIME.to_owned(), json!(value)),
+                None => labels.remove(RUN_TIME),
+            };
+        };
+        labelled(&mut review["request"]["oldObject"], Some("3600"));
+        for new in [Some("86400"), None, Some("60")] {
+            labelled(&mut review["request"]["object"], new);
+            let request = request_of(&review);
+            let decision = decide(&request);
+            assert_eq!(decision.verdict, Verdict::Allow, "{name} {new:?}");
+            let object = patched(&request, &decision);
+            assert_eq!(run_time_labels(adapter, &object)[0].1.as_deref(), Some("3600"), "{name} {new:?}");
+            assert!(decision.warnings.iter().any(|warning| warning.contains("undone")), "{name} {new:?}");
+        }
+    }
+}
+
 #[test]
 fn every_suspendable_kind_is_created_suspended_and_a_cronjob_only_in_its_job_template() {
     for name in creates() {

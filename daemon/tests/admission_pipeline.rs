@@ -245,7 +245,8 @@ fn scored_bronze_job_gets_queue_suspend_l4_a_bucket_priority_and_the_score_annot
     let bucket = bucket_for(score, &policy.spec.priority_buckets).unwrap();
     assert_eq!(
         job["metadata"]["labels"],
-        json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": bucket.name})
+        json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": bucket.name,
+            "kueue.x-k8s.io/max-exec-time-seconds": "14400"})
     );
     assert_eq!(job["spec"]["suspend"], true);
     let template = &job["spec"]["template"];
@@ -253,7 +254,7 @@ fn scored_bronze_job_gets_queue_suspend_l4_a_bucket_priority_and_the_score_annot
     assert_eq!(template["metadata"]["labels"], json!({"app.kubernetes.io/job-type": "train-bert"}));
     assert_eq!(
         annotations["tiergate.io/decision"],
-        format!("gpu-class: l4; queue: tiergate-bronze; priority: {}", bucket.name)
+        format!("gpu-class: l4; queue: tiergate-bronze; priority: {}; max-exec-time: 14400s", bucket.name)
     );
 }
 

@@ -332,3 +332,69 @@ fn init_container_gpu_requests_count() {
     let decision = decide(&request);
     assert_eq!(patched(&request, &decision)["spec"]["nodeSelector"], json!({"gpu.nvidia.com/class": "l4"}));
 }
+
+const RUN_TIME: &str = "kueue.x-k8s.io/max-exec-time-seconds";
+
+/// The run-time label the webhook leaves on `job` under a policy whose bronze tier has `max_run_time`.
+fn run_time_with(max_run_time: tiergate::policy::MaxRunTime, job: &Workload) -> Option<String> {
+    let mut policy = policy();
+    policy.spec.tiers[2].max_run_time = Some(max_run_time);
+    let request = job.create();
+    let decision = mutate(&request, &snapshot_with(policy), &AdmissionInputs::default());
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    patched(&request, &decision)["metadata"]["labels"][RUN_TIME].as_str().map(str::to_owned)
+}
+
+fn bronze_job_asking(value: Option<&str>) -> Workload {
+    let job = Workload::job("ml-team-dev", gpu_container(1));
+    match value {
+        Some(value) => job.at("/metadata/labels", json!({RUN_TIME: value})),
+        None => job,
+    }
+}
+
+#[test]
+fn a_default_is_given_where_the_label_is_missing_and_the_ceiling_where_it_is_above() {
+    let both = tiergate::policy::MaxRunTime { default: Some("1h".into()), ceiling: Some("4h".into()) };
+    assert_eq!(run_time_with(both.clone(), &bronze_job_asking(None)).as_deref(), Some("3600"));
+    assert_eq!(run_time_with(both.clone(), &bronze_job_asking(Some("7200"))).as_deref(), Some("7200"));
+    assert_eq!(run_time_with(both.clone(), &bronze_job_asking(Some("86400"))).as_deref(), Some("14400"));
+    assert_eq!(run_time_with(both, &bronze_job_asking(Some("soon"))).as_deref(), Some("14400"));
+}
+
+#[test]
+fn a_tier_with_only_a_default_lets_a_job_ask_for_more_but_replaces_what_kueue_cannot_use() {
+    let default = tiergate::policy::MaxRunTime { default: Some("90m".into()), ceiling: None };
+    assert_eq!(run_time_with(default.clone(), &bronze_job_asking(None)).as_deref(), Some("5400"));
+    assert_eq!(run_time_with(default.clone(), &bronze_job_asking(Some("86400"))).as_deref(), Some("86400"));
+    assert_eq!(run_time_with(default, &bronze_job_asking(Some("99999999999"))).as_deref(), Some("5400"));
+}
+
+#[test]
+fn a_pod_of_a_verified_job_is_left_to_its_jobs_run_time_limit() {
+    // Kueue admits a Job's pods as the Job's workload, whose limit is the Job's label: the pod's is not read.
+    let pod = Workload::pod("ml-team-dev", gpu_container(1))
+        .at("/spec/nodeSelector", json!({"gpu.nvidia.com/class": "l4"}))
+        .at("/metadata/labels", json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", RUN_TIME: "86400"}))
+        .at(
+            "/metadata/ownerReferences",
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "1", "controller": true}]),
+        );
+    let job = tiergate::owners::OwnerRecord {
+        kind: tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" },
+        namespace: "ml-team-dev".into(),
+        name: "train".into(),
+        uid: "1".into(),
+        controller_uid: None,
+    };
+    let mut snapshot = snapshot_with(policy());
+    snapshot.owners = Some(std::sync::Arc::new(tiergate::owners::OwnerIndex::build([std::sync::Arc::new(job)])));
+    let mut request = pod.create();
+    request.user_info.username = Some("system:serviceaccount:kube-system:job-controller".into());
+    let decision = mutate(&request, &snapshot, &AdmissionInputs::default());
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    assert_eq!(patched(&request, &decision)["metadata"]["labels"][RUN_TIME], "86400");
+    // The same pod without a verified owner is queued by its own label, so it is held to bronze's ceiling.
+    let alone = decide(&pod.create());
+    assert_eq!(patched(&pod.create(), &alone)["metadata"]["labels"][RUN_TIME], "14400");
+}

@@ -43,6 +43,28 @@ fn explain_shows_the_bronze_job_queue_class_patch_and_object() {
 }
 
 #[test]
+fn explain_shows_the_run_time_limit_the_tier_gives_and_lowers() {
+    let (code, out) = explain("job-bronze.yaml");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("run-time limit 14400s (4h), tier bronze's ceiling"), "{out}");
+    assert!(out.contains("kueue.x-k8s.io/max-exec-time-seconds: \"14400\""), "{out}");
+    let asking = std::env::temp_dir().join(format!("tiergate-explain-run-time-{}.yaml", std::process::id()));
+    std::fs::write(
+        &asking,
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: long\n  namespace: ml-team-dev\n  labels:\n    \
+         kueue.x-k8s.io/max-exec-time-seconds: \"86400\"\nspec:\n  template:\n    spec:\n      restartPolicy: \
+         Never\n      containers:\n      - name: main\n        image: cuda\n        resources:\n          \
+         limits:\n            nvidia.com/gpu: \"1\"\n",
+    )
+    .unwrap();
+    let (code, out) = explain_in("kubenexus", &asking);
+    std::fs::remove_file(&asking).unwrap();
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("run-time limit lowered to 14400s (4h): 86400 is above tier bronze's ceiling 4h"), "{out}");
+    assert!(out.contains("warnings:") && out.contains("86400 replaced by 14400"), "{out}");
+}
+
+#[test]
 fn explain_exits_3_and_names_the_fix_when_the_webhook_would_deny() {
     let (code, out) = explain("pod-override.yaml");
     assert_eq!(code, 3, "{out}");

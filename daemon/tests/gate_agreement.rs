@@ -1,8 +1,8 @@
 //! The two gates agree: every recorded review, every sample workload and generated workloads go through the
 //! webhook's decision (`mutate`) and through the generated ValidatingAdmissionPolicies (CEL evaluated offline).
 //! No false denial: what the webhook admits, the policies admit as the webhook left it. No escape: what the
-//! webhook denies or constrains (selector, affinity, queue, suspend, priority), the policies refuse as sent, unless
-//! the request is one the gate exempts by design (a controller writing what a gated template says).
+//! webhook denies or constrains (selector, affinity, queue, suspend, priority, run-time limit), the policies refuse
+//! as sent, unless the request is one the gate exempts by design (a controller writing what a gated template says).
 //!
 //! The MutatingAdmissionPolicies run first on every CREATE too, as the API server runs them: the webhook then
 //! decides exactly as on the object as sent (same verdict, same final object); with the webhook down, what the
@@ -80,13 +80,13 @@ struct Tally {
     unmatched_cpu_or_untiered: usize,
 }
 
-/// Whether the webhook's patch constrains the object: the queue label, suspend or the priority label, or the GPU
+/// Whether the webhook's patch constrains the object: the queue label, suspend, the priority or run-time label, or the GPU
 /// nodes its templates can land on (a template of the sent object reaches a node of the sample cluster outside the
 /// tier's classes, and the same template after the patch does not).
 fn constrains(snapshot: &Snapshot, request: &Value, patch: &json_patch::Patch) -> bool {
     let labels = patch.0.iter().any(|operation| {
         let path = operation.path().to_string();
-        ["queue-name", "/suspend", "priority-class"].iter().any(|field| path.contains(field))
+        ["queue-name", "/suspend", "priority-class", "max-exec-time-seconds"].iter().any(|field| path.contains(field))
     });
     let mut after = request["object"].clone();
     json_patch::patch(&mut after, patch).unwrap();
@@ -333,8 +333,10 @@ fn generated_workload() -> impl Strategy<Value = Value> {
         prop::sample::select(vec![None, Some("tiergate-bronze"), Some("tiergate-gold"), Some(""), Some("mine")]);
     let priorities =
         prop::sample::select(vec![None, Some("gpu-ultra"), Some("gpu-high"), Some("gpu-default"), Some("vip")]);
-    (kinds, namespaces, resources, classes, any::<bool>(), queues, any::<Option<bool>>(), priorities).prop_map(
-        |(kind, namespace, resource, class, by_affinity, queue, suspend, priority)| {
+    let run_times = prop::sample::select(vec![None, Some("600"), Some("14400"), Some("86400"), Some("abc")]);
+    let labelled = (queues, priorities, run_times);
+    (kinds, namespaces, resources, classes, any::<bool>(), labelled, any::<Option<bool>>()).prop_map(
+        |(kind, namespace, resource, class, by_affinity, (queue, priority, run_time), suspend)| {
             let mut container = json!({"name": "c", "image": "busybox"});
             if let Some((name, quantity)) = resource {
                 container["resources"] = json!({"limits": {name: quantity}});
@@ -356,6 +358,9 @@ fn generated_workload() -> impl Strategy<Value = Value> {
             }
             if let Some(priority) = priority {
                 labels.insert("kueue.x-k8s.io/priority-class".into(), json!(priority));
+            }
+            if let Some(run_time) = run_time {
+                labels.insert("kueue.x-k8s.io/max-exec-time-seconds".into(), json!(run_time));
             }
             let metadata = json!({"name": "w", "namespace": namespace, "labels": labels});
             let (api_version, spec) = match kind {

@@ -186,7 +186,7 @@ fn every_recorded_workload_matches_kueues_v1beta2_workload_schema() {
         assert!(errors.is_empty(), "{name}: {errors:#?}");
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 6);
     // The check can fail: a wrongly typed field is refused.
     let mut old = fixture("workload-admitted.yaml");
     old["status"]["admission"]["podSetAssignments"][0]["resourceUsage"] = json!("2");
@@ -360,6 +360,19 @@ fn a_preempted_job_says_it_was_evicted_and_waits_for_quota_in_its_tier_again() {
         "Evicted by Kueue (Preempted: Preempted to accommodate a workload (UID: 9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a, \
          JobUID: 1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d) due to prioritization in the ClusterQueue); Kueue requeues it \
          and admits it again when there is quota in tier bronze."
+    );
+}
+
+#[test]
+fn a_job_stopped_at_its_run_time_limit_is_told_kueue_will_not_requeue_it_and_how_to_run_it_again() {
+    let answer = bronze_job_answer("workload-deactivated-run-time.yaml");
+    assert!(matches!(&answer.hold, Hold::Evicted { reason, .. } if reason == "Deactivated"), "{:?}", answer.hold);
+    assert_eq!(
+        answer.summary,
+        "Evicted by Kueue (Deactivated: The workload is deactivated due to exceeding the maximum execution time); it \
+         ran for its whole run-time limit (its kueue.x-k8s.io/max-exec-time-seconds label, held to its tier's \
+         maxRunTime) and Kueue does not queue it again: re-create it to run it again (asking for no more than the \
+         tier's ceiling), or set spec.active back to true on the Workload for one more run of the same length."
     );
 }
 

@@ -147,6 +147,27 @@ fn borrow_within_cohort_without_reclaim_is_refused_like_kueues_cel_rule() {
 }
 
 #[test]
+fn a_run_time_default_above_its_ceiling_or_no_duration_at_all_is_refused_by_field() {
+    // Bronze (tiers[2]) with `max_run_time` in place of the sample's own.
+    let with = |max_run_time: &str| -> String {
+        let lines = SAMPLE_POLICY.lines().filter(|line| !line.trim_start().starts_with("maxRunTime:"));
+        let text: Vec<String> = lines.map(str::to_owned).collect();
+        text.join("\n").replacen(
+            "      maxPriorityClass: gpu-high",
+            &format!("      maxPriorityClass: gpu-high\n      maxRunTime: {max_run_time}"),
+            1,
+        )
+    };
+    let text = yaml_refused_at(&with("{default: 8h, ceiling: 4h}"), "spec.tiers[2].maxRunTime.default");
+    assert!(text.contains("the default 8h is longer than the ceiling 4h"), "{text}");
+    let text = yaml_refused_at(&with("{ceiling: 4}"), "spec.tiers[2].maxRunTime.ceiling");
+    assert!(text.contains("\"4\" is not a duration") && text.contains("e.g. `4h`, `90m` or `1h30m`"), "{text}");
+    yaml_refused_at(&with("{}"), "spec.tiers[2].maxRunTime");
+    let valid = parse_policy(&with("{default: 90m, ceiling: 1h30m}"), "test").unwrap();
+    validate(&valid.spec).unwrap();
+}
+
+#[test]
 fn overlapping_and_out_of_range_buckets_are_refused() {
     let mut policy = sample();
     policy.spec.priority_buckets[1].min_score = 90;

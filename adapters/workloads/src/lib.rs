@@ -11,6 +11,9 @@ use serde_json::Value;
 pub const QUEUE_NAME_LABEL: &str = "kueue.x-k8s.io/queue-name";
 /// Label Kueue reads the WorkloadPriorityClass from.
 pub const PRIORITY_CLASS_LABEL: &str = "kueue.x-k8s.io/priority-class";
+/// Label Kueue reads a workload's maximum execution time from, in seconds (copied to the Workload's
+/// `spec.maximumExecutionTimeSeconds`; Kueue deactivates the workload once it has been admitted that long).
+pub const MAX_EXEC_TIME_LABEL: &str = "kueue.x-k8s.io/max-exec-time-seconds";
 
 /// Kueue's label (and finalizer) on the pods its pod integration manages.
 pub const KUEUE_MANAGED_LABEL: &str = "kueue.x-k8s.io/managed";
@@ -730,6 +733,26 @@ impl WorkloadAdapter {
         std::iter::once("/metadata").chain(Some(self.queue_labels_at).filter(|at| *at != "/metadata"))
     }
 
+    /// The metadata whose `kueue.x-k8s.io/max-exec-time-seconds` label Kueue reads as the kind's workloads' run-time
+    /// limit: for a kind Kueue suspends, the queue labels' metadata (a CronJob's job template, which its Jobs copy);
+    /// for a kind whose pods Kueue queues as groups, the object's and each pod template's at a fixed pointer (Kueue
+    /// reads the pods' own labels, and the pods copy their template's); none for a kind tiergate does not queue (a
+    /// Pod queued by its own queue label carries it on its own metadata).
+    pub fn run_time_labels_at(&self) -> Vec<String> {
+        match self.queueing {
+            Queueing::NotQueued => Vec::new(),
+            Queueing::SuspendedWithQueueLabel { .. } => vec![self.queue_labels_at.to_owned()],
+            Queueing::PodGroupWithQueueLabel { .. } => std::iter::once(self.queue_labels_at.to_owned())
+                .chain(
+                    self.templates
+                        .fixed_spec_pointers()
+                        .into_iter()
+                        .filter_map(|spec| spec.strip_suffix("/spec").map(|template| format!("{template}/metadata"))),
+                )
+                .collect(),
+        }
+    }
+
     /// The pointer to the kind's boolean `suspend` field, if Kueue gates the kind with one.
     pub fn suspend_pointer(&self) -> Option<&'static str> {
         match self.queueing {
@@ -1191,6 +1214,26 @@ mod tests {
         assert!(lws.is_queued());
         assert!(!lws.is_suspended(&json!({"spec": {"suspend": true}})));
         assert!(!adapter_for("apps", "v1", "Deployment").unwrap().is_queued());
+    }
+
+    #[test]
+    fn the_run_time_label_is_read_where_kueue_reads_each_kinds_workload() {
+        let at =
+            |group: &str, version: &str, kind: &str| adapter_for(group, version, kind).unwrap().run_time_labels_at();
+        assert_eq!(at("batch", "v1", "Job"), ["/metadata"]);
+        assert_eq!(at("batch", "v1", "CronJob"), ["/spec/jobTemplate/metadata"]);
+        assert_eq!(
+            at("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+            [
+                "/metadata",
+                "/spec/leaderWorkerTemplate/leaderTemplate/metadata",
+                "/spec/leaderWorkerTemplate/workerTemplate/metadata"
+            ]
+        );
+        assert!(at("apps", "v1", "Deployment").is_empty() && at("", "v1", "Pod").is_empty());
+        for adapter in ADAPTERS.iter().filter(|adapter| adapter.is_queued()) {
+            assert!(adapter.run_time_labels_at().contains(&adapter.queue_labels_at.to_owned()), "{}", adapter.kind);
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 pub mod cohorts;
 pub mod karpenter;
+pub mod run_time;
 
 use std::collections::BTreeMap;
 
@@ -19,6 +20,7 @@ use crate::labels::LabelLookup;
 
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
+pub use self::run_time::{MaxRunTime, RunTimeLimits};
 
 /// Namespace label that names a namespace's tier when the policy does not say otherwise.
 pub const DEFAULT_TIER_LABEL: &str = "tiergate.io/tier";
@@ -323,6 +325,11 @@ pub struct Tier {
     /// bucket). Higher scores and user labels are clamped to it (or refused, `spec.admission.priorityAboveCeiling`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_priority_class: Option<String>,
+    /// How long the tier's workloads may run once Kueue admits them, held on Kueue's
+    /// `kueue.x-k8s.io/max-exec-time-seconds` label (Kueue then deactivates them): `default` where a workload sets
+    /// none, `ceiling` the most it may ask for. Absent: no limit. See docs/guides/run-time-limits.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_time: Option<MaxRunTime>,
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
@@ -935,6 +942,11 @@ impl Tier {
     /// The tier's GPU classes in Kueue's flavor order: the primary, then the fallbacks.
     pub fn gpu_class_names(&self) -> impl Iterator<Item = &str> {
         std::iter::once(self.gpu_class.as_str()).chain(self.fallback_gpu_classes.iter().map(String::as_str))
+    }
+
+    /// The tier's run-time limits in seconds; `None` without `maxRunTime` (or with one validation refuses).
+    pub fn run_time_limits(&self) -> Option<RunTimeLimits> {
+        self.max_run_time.as_ref().and_then(MaxRunTime::limits)
     }
 
     /// Whether the tier's ProvisioningRequest check runs in the management cluster: it has `provisioning` and its

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tiergate_workloads::{ADAPTERS, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
+use tiergate_workloads::{ADAPTERS, MAX_EXEC_TIME_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
 
 use super::karpenter::{KarpenterFacts, KarpenterRead, find_karpenter_facts, karpenter_clause};
 use super::kueue::{
@@ -773,7 +773,16 @@ fn build_summary(
         Hold::Finished { message } => format!("Finished ({message}): nothing is holding it."),
         Hold::Evicted { reason, message } => {
             let next = match reason.as_str() {
-                "InactiveWorkload" => "set spec.active back to true on the Workload to queue it again".to_owned(),
+                // Kueue's deactivation (`Deactivated` in v1beta2) for running past `maximumExecutionTimeSeconds`.
+                "Deactivated" | "InactiveWorkload" if message.contains("maximum execution time") => format!(
+                    "it ran for its whole run-time limit (its {MAX_EXEC_TIME_LABEL} label, held to its tier's \
+                     maxRunTime) and Kueue does not queue it again: re-create it to run it again (asking for no more \
+                     than the tier's ceiling), or set spec.active back to true on the Workload for one more run of \
+                     the same length"
+                ),
+                "Deactivated" | "InactiveWorkload" => {
+                    "set spec.active back to true on the Workload to queue it again".to_owned()
+                }
                 "PodsReadyTimeout" => {
                     "Kueue requeues it; its pods did not become ready in time, so check why they cannot start"
                         .to_owned()

@@ -212,3 +212,15 @@ fn forged_marks_on_a_cpu_job_give_nothing_the_tenant_could_not_send_itself() {
     let claimed = cpu(json!({QUEUE: "tiergate-gold", PRIORITY: "gpu-ultra"}), json!({}));
     pretty_assertions::assert_eq!(webhook_up(forged, true).unwrap(), webhook_up(claimed, false).unwrap());
 }
+
+#[test]
+fn with_the_webhook_down_a_job_without_any_label_whose_pods_name_a_priority_class_keeps_every_label_added() {
+    // The queue edit creates the labels map; the default priority and the run-time limit must join it.
+    let mut object = gpu_job(json!({}), json!({}), json!({"priorityClassName": "top"}));
+    object["metadata"].as_object_mut().unwrap().remove("labels");
+    let stored = webhook_down(object).unwrap();
+    let labels = &stored["metadata"]["labels"];
+    assert_eq!(labels[QUEUE], "tiergate-bronze", "{stored:#}");
+    assert_eq!(labels[PRIORITY], "gpu-default", "{stored:#}");
+    assert_eq!(labels["kueue.x-k8s.io/max-exec-time-seconds"], "14400", "{stored:#}");
+}

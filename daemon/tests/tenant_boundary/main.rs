@@ -14,6 +14,7 @@ mod owners_and_updates;
 mod policy_mistakes;
 mod quota_cap;
 mod requeue;
+mod run_time;
 mod tenant;
 mod tenant_sharing;
 mod topology;

@@ -15,6 +15,8 @@ use crate::tenant::{denial, gate_in, tenant_review, tenant_review_body};
 
 const BRONZE: &str = "ml-team-dev";
 const CLASS: &str = "gpu.nvidia.com/class";
+/// Kueue's run-time label (bronze's ceiling is 4h in the sample policy).
+const RUN_TIME: &str = "kueue.x-k8s.io/max-exec-time-seconds";
 
 /// The request as the API server would send it for user `user` (a tenant by default).
 fn request_of(operation: &str, object: &Value, old: Option<&Value>) -> Value {
@@ -78,7 +80,8 @@ fn bronze_gpu_job_with_h100_required_node_affinity_is_denied() {
 
 #[test]
 fn bronze_gpu_job_naming_the_top_priority_is_denied_even_when_queued_and_confined() {
-    let labels = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": "gpu-ultra"});
+    let labels = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", "kueue.x-k8s.io/priority-class": "gpu-ultra",
+        RUN_TIME: "3600"});
     let mut object = job(labels, gpu_spec(json!({"nodeSelector": {CLASS: "l4"}})));
     object["spec"]["suspend"] = json!(true);
     let message = denial(&gate(request_of("CREATE", &object, None)));
@@ -234,7 +237,7 @@ fn a_trusted_controller_writing_a_jobs_child_kind_is_left_alone_but_not_its_pods
 #[test]
 fn a_queued_job_whose_pods_name_a_priority_class_needs_the_priority_label() {
     // Issue 40: Kueue takes a pod priorityClassName as the workload priority when no label names one.
-    let labels = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze"});
+    let labels = json!({"kueue.x-k8s.io/queue-name": "tiergate-bronze", RUN_TIME: "3600"});
     let mut object = job(labels, gpu_spec(json!({"nodeSelector": {CLASS: "l4"}, "priorityClassName": "top"})));
     object["spec"]["suspend"] = json!(true);
     let message = denial(&gate(request_of("CREATE", &object, None)));

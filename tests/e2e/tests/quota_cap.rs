@@ -8,6 +8,13 @@
 //!
 //! The pods of these Jobs never need a node: Kueue admits by quota alone (no provisioning check in this tier),
 //! so the test runs on any cluster; the admitted Jobs' pods stay Pending for want of GPU nodes.
+//!
+//! A second scenario gives the quota back by time (docs/guides/run-time-limits.md): a bronze tier of one GPU with a
+//! run-time ceiling of [`RUN_TIME_CEILING`]. With no webhook registered, the in-server gate refuses a Job asking
+//! for more than the ceiling (and, where MutatingAdmissionPolicy is served, gives one asking for nothing the
+//! ceiling); through the webhook, a Job that never ends is admitted with the ceiling and deactivated by Kueue once
+//! it has run that long, and the Job waiting behind it, which asked for less, is admitted on the GPU it gave back
+//! with its own, shorter limit. The suite's scenarios run one at a time ([`SERIAL`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -25,10 +32,11 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, random_name, start_tiergate, wait_for,
-    wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, condition_status as object_condition_status, ensure,
+    job_workload, random_name, serves_mutating_policies, start_tiergate, tenant_client, wait_for,
+    wait_until_admitted_as, wait_until_refused,
 };
-use tiergate_workloads::QUEUE_NAME_LABEL;
+use tiergate_workloads::{MAX_EXEC_TIME_LABEL, QUEUE_NAME_LABEL};
 
 /// Kueue objects after the policy is applied.
 const CONVERGE: Duration = Duration::from_secs(30);
@@ -36,12 +44,24 @@ const CONVERGE: Duration = Duration::from_secs(30);
 const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
 /// Kueue creates a Workload per Job and schedules in cycles; every Job is decided well within this.
 const SCHEDULED: Duration = Duration::from_secs(90);
+/// The API server compiles a new admission policy and starts enforcing it asynchronously (seconds).
+const ENFORCEMENT: Duration = Duration::from_secs(120);
 /// Node label the e2e classes and rules use (never one a real node carries).
 const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
 const NODE_TYPE_LABEL: &str = "e2e.tiergate.io/node-type";
 /// The tier's GPU quota: 2 for the fallback class, the rules split the other 6 (1:1), the primary class keeps 0
 /// (so a rule's Job can only be charged to its rule's flavor; docs/guides/placement.md).
 const TIER_GPUS: u32 = 8;
+/// The run-time scenario's bronze ceiling: long enough to see the Job admitted, short enough to wait out.
+const RUN_TIME_CEILING: &str = "40s";
+/// [`RUN_TIME_CEILING`] in seconds, as the webhook writes it on the Job.
+const CEILING_SECONDS: &str = "40";
+/// What the Job that asks for less asks for, in seconds.
+const ASKED_SECONDS: &str = "20";
+/// Kueue deactivates a Workload once its limit has passed since its admission; its controller acts within seconds.
+const DEACTIVATED: Duration = Duration::from_secs(120);
+/// The scenarios share the webhook's port and the TierPolicy CRD: they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The Jobs of one kind of workload: what the user writes on the pod template, and which flavor may charge it.
 ///
@@ -153,6 +173,7 @@ fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor() {
     const TEST: &str = "kueue_admits_exactly_the_tier_quota_over_classes_and_rules_and_charges_each_job_to_its_flavor";
+    let _serial = SERIAL.lock().await;
     if let Err(error) = run_webhook_test(TEST, run_scenario).await {
         panic!("{error}");
     }
@@ -419,5 +440,221 @@ async fn fill_and_check(
             format!("flavor {flavor} holds {used} admitted GPUs of its {offered}: {charged:?}")
         })?;
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bronze_job_past_its_run_time_ceiling_is_stopped_by_kueue_and_its_gpu_goes_to_the_next_job() {
+    const TEST: &str = "a_bronze_job_past_its_run_time_ceiling_is_stopped_by_kueue_and_its_gpu_goes_to_the_next_job";
+    let _serial = SERIAL.lock().await;
+    if let Err(error) = run_webhook_test(TEST, run_time_scenario).await {
+        panic!("{error}");
+    }
+}
+
+/// A bronze tier of one l4 GPU whose workloads run at most [`RUN_TIME_CEILING`]; the class's node label is one no
+/// real node carries, so its pods stay Pending: Kueue counts the run time from admission, not from the pods' start.
+fn build_run_time_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
+    let name = |base: &str| format!("{prefix}-{base}");
+    let policy = json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [{"name": name("l4"), "nodeLabels": {CLASS_LABEL: name("l4")}}],
+            "priorityBuckets": [{"name": name("default"), "minScore": 0, "value": 100}],
+            "scoring": {"enabled": false},
+            "tiers": [{
+                "name": name("bronze"),
+                "gpuClass": name("l4"),
+                "maxRunTime": {"ceiling": RUN_TIME_CEILING},
+                "quotas": {"nvidia.com/gpu": {"nominal": "1"}, "cpu": {"nominal": "4"}, "memory": {"nominal": "4Gi"}},
+            }],
+        }
+    });
+    Ok(serde_json::from_value(policy)?)
+}
+
+/// A one-GPU Job `name` that never ends (pause), with `labels`; queued and suspended by the webhook, or, when
+/// `as_the_webhook_leaves_it`, already queued, suspended and on the tier's class (what the gate alone judges).
+fn run_time_job(
+    namespace: &str,
+    name: &str,
+    labels: Value,
+    as_the_webhook_leaves_it: Option<(&str, &str)>,
+) -> Result<Job, HarnessError> {
+    let mut job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {
+                    "requests": {"cpu": "100m", "memory": "64Mi", "nvidia.com/gpu": "1"},
+                    "limits": {"nvidia.com/gpu": "1"}}}],
+            }},
+        },
+    });
+    if let Some((queue, class)) = as_the_webhook_leaves_it {
+        job["metadata"]["labels"][QUEUE_NAME_LABEL] = json!(queue);
+        job["spec"]["suspend"] = json!(true);
+        job["spec"]["template"]["spec"]["nodeSelector"] = json!({CLASS_LABEL: class});
+    }
+    Ok(serde_json::from_value(job)?)
+}
+
+/// The run-time label of a stored Job.
+fn run_time_label(job: &Job) -> Option<&str> {
+    job.labels().get(MAX_EXEC_TIME_LABEL).map(String::as_str)
+}
+
+/// The Workload of Job `job` once `ready` holds for it.
+async fn wait_for_workload(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    what: &str,
+    timeout: Duration,
+    ready: impl Fn(&Value) -> bool,
+) -> Result<Value, HarnessError> {
+    let waited = wait_for(what, timeout, || async {
+        job_workload(client, namespace, job).await.filter(|workload| ready(workload))
+    })
+    .await;
+    match waited {
+        Ok(workload) => Ok(workload),
+        Err(error) => {
+            let last = job_workload(client, namespace, job).await;
+            Err(format!("{error}; Job {job}'s Workload: {}", last.unwrap_or_default()).into())
+        }
+    }
+}
+
+fn admitted(workload: &Value) -> bool {
+    object_condition_status(workload, "Admitted") == Some("True")
+}
+
+async fn run_time_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    let prefix = random_name("e2e-rt");
+    let policy = build_run_time_policy(&prefix)?;
+    let tier = format!("{prefix}-bronze");
+    let namespace = format!("{prefix}-bronze");
+    let system = format!("{prefix}-system");
+    let labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &tier), (RUN_LABEL, &prefix)];
+    let daemon = start_tiergate(client, cleanup, &policy, &system, &[(&namespace, labels)]).await?;
+    let local_queue = policy.spec.tiers[0].local_queue();
+    wait_for("the bronze LocalQueue", CONVERGE, || async {
+        let queues: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &KueueKind::LocalQueue.api_resource());
+        queues.get_opt(&local_queue).await.ok()?
+    })
+    .await?;
+    let class = format!("{prefix}-l4");
+    let names = RunTimeNames { namespace: &namespace, tier: &tier, queue: &local_queue, class: &class };
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        refused_with_the_webhook_down(client, cleanup, &names).await?;
+        register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &prefix).await?;
+        stopped_at_the_ceiling(client, &names).await
+    })
+    .await
+}
+
+/// The names of the run-time scenario.
+struct RunTimeNames<'a> {
+    namespace: &'a str,
+    tier: &'a str,
+    queue: &'a str,
+    class: &'a str,
+}
+
+/// No webhook registered yet: the in-server gate refuses a tenant's Job asking for more than the ceiling, naming
+/// the label and where the ceiling is; where the mutating half is served, a Job asking for nothing gets the ceiling.
+async fn refused_with_the_webhook_down(
+    client: &Client,
+    cleanup: &Cleanup,
+    names: &RunTimeNames<'_>,
+) -> Result<(), HarnessError> {
+    let tenant = tenant_client(client, cleanup, &[names.namespace]).await?;
+    let leaves = Some((names.queue, names.class));
+    let greedy = run_time_job(names.namespace, "greedy", json!({MAX_EXEC_TIME_LABEL: "3600"}), leaves)?;
+    let what = "the in-server gate to refuse a run-time label above the ceiling";
+    wait_until_refused(&tenant, what, ENFORCEMENT, &greedy, MAX_EXEC_TIME_LABEL).await?;
+    let jobs: Api<Job> = Api::namespaced(tenant.clone(), names.namespace);
+    let message = match jobs.create(&PostParams::default(), &greedy).await {
+        Ok(stored) => return Err(format!("a Job asking 3600s was stored with the webhook down: {stored:?}").into()),
+        Err(error) => error.to_string(),
+    };
+    let binding = format!("binding '{}'", tiergate::plan::gate::gate_name(names.tier));
+    ensure(message.contains(&binding) && message.contains("ceiling") && message.contains("maxRunTime"), || {
+        format!("refused without naming the label, the tier's binding and its ceiling: {message}")
+    })?;
+    println!("webhook down, refused: {message}");
+    if serves_mutating_policies(client).await? {
+        let plain = run_time_job(names.namespace, "plain", json!({}), leaves)?;
+        let what = "the mutating half to give a Job without a limit the ceiling (dry run)";
+        wait_until_admitted_as(&tenant, what, ENFORCEMENT, &plain, |stored| {
+            run_time_label(stored) == Some(CEILING_SECONDS)
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Through the webhook: a Job that never ends gets the ceiling, is admitted, and is deactivated by Kueue once the
+/// ceiling has passed; the Job behind it keeps its own, shorter limit and is admitted on the GPU given back.
+async fn stopped_at_the_ceiling(client: &Client, names: &RunTimeNames<'_>) -> Result<(), HarnessError> {
+    let probe = run_time_job(names.namespace, "probe", json!({}), None)?;
+    let tier = names.tier.to_owned();
+    let what = "the API server to call the webhook (a dry-run Job stored with its tier annotation)";
+    wait_until_admitted_as(client, what, WEBHOOK_PROPAGATION, &probe, |stored| {
+        stored.annotations().get(TIER_ANNOTATION) == Some(&tier)
+    })
+    .await?;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), names.namespace);
+    let endless =
+        jobs.create(&PostParams::default(), &run_time_job(names.namespace, "endless", json!({}), None)?).await?;
+    ensure(run_time_label(&endless) == Some(CEILING_SECONDS), || {
+        format!("the Job asking for no limit was stored with {:?}, not the ceiling", run_time_label(&endless))
+    })?;
+    let workload =
+        wait_for_workload(client, names.namespace, "endless", "Kueue to admit the endless Job", SCHEDULED, admitted)
+            .await?;
+    ensure(workload["spec"]["maximumExecutionTimeSeconds"] == json!(40), || {
+        format!("its Workload carries no 40s limit: {}", workload["spec"])
+    })?;
+
+    // Created once the endless Job holds the tier's only GPU, so it queues behind it.
+    let modest = run_time_job(names.namespace, "modest", json!({MAX_EXEC_TIME_LABEL: ASKED_SECONDS}), None)?;
+    let modest = jobs.create(&PostParams::default(), &modest).await?;
+    ensure(run_time_label(&modest) == Some(ASKED_SECONDS), || {
+        format!("the Job asking {ASKED_SECONDS}s was stored with {:?}", run_time_label(&modest))
+    })?;
+    let pending = job_workload(client, names.namespace, "modest").await;
+    ensure(!pending.as_ref().is_some_and(admitted), || {
+        format!("the modest Job was admitted while the endless one held the GPU: {pending:?}")
+    })?;
+
+    let deactivated = |workload: &Value| {
+        let stopped = workload["status"]["conditions"].as_array().into_iter().flatten().any(|condition| {
+            condition["message"].as_str().is_some_and(|message| message.contains("maximum execution time"))
+        });
+        workload["spec"]["active"] == json!(false) && stopped
+    };
+    let what = "Kueue to deactivate the endless Job for exceeding its maximum execution time";
+    wait_for_workload(client, names.namespace, "endless", what, DEACTIVATED, deactivated).await?;
+    wait_for("the endless Job suspended again", CONVERGE, || async {
+        let job = jobs.get("endless").await.ok()?;
+        job.spec.as_ref().and_then(|spec| spec.suspend).filter(|suspended| *suspended).map(|_| ())
+    })
+    .await?;
+    let what = "Kueue to admit the modest Job on the GPU the endless one gave back";
+    let workload = wait_for_workload(client, names.namespace, "modest", what, SCHEDULED, admitted).await?;
+    ensure(workload["spec"]["maximumExecutionTimeSeconds"] == json!(20), || {
+        format!("the modest Job's Workload does not keep its own 20s limit: {}", workload["spec"])
+    })?;
+    println!("the endless Job was stopped at {RUN_TIME_CEILING}; the modest Job runs with its own {ASKED_SECONDS}s");
     Ok(())
 }

@@ -10,7 +10,9 @@
 //! never read a mark (they overwrite or remove any they find). docs/admission.md "The in-server gate".
 
 use serde_json::Value;
-use tiergate_workloads::{PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, WorkloadAdapter, set_pointer};
+use tiergate_workloads::{
+    MAX_EXEC_TIME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, TemplateLayout, WorkloadAdapter, set_pointer,
+};
 
 use super::classes::toleration_values;
 use super::patch::{Lookup, child_pointer};
@@ -23,15 +25,18 @@ pub const QUEUE_WAS_MARK: &str = "gate.tiergate.io/queue-was";
 pub const CLASS_ADDED_MARK: &str = "gate.tiergate.io/class-added";
 /// Set when the policy clamped the priority-class label to the tier's ceiling: the label's value before.
 pub const PRIORITY_WAS_MARK: &str = "gate.tiergate.io/priority-was";
+/// Set when the policy set the run-time label (`kueue.x-k8s.io/max-exec-time-seconds`) where it was missing: the
+/// metadata pointers it labelled, each followed by a comma (only the kind's run-time places count).
+pub const RUN_TIME_ADDED_MARK: &str = "gate.tiergate.io/run-time-added";
 /// Every mark, in the order the policies write them.
-pub const GATE_MARKS: [&str; 3] = [QUEUE_WAS_MARK, CLASS_ADDED_MARK, PRIORITY_WAS_MARK];
+pub const GATE_MARKS: [&str; 4] = [QUEUE_WAS_MARK, CLASS_ADDED_MARK, PRIORITY_WAS_MARK, RUN_TIME_ADDED_MARK];
 
 /// `object` as it was before the in-server gate's policies edited it, or `None` when it carries no mark.
 ///
 /// `primary` is the class the policies add (the tier's `gpuClass`). The queue label and the priority label get
 /// their marked values back (an empty queue mark removes the label); on each marked template, the class's node
 /// labels are taken out of `nodeSelector` where they have the class's value, and the class's tolerations out of
-/// `tolerations`. Every mark is removed. A map or list emptied stays, empty: the request object may be a lean view
+/// `tolerations`; the run-time label is removed where the mark names a place of the kind. Every mark is removed. A map or list emptied stays, empty: the request object may be a lean view
 /// (`lean_request`) that leaves out fields of the same map, and the difference to it becomes the patch.
 pub fn undo_gate_edits(object: &Value, adapter: &WorkloadAdapter, primary: Option<&GpuClass>) -> Option<Value> {
     let annotations = object.lookup("/metadata/annotations").and_then(Value::as_object)?;
@@ -54,6 +59,15 @@ pub fn undo_gate_edits(object: &Value, adapter: &WorkloadAdapter, primary: Optio
             PRIORITY_WAS_MARK if !value.is_empty() => {
                 let label = child_pointer("/metadata/labels", PRIORITY_CLASS_LABEL);
                 set_pointer(&mut undone, &label, Some(Value::String(value.to_owned())));
+            }
+            RUN_TIME_ADDED_MARK => {
+                let mut places = adapter.run_time_labels_at();
+                if adapter.templates == TemplateLayout::Pod {
+                    places.push("/metadata".to_owned());
+                }
+                for at in value.split(',').filter(|pointer| places.iter().any(|place| place == pointer)) {
+                    set_pointer(&mut undone, &child_pointer(&format!("{at}/labels"), MAX_EXEC_TIME_LABEL), None);
+                }
             }
             CLASS_ADDED_MARK => {
                 let Some(class) = primary else { continue };
@@ -133,6 +147,23 @@ mod tests {
         assert_eq!(undone["metadata"]["labels"], json!({}), "{undone}");
         assert_eq!(undone["spec"]["template"]["spec"]["nodeSelector"], json!({"team": "a"}));
         assert_eq!(undone["spec"]["template"]["spec"]["tolerations"], json!([{"key": "own", "operator": "Exists"}]));
+    }
+
+    #[test]
+    fn the_run_time_label_is_taken_back_only_where_the_mark_names_a_place_of_the_kind() {
+        let adapter = adapter_for("batch", "v1", "Job").unwrap();
+        let mut sent = job(json!({RUN_TIME_ADDED_MARK: "/metadata,/spec/template/metadata,"}), json!({}), json!([]));
+        sent["metadata"]["labels"][MAX_EXEC_TIME_LABEL] = json!("14400");
+        sent["spec"]["template"]["metadata"] = json!({"labels": {MAX_EXEC_TIME_LABEL: "60"}});
+        let undone = undo_gate_edits(&sent, adapter, None).unwrap();
+        assert_eq!(undone["metadata"]["labels"], json!({QUEUE_NAME_LABEL: "tiergate-bronze"}));
+        assert_eq!(undone["spec"]["template"]["metadata"]["labels"][MAX_EXEC_TIME_LABEL], "60", "not a place of a Job");
+        let lws = adapter_for("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet").unwrap();
+        let worker = "/spec/leaderWorkerTemplate/workerTemplate/metadata";
+        let sent = json!({"metadata": {"annotations": {RUN_TIME_ADDED_MARK: format!("{worker},")}},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {"metadata": {"labels": {MAX_EXEC_TIME_LABEL: "14400"}}}}}});
+        let undone = undo_gate_edits(&sent, lws, None).unwrap();
+        assert_eq!(undone["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["labels"], json!({}));
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod owners;
 mod patch;
 pub mod podspec;
 mod priority;
+mod run_time;
 mod topology;
 mod update;
 mod violation;

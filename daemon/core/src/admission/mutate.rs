@@ -10,9 +10,9 @@ use kube_core::admission::Operation;
 use serde_json::Value;
 use tiergate_compat::scoring_annotations::job_type_label_value;
 use tiergate_workloads::{
-    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, MULTIKUEUE_CONTROLLER, PRIORITY_CLASS_LABEL, PodTemplatePointers,
-    QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter, adapter_for, set_pointer, unknown_embedded_kinds,
-    unknown_owner_kind,
+    KUEUE_ADMISSION_GATE, KUEUE_MANAGED_LABEL, MAX_EXEC_TIME_LABEL, MULTIKUEUE_CONTROLLER, PRIORITY_CLASS_LABEL,
+    PodTemplatePointers, QUEUE_NAME_LABEL, Queueing, TemplateLayout, WorkloadAdapter, adapter_for, set_pointer,
+    unknown_embedded_kinds, unknown_owner_kind,
 };
 
 use super::boundary::{self, HOSTNAME_LABEL, MIRROR_POD_WRITER_PREFIX, Reach, TierBounds, Violation};
@@ -26,6 +26,7 @@ use super::owners::{OwnerCheck, check_owner};
 use super::patch::{Lookup, child_pointer, patch_at};
 use super::podspec::{self, ShapeError};
 use super::priority::{PriorityFix, is_admin, priority_fix};
+use super::run_time::{RunTimeFacts, RunTimeOutcome, run_time_outcome};
 use super::topology::build_topology_outcome;
 use super::update::{QueueFacts, QueueOutcome, queue_outcome};
 use crate::placement::{CUDA_VISIBLE_DEVICES, JsonEntries, PlacementOutcome};
@@ -301,6 +302,7 @@ fn decide(
         return Ok(denial);
     }
     work.apply_priority(&context, request, inputs.score.as_ref())?;
+    work.apply_run_time(&context)?;
     work.restore_immutable(request);
     work.settle_reasons(&context);
     work.annotate_decision(&context)?;
@@ -1196,6 +1198,74 @@ impl Work<'_> {
         Ok(())
     }
 
+    /// Where Kueue reads this object's run-time label, the place it is decided first: a queued kind's
+    /// (`run_time_labels_at`), or a Pod's own metadata when Kueue's pod integration queues it by its queue label.
+    fn run_time_labels(&self) -> Vec<String> {
+        match self.adapter.templates {
+            TemplateLayout::Pod => label_at(&self.after, "/metadata", QUEUE_NAME_LABEL)
+                .filter(|queue| !queue.is_empty())
+                .map(|_| vec!["/metadata".to_owned()])
+                .unwrap_or_default(),
+            _ => self.adapter.run_time_labels_at(),
+        }
+    }
+
+    /// Holds the `kueue.x-k8s.io/max-exec-time-seconds` label to the tier's `maxRunTime` (`admission::run_time`)
+    /// where Kueue reads it, and gives a pod-group kind's templates the same value (its pods copy them). An object
+    /// Kueue admits through its owner is left to the owner; an admin keeps the limit it asks for.
+    fn apply_run_time(&mut self, context: &TierContext<'_>) -> Result<(), MutateError> {
+        let Some(limits) = context.tier.run_time_limits() else { return Ok(()) };
+        if self.left_to_owner().is_some() || is_admin(context.policy, context.request, context.namespace) {
+            return Ok(());
+        }
+        let locations = self.run_time_labels();
+        let Some((at, templates)) = locations.split_first() else { return Ok(()) };
+        // A label in a template (a CronJob's job template) is never a running workload's: decided as on CREATE.
+        let update = context.request.operation == Operation::Update && at == "/metadata";
+        let old = if update { self.old } else { None };
+        let current = label(self.before, at, MAX_EXEC_TIME_LABEL);
+        let old_label = old.and_then(|old| label(old, at, MAX_EXEC_TIME_LABEL));
+        let facts = RunTimeFacts {
+            update,
+            current: current.as_deref(),
+            old: old_label.as_deref(),
+            stays_suspended: self.adapter.is_suspended(self.before)
+                && old.is_some_and(|old| self.adapter.is_suspended(old)),
+            limits,
+            tier: &context.tier.name,
+        };
+        match run_time_outcome(facts) {
+            RunTimeOutcome::Keep { reason } => self.reasons.push(reason),
+            RunTimeOutcome::Set { seconds, warning, reason } => {
+                self.edit(at, |metadata| podspec::set_string(metadata, "labels", MAX_EXEC_TIME_LABEL, &seconds))?;
+                self.warnings.extend(warning);
+                self.reasons.push(reason);
+            }
+            RunTimeOutcome::Remove { warning } => {
+                self.set(&child_pointer(&format!("{at}/labels"), MAX_EXEC_TIME_LABEL), None);
+                self.reasons.push(
+                    "UPDATE: run-time limit removed again (the update added it while the workload runs)".to_owned(),
+                );
+                self.warnings.push(warning);
+            }
+        }
+        let Some(seconds) = label(&self.after, at, MAX_EXEC_TIME_LABEL) else { return Ok(()) };
+        let mut labelled = false;
+        for metadata in templates {
+            let template = metadata.strip_suffix("/metadata").unwrap_or(metadata);
+            let present = self.after.lookup(template).is_some_and(Value::is_object);
+            if present && label(&self.after, metadata, MAX_EXEC_TIME_LABEL).as_deref() != Some(seconds.as_str()) {
+                self.edit(metadata, |metadata| podspec::set_string(metadata, "labels", MAX_EXEC_TIME_LABEL, &seconds))?;
+                labelled = true;
+            }
+        }
+        if labelled {
+            self.reasons
+                .push(format!("every pod template labelled {MAX_EXEC_TIME_LABEL}={seconds} (Kueue reads the pods')"));
+        }
+        Ok(())
+    }
+
     fn restore_priority(&mut self) {
         let old = self.old;
         let labels_at = self.adapter.queue_labels_at;
@@ -1392,6 +1462,13 @@ impl Work<'_> {
         }
         if let Some(priority) = self.final_label(PRIORITY_CLASS_LABEL) {
             summary.push_str(&format!("; priority: {priority}"));
+        }
+        let run_time = self.run_time_labels().first().and_then(|at| {
+            let metadata = self.final_at(at)?;
+            podspec::string_entry(metadata, "labels", MAX_EXEC_TIME_LABEL).map(str::to_owned)
+        });
+        if let Some(seconds) = run_time.filter(|_| context.tier.max_run_time.is_some()) {
+            summary.push_str(&format!("; max-exec-time: {seconds}s"));
         }
         let annotations = BTreeMap::from([
             (TIER_ANNOTATION.to_owned(), context.tier.name.clone()),

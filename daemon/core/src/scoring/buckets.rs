@@ -135,6 +135,7 @@ mod tests {
             placement: None,
             default_priority_class: default_priority_class.map(str::to_owned),
             max_priority_class: None,
+            max_run_time: None,
             provisioning: None,
             quota_shares: Default::default(),
             dispatch: None,

@@ -12,6 +12,7 @@ pub mod mutate;
 pub mod params;
 pub mod program;
 pub(crate) mod rules;
+mod run_time;
 pub mod validate;
 
 use std::collections::{BTreeMap, BTreeSet};

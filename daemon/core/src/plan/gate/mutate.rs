@@ -1,8 +1,8 @@
 //! The in-server gate's MutatingAdmissionPolicy: the webhook's core edits done inside the API server (the tier's
 //! queue label and `suspend`, the class selector and tolerations on GPU templates, the priority clamp, the tier's
-//! default priority where pods name a `priorityClassName`), so that with the webhook down a plain GPU workload is
-//! admitted into its tier rather than refused; one fixed program for every kind, reading the tier's facts from its
-//! parameter object; pure.
+//! default priority where pods name a `priorityClassName`, the tier's run-time limit where the label is missing),
+//! so that with the webhook down a plain GPU workload is admitted into its tier rather than refused; one fixed
+//! program for every kind, reading the tier's facts from its parameter object; pure.
 //!
 //! Every edit is a JSON patch computed in CEL: `variables.removals` (the paths of marks a tenant may have forged)
 //! and `variables.additions` (`{path, value}` pairs, ancestors created as needed), which the policy's one mutation
@@ -28,8 +28,11 @@ use super::program::{
     spec_groups_by_kind, usable_queue, variable,
 };
 use super::rules::{F, P, chooses_class, names_priority_class, no_foreign_class, or_empty, reaches_gpu};
+use super::run_time::{added_places, additions_for, limited, mark_text};
 use super::{gate_match_resources, param_kind};
-use crate::admission::gate_marks::{CLASS_ADDED_MARK, GATE_MARKS, PRIORITY_WAS_MARK, QUEUE_WAS_MARK};
+use crate::admission::gate_marks::{
+    CLASS_ADDED_MARK, GATE_MARKS, PRIORITY_WAS_MARK, QUEUE_WAS_MARK, RUN_TIME_ADDED_MARK,
+};
 
 /// A CEL error in a mutation skips the policy, not the request: the ValidatingAdmissionPolicy (`Fail`) still
 /// refuses an unconstrained GPU workload, and the webhook still decides when it answers.
@@ -107,9 +110,11 @@ fn variables() -> Vec<Variable> {
         ),
         variable("clamp", clamp_condition()),
         variable("defaultPriority", default_priority_condition()),
+        variable("runTimeAdded", format!("{} ? {} : []", limited(), by_kind(&added_places, "[]"))),
         variable(
             "marked",
-            "variables.queueEdit || size(variables.classEdits) > 0 || variables.clamp || variables.defaultPriority"
+            "variables.queueEdit || size(variables.classEdits) > 0 || variables.clamp || variables.defaultPriority \
+             || size(variables.runTimeAdded) > 0"
                 .to_owned(),
         ),
         variable("removals", removals()),
@@ -174,12 +179,21 @@ fn additions() -> String {
         addition(&priority_path, &format!("{F}.priorityCeiling")),
         mark(PRIORITY_WAS_MARK, &format!("{OBJECT}.metadata.labels[{label}]"))
     ));
+    // Added by its path, not with `set_at`: the object's labels map exists by then (a queued kind labelled on its
+    // own metadata without a usable queue gets one from the queue edit above), and creating it again would drop the
+    // queue label just added.
     parts.push(format!(
-        "(variables.defaultPriority ? {} + {} : [])",
-        set_at(&format!("/metadata/labels/{}", escape(PRIORITY_CLASS_LABEL)), &format!("{F}.defaultPriority")),
+        "(variables.defaultPriority ? [{}] + {} : [])",
+        addition(&priority_path, &format!("{F}.defaultPriority")),
         mark(PRIORITY_WAS_MARK, "''")
     ));
     parts.push(by_kind(&suspend_additions, "[]"));
+    // After the queue label's: the run-time label joins the labels map that edit may have created.
+    parts.push(by_kind(&|adapter| additions_for(adapter, &set_at), "[]"));
+    parts.push(format!(
+        "(size(variables.runTimeAdded) > 0 ? {} : [])",
+        mark(RUN_TIME_ADDED_MARK, &by_kind(&mark_text, "''"))
+    ));
     parts.join(" + ")
 }
 

@@ -6,7 +6,8 @@
 //! the policy holds and the API server compiles them once. Every fact is derived, not copied: resource patterns
 //! from `GpuClass::resource_patterns`, the vendor prefixes of `admission::boundary`, queues from
 //! `Tier::local_queue`, the priorities a tier may keep from `check_priority_ceiling`, its default from
-//! `default_priority_class`, tolerations from `GpuClass::pod_tolerations`.
+//! `default_priority_class`, tolerations from `GpuClass::pod_tolerations`, run-time limits from
+//! `Tier::run_time_limits`.
 
 use std::collections::BTreeMap;
 
@@ -170,6 +171,25 @@ pub struct TierFacts {
     /// For messages: `allowedPriorities`, comma-separated (`nothing` when empty).
     #[serde(default)]
     pub allowed_priorities_text: String,
+    /// The tier's run-time limit (`maxRunTime`); absent: the tier has none, and the gate leaves the label alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_run_time: Option<RunTimeFacts>,
+}
+
+/// A tier's run-time limit as the gate holds `kueue.x-k8s.io/max-exec-time-seconds` to it (`admission::run_time`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunTimeFacts {
+    /// The label value the mutating half sets where a workload has none: the default, else the ceiling, in seconds.
+    pub when_missing: String,
+    /// The highest label value a workload may carry, in seconds: the ceiling, else Kueue's largest (2147483647).
+    pub highest_seconds: i64,
+    /// For people: the ceiling as the policy states it (`4h`), empty without one.
+    #[serde(default)]
+    pub ceiling: String,
+    /// For people: the default as the policy states it, empty without one.
+    #[serde(default)]
+    pub default: String,
 }
 
 /// The parameter objects of `spec`, one per tier (tier order, each named [`super::gate_name`] of its tier), labelled
@@ -285,7 +305,20 @@ fn build_tier_facts(spec: &TierPolicySpec, tier: &Tier, class_keys: &[String]) -
             .map(|(key, value)| PatchEntry { token: key.replace('~', "~0").replace('/', "~1"), value: value.clone() })
             .collect(),
         tolerations: primary.map(|class| class.pod_tolerations()).unwrap_or_default(),
+        max_run_time: build_run_time_facts(tier),
     }
+}
+
+/// The run-time facts of `tier`, from the limits the webhook decides with.
+fn build_run_time_facts(tier: &Tier) -> Option<RunTimeFacts> {
+    let limits = tier.run_time_limits()?;
+    let stated = tier.max_run_time.as_ref();
+    Some(RunTimeFacts {
+        when_missing: limits.when_missing().to_string(),
+        highest_seconds: i64::from(limits.highest()),
+        ceiling: stated.and_then(|stated| stated.ceiling.clone()).unwrap_or_default(),
+        default: stated.and_then(|stated| stated.default.clone()).unwrap_or_default(),
+    })
 }
 
 /// Splits resource patterns (`policy::resource_matches`: exact, or a prefix before a trailing `*`) into names and
@@ -331,5 +364,30 @@ mod tests {
             }
             assert!(spec.gpu_resource_prefixes.iter().any(|prefix| prefix == "nvidia.com/gpu"));
         }
+    }
+
+    #[test]
+    fn a_tiers_run_time_facts_are_its_limits_in_seconds_and_absent_without_a_limit() {
+        let mut policy = load_policy(None).unwrap();
+        policy.spec.tiers[0].max_run_time = None;
+        policy.spec.tiers[1].max_run_time =
+            Some(crate::policy::MaxRunTime { default: Some("90m".into()), ceiling: Some("4h".into()) });
+        policy.spec.tiers[2].max_run_time =
+            Some(crate::policy::MaxRunTime { default: Some("2h".into()), ceiling: None });
+        let parameters = build_gate_parameters(&policy.spec, &BTreeMap::new());
+        assert_eq!(parameters[0].spec.tier.max_run_time, None);
+        assert_eq!(
+            parameters[1].spec.tier.max_run_time,
+            Some(RunTimeFacts {
+                when_missing: "5400".into(),
+                highest_seconds: 14_400,
+                ceiling: "4h".into(),
+                default: "90m".into()
+            })
+        );
+        let no_ceiling = parameters[2].spec.tier.max_run_time.clone().unwrap();
+        assert_eq!((no_ceiling.when_missing.as_str(), no_ceiling.highest_seconds), ("7200", i64::from(i32::MAX)));
+        let yaml = serde_saphyr::to_string(&parameters[0]).unwrap();
+        assert!(!yaml.contains("maxRunTime"), "a tier without a limit carries no run-time facts: {yaml}");
     }
 }

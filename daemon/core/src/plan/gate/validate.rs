@@ -1,6 +1,6 @@
 //! The in-server gate's ValidatingAdmissionPolicy: one fixed program for every kind of the adapter table that
-//! refuses a GPU workload the tier does not allow (another tier's class, resource, queue or priority), reading the
-//! tier's facts from its parameter object; pure.
+//! refuses a GPU workload the tier does not allow (another tier's class, resource, queue or priority, a run-time
+//! limit missing or above the tier's ceiling), reading the tier's facts from its parameter object; pure.
 //!
 //! Each validation is `!variables.gpu || <rule>`, and one match condition restates them all ([`BREAKS_A_RULE`]): a
 //! request every rule admits (a CPU-only object, a GPU object as the webhook leaves it) costs that one program.
@@ -9,7 +9,9 @@
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicySpec, Validation, Variable,
 };
-use tiergate_workloads::{ADAPTERS, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter};
+use tiergate_workloads::{
+    ADAPTERS, MAX_EXEC_TIME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_NAME_LABEL, Queueing, WorkloadAdapter,
+};
 
 use tiergate_kueue::HOSTNAME_LABEL;
 
@@ -23,6 +25,7 @@ use super::program::{
 use super::rules::{
     F, P, asks_only_tier_resources, claim_within_tier, confined, names_node, names_priority_class, reaches_gpu,
 };
+use super::run_time::{limited, run_time_rule};
 use super::{GATE_FAILURE_POLICY, gate_match_resources, param_kind};
 
 /// DRA's API group (ResourceClaims, ResourceClaimTemplates).
@@ -259,6 +262,16 @@ fn validations() -> Vec<Validation> {
                  priority: set the {PRIORITY_CLASS_LABEL} label where Kueue reads it (the object, or a CronJob's \
                  job template) to this tier's default (TierGateParameters spec.tier.defaultPriority) or another \
                  allowed priority, or remove priorityClassName; {WEBHOOK}"
+            ),
+        ),
+        (
+            format!("(!{} || {})", limited(), by_kind(&run_time_rule, "true")),
+            format!(
+                "a GPU workload of this tier must carry the label {MAX_EXEC_TIME_LABEL} where Kueue reads it (the \
+                 object, a CronJob's job template, each pod template of a LeaderWorkerSet, a pod queued by its own \
+                 queue label) with a whole number of seconds no greater than the tier's ceiling \
+                 (TierGateParameters spec.tier.maxRunTime: ceiling, highestSeconds); set it to that many seconds or \
+                 fewer (an UPDATE may leave it as it was); {WEBHOOK}"
             ),
         ),
     ]
