@@ -36,6 +36,13 @@ pub enum WatchFailure {
     Other,
 }
 
+/// Whether the API server's answer says it does not serve what was asked for: a 404, whether a `NotFound` Status
+/// (a kind of a served group) or the plain-text `404 page not found` of a group it does not serve at all, which the
+/// client reads as a Status of another reason (so `Status::is_not_found` misses it).
+pub fn is_not_served(status: &kube::core::Status) -> bool {
+    status.code == 404
+}
+
 /// Classifies a watch error by the API server's answer.
 pub fn classify_watch_error(error: &kube::runtime::watcher::Error) -> WatchFailure {
     use kube::runtime::watcher::Error;

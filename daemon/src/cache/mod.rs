@@ -23,7 +23,7 @@ pub use self::decode::{
     Cached, NamespaceLite, NodeLite, NodeLiteSpec, NodeLiteStatus, build_namespace_view, build_node_view, unwrap_cached,
 };
 pub use self::fingerprint::build_local_queue_fingerprint;
-pub use self::health::{CacheHealth, WatchFailure};
+pub use self::health::{CacheHealth, WatchFailure, is_not_served};
 pub use self::live::{LiveObject, OwnedStores, WorkloadCounts, build_live_event};
 pub use self::snapshot::{SnapshotInputs, build_snapshot};
 
@@ -258,9 +258,8 @@ where
     S: Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>> + Send,
 {
     let chosen = async move {
-        let served = match client.list_api_group_resources(&resource.api_version).await {
-            Ok(list) => list.resources.iter().any(|listed| listed.name == resource.plural),
-            Err(kube::Error::Api(status)) if status.code == 404 => false,
+        let served = match lists_resource(&client, &resource.api_version, &resource.plural).await {
+            Ok(served) => served,
             Err(error) => {
                 tracing::warn!(kind = resource.kind, %error, "discovery failed; watching the kind as if served");
                 true
@@ -275,6 +274,16 @@ where
         }
     };
     futures::stream::once(chosen).flatten()
+}
+
+/// Whether discovery of `group_version` lists `plural`: `Ok(false)` also when the API server does not serve the group
+/// version at all ([`is_not_served`]); any other failure is the error, for the caller to decide on and log.
+pub async fn lists_resource(client: &Client, group_version: &str, plural: &str) -> Result<bool, kube::Error> {
+    match client.list_api_group_resources(group_version).await {
+        Ok(list) => Ok(list.resources.iter().any(|listed| listed.name == plural)),
+        Err(kube::Error::Api(status)) if is_not_served(&status) => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 /// The management cluster's extra watches: TierPolicies, labelled pods, ReplicaSets, ClusterRoleBindings and the

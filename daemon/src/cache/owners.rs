@@ -215,7 +215,7 @@ async fn readable(client: &Client, resource: &ApiResource) -> Result<(), kube::E
 
 fn not_served(error: &kube::Error) -> bool {
     match error {
-        kube::Error::Api(status) => status.code == 404,
+        kube::Error::Api(status) => super::is_not_served(status),
         kube::Error::Discovery(_) => true,
         _ => false,
     }

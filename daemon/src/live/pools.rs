@@ -10,6 +10,7 @@ use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::LiveError;
+use crate::cache::is_not_served;
 use crate::check::{CheckError, NodePool, PoolSource, parse_nodepools};
 
 /// Node labels naming the node group a node belongs to, in the order they are tried (Karpenter, EKS, eksctl,
@@ -109,8 +110,7 @@ pub async fn fetch_live_pools(client: &kube::Client) -> Result<Vec<NodePool>, Li
             error: serde::de::Error::custom(error.to_string()),
         })?,
         Ok(_) => Vec::new(),
-        // A group the API server does not serve answers a plain-text "404 page not found", not a NotFound Status.
-        Err(kube::Error::Api(status)) if status.code == 404 => Vec::new(),
+        Err(kube::Error::Api(status)) if is_not_served(&status) => Vec::new(),
         Err(source) => {
             return Err(LiveError::List { what: "Karpenter NodePools (karpenter.sh/v1)".to_owned(), error: source });
         }

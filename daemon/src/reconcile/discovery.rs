@@ -6,7 +6,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIGroupList, APIResourceList};
 use kube::Client;
 
-use super::kinds::{KUEUE_GROUP, KUEUE_VERSION, KueueKind, MIN_KUEUE_RELEASE};
+use super::kinds::{KUEUE_GROUP, KUEUE_VERSION, KueueKind, MIN_KUEUE_RELEASE, RESOURCE_GROUP, RESOURCE_VERSION};
 
 /// Kueue is missing or too old; the reconcile retries with backoff and the daemon keeps serving.
 #[derive(Debug, thiserror::Error)]
@@ -121,16 +121,15 @@ pub async fn discover_node_pools(client: &Client) -> Option<bool> {
 /// Asks the API server whether it serves DRA's `resource.k8s.io/v1` DeviceClass (Kubernetes 1.34+), in the terms
 /// of [`discover_node_pools`].
 pub async fn discover_device_classes(client: &Client) -> Option<bool> {
-    let group_version = format!("{}/{}", crate::cache::kinds::RESOURCE_GROUP, crate::cache::kinds::RESOURCE_VERSION);
+    let group_version = format!("{RESOURCE_GROUP}/{RESOURCE_VERSION}");
     discover_resource(client, &group_version, "deviceclasses").await
 }
 
 /// Whether `group_version` lists `plural`: `Some(false)` when it does not or the group version is not served (404),
 /// `None` when discovery failed otherwise (logged; the caller applies as if served and reports any failed write).
 async fn discover_resource(client: &Client, group_version: &str, plural: &str) -> Option<bool> {
-    match client.list_api_group_resources(group_version).await {
-        Ok(resources) => Some(resources.resources.iter().any(|resource| resource.name == plural)),
-        Err(kube::Error::Api(status)) if status.code == 404 => Some(false),
+    match crate::cache::lists_resource(client, group_version, plural).await {
+        Ok(served) => Some(served),
         Err(error) => {
             tracing::warn!(%error, "failed to list {group_version}; applying the policy's {plural} as if served");
             None
