@@ -55,7 +55,7 @@ pub fn classify_watch_error(error: &kube::runtime::watcher::Error) -> WatchFailu
     };
     if status.is_forbidden() {
         WatchFailure::Forbidden
-    } else if status.is_not_found() {
+    } else if is_not_served(status) {
         WatchFailure::NotServed
     } else {
         WatchFailure::Other
@@ -119,5 +119,30 @@ impl Signals {
     pub(crate) fn watch_failures(&self) -> Vec<(&'static str, WatchFailure)> {
         let Ok(health) = self.health.lock() else { return vec![] };
         health.iter().filter_map(|entry| entry.failing.map(|failure| (entry.label, failure))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+    use kube::runtime::watcher::Error;
+
+    fn listed(status: Status) -> Error {
+        Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_missing_kind_and_a_group_not_served_at_all_are_both_not_served() {
+        let missing_kind =
+            Status::failure("the server could not find the requested resource", "NotFound").with_code(404);
+        assert_eq!(classify_watch_error(&listed(missing_kind)), WatchFailure::NotServed);
+        // What kube reads from the plain-text body of a group the API server does not serve at all.
+        let missing_group = Status::failure("404 page not found", "Failed to parse error data").with_code(404);
+        assert_eq!(classify_watch_error(&listed(missing_group)), WatchFailure::NotServed);
+        let forbidden = Status::failure("namespaces is forbidden", "Forbidden").with_code(403);
+        assert_eq!(classify_watch_error(&listed(forbidden)), WatchFailure::Forbidden);
+        let unavailable = Status::failure("etcd leader changed", "ServiceUnavailable").with_code(503);
+        assert_eq!(classify_watch_error(&listed(unavailable)), WatchFailure::Other);
     }
 }
