@@ -22,6 +22,9 @@ const CHECK_FIELD_MANAGER: &str = "tiergate-check";
 /// What the cluster answered; `None` where discovery failed or the policy does not need the answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ServedFacts {
+    /// Whether a cluster answered (`--kubeconfig`); from a version alone, Karpenter and the Kueue fields are unknown
+    /// and left out of the report.
+    pub from_cluster: bool,
     /// Which halves of the in-server gate are served (`None`: discovery failed).
     pub admission: Option<AdmissionPolicies>,
     /// Whether `resource.k8s.io/v1` DeviceClasses are served (asked only when the policy renders some).
@@ -58,36 +61,43 @@ pub struct ServedReport {
 /// MutatingAdmissionPolicy from 1.36, DRA's `resource.k8s.io/v1` from 1.34 (asked only when `objects` render
 /// DeviceClasses); Karpenter and the Kueue fields are the cluster's, not the version's, and stay unknown.
 pub fn served_facts_of_version(minor: u32, objects: &[DynamicObject]) -> ServedFacts {
-    let renders_device_classes = objects.iter().any(|object| KueueKind::of(object) == Some(KueueKind::DeviceClass));
     ServedFacts {
         admission: Some(AdmissionPolicies { validating: minor >= 30, mutating: minor >= 36 }),
-        device_classes: renders_device_classes.then_some(minor >= 34),
+        device_classes: renders(objects, KueueKind::DeviceClass).then_some(minor >= 34),
         ..ServedFacts::default()
     }
+}
+
+/// Whether `objects` hold one of `kind`.
+fn renders(objects: &[DynamicObject], kind: KueueKind) -> bool {
+    objects.iter().any(|object| KueueKind::of(object) == Some(kind))
+}
+
+/// The kind of `object` when it is one whose fields the dry-run apply checks: a cluster-scoped Kueue kind.
+fn dry_run_kind(object: &DynamicObject) -> Option<KueueKind> {
+    KueueKind::of(object).filter(|kind| kind.is_kueue() && !kind.namespaced())
 }
 
 /// Asks the cluster behind `client` about each feature `objects` (the policy's rendered cluster-scoped objects)
 /// use; the Kueue objects are applied with `dryRun=All`, so nothing is stored.
 pub async fn fetch_served_facts(client: &Client, objects: &[DynamicObject]) -> ServedFacts {
-    let renders = |kind: KueueKind| objects.iter().any(|object| KueueKind::of(object) == Some(kind));
     let mut facts = ServedFacts {
+        from_cluster: true,
         admission: discover_admission_policies(client).await,
         device_classes: None,
         node_pools: None,
         dropped: Vec::new(),
         unchecked: Vec::new(),
     };
-    if renders(KueueKind::DeviceClass) {
+    if renders(objects, KueueKind::DeviceClass) {
         facts.device_classes = discover_device_classes(client).await;
     }
-    if renders(KueueKind::NodePool) {
+    if renders(objects, KueueKind::NodePool) {
         facts.node_pools = discover_node_pools(client).await;
     }
     let params = PatchParams::apply(CHECK_FIELD_MANAGER).force().dry_run();
     for object in objects {
-        let Some(kind) = KueueKind::of(object).filter(|kind| kind.is_kueue() && !kind.namespaced()) else {
-            continue;
-        };
+        let Some(kind) = dry_run_kind(object) else { continue };
         let name = format!("{} {}", kind.name(), object.name_any());
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
         match api.patch(&object.name_any(), &params, &Patch::Apply(object)).await {
@@ -108,7 +118,6 @@ pub async fn fetch_served_facts(client: &Client, objects: &[DynamicObject]) -> S
 
 /// Judges `facts`, the answers of `source` ("this cluster", "Kubernetes 1.34"), for a policy that renders `objects`.
 pub fn build_served_report(source: &str, objects: &[DynamicObject], facts: &ServedFacts) -> ServedReport {
-    let renders = |kind: KueueKind| objects.iter().any(|object| KueueKind::of(object) == Some(kind));
     let mut verdicts = Vec::new();
     verdicts.push(match facts.admission {
         Some(AdmissionPolicies { validating: true, mutating: true }) => Verdict::Served(
@@ -130,7 +139,7 @@ pub fn build_served_report(source: &str, objects: &[DynamicObject], facts: &Serv
             "in-server gate: could not list admissionregistration.k8s.io/v1 (see the log line above)".to_owned(),
         ),
     });
-    if renders(KueueKind::DeviceClass) {
+    if renders(objects, KueueKind::DeviceClass) {
         verdicts.push(match facts.device_classes {
             Some(true) => Verdict::Served("DRA GPU classes: resource.k8s.io/v1 deviceclasses served".to_owned()),
             Some(false) => Verdict::Fail(
@@ -141,7 +150,7 @@ pub fn build_served_report(source: &str, objects: &[DynamicObject], facts: &Serv
             None => Verdict::Note("DRA GPU classes: could not list resource.k8s.io/v1".to_owned()),
         });
     }
-    if renders(KueueKind::NodePool) && source == THIS_CLUSTER {
+    if renders(objects, KueueKind::NodePool) && facts.from_cluster {
         verdicts.push(match facts.node_pools {
             Some(true) => Verdict::Served("Karpenter templates: karpenter.sh/v1 nodepools served".to_owned()),
             Some(false) => Verdict::Fail(
@@ -166,11 +175,8 @@ pub fn build_served_report(source: &str, objects: &[DynamicObject], facts: &Serv
             Verdict::Note(format!("{object}: not checked, the dry-run apply failed: {answer}"))
         });
     }
-    let checked = objects
-        .iter()
-        .filter(|object| KueueKind::of(object).is_some_and(|kind| kind.is_kueue() && !kind.namespaced()))
-        .count();
-    if facts.dropped.is_empty() && facts.unchecked.is_empty() && checked > 0 && source == THIS_CLUSTER {
+    let checked = objects.iter().filter_map(dry_run_kind).count();
+    if facts.dropped.is_empty() && facts.unchecked.is_empty() && checked > 0 && facts.from_cluster {
         verdicts.push(Verdict::Served(format!(
             "Kueue objects: the installed CRDs keep every field of the {checked} cluster-scoped objects (dry-run apply)"
         )));
@@ -221,6 +227,7 @@ mod tests {
     #[test]
     fn a_cluster_before_1_34_notes_the_mutating_half_and_fails_dra_classes() {
         let facts = ServedFacts {
+            from_cluster: true,
             admission: Some(AdmissionPolicies { validating: true, mutating: false }),
             device_classes: Some(false),
             ..ServedFacts::default()
@@ -248,6 +255,7 @@ mod tests {
     #[test]
     fn a_field_the_kueue_crd_drops_fails_naming_the_object_and_path_and_a_forbidden_dry_run_is_a_note() {
         let facts = ServedFacts {
+            from_cluster: true,
             admission: Some(AdmissionPolicies { validating: true, mutating: true }),
             device_classes: Some(true),
             dropped: vec![("ClusterQueue tiergate-gold".to_owned(), vec!["spec.admissionScope".to_owned()])],
@@ -258,6 +266,7 @@ mod tests {
         let text = report.to_text();
         assert!(text.contains("FAIL ClusterQueue tiergate-gold: the installed Kueue CRD drops spec.admissionScope"));
         let forbidden = ServedFacts {
+            from_cluster: true,
             admission: Some(AdmissionPolicies { validating: true, mutating: true }),
             device_classes: Some(true),
             unchecked: vec![("ClusterQueue tiergate-gold".to_owned(), "forbidden".to_owned(), false)],

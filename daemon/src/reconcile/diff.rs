@@ -30,6 +30,12 @@ impl ApplyNeed {
     }
 }
 
+/// The hash of the body `object` was rendered from (`tiergate.io/applied-hash`, set by
+/// [`super::desired::build_desired_set`]).
+pub fn applied_hash(object: &DynamicObject) -> Option<&str> {
+    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
+}
+
 /// Compares `desired` (hash-labelled by [`super::desired::build_desired_set`]) with the cached `live` object.
 pub fn build_apply_need(desired: &DynamicObject, live: Option<&LiveObject>) -> ApplyNeed {
     build_apply_need_knowing_dropped(desired, live, &[])
@@ -46,8 +52,7 @@ pub fn build_apply_need_knowing_dropped(
     let Some(live) = live else {
         return ApplyNeed::Missing;
     };
-    let desired_hash = desired.metadata.labels.as_ref().and_then(|labels| labels.get(APPLIED_HASH_LABEL));
-    if desired_hash.map(String::as_str) != live.label(APPLIED_HASH_LABEL) {
+    if applied_hash(desired) != live.label(APPLIED_HASH_LABEL) {
         return ApplyNeed::Changed;
     }
     let labels_contained =

@@ -45,10 +45,10 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 
 use self::desired::{DesiredSet, build_desired_set, desired_cluster_objects, desired_local_queues, policy_problems};
-use self::diff::{ApplyNeed, build_apply_need_knowing_dropped};
+use self::diff::{applied_hash, build_apply_need, build_apply_need_knowing_dropped};
 use self::discovery::discover_kueue;
 use self::fleet::health::FleetHealth;
-use self::kinds::{APPLIED_HASH_LABEL, KueueKind, display_name};
+use self::kinds::{KueueKind, display_name};
 use self::lease::WriteGate;
 use self::live::LiveObject;
 use self::status::StatusInput;
@@ -666,8 +666,8 @@ impl Applied {
 pub(super) type SentBodies = HashSet<(Option<String>, String, String)>;
 
 fn sent_key(object: &DynamicObject) -> Option<(Option<String>, String, String)> {
-    let hash = object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL)?;
-    Some((object.metadata.namespace.clone(), object.name_any(), hash.clone()))
+    let hash = applied_hash(object)?;
+    Some((object.metadata.namespace.clone(), object.name_any(), hash.to_owned()))
 }
 
 /// Streams the desired LocalQueues: each is built, compared with the cache, applied if needed and dropped, so
@@ -712,10 +712,13 @@ async fn apply_kind(
                     return None;
                 }
                 let live = live_object(ctx, kind, &object);
-                let need = ctx.dropped.lock().map_or(ApplyNeed::Drifted, |dropped| {
-                    let known = dropped.known(&object_key(kind, &object), applied_hash(&object));
-                    build_apply_need_knowing_dropped(&object, live.as_deref(), known)
-                });
+                let need = match ctx.dropped.lock() {
+                    Ok(dropped) => {
+                        let known = dropped.known(&object_key(kind, &object), applied_hash(&object));
+                        build_apply_need_knowing_dropped(&object, live.as_deref(), known)
+                    }
+                    Err(_) => build_apply_need(&object, live.as_deref()),
+                };
                 need.needs_write().then_some(Ok((object, need)))
             }
             Err(error) => Some(Err(error)),
@@ -752,24 +755,23 @@ fn object_key(kind: KueueKind, object: &DynamicObject) -> dropped::ObjectKey {
     dropped::ObjectKey { kind, namespace: object.namespace(), name: object.name_any() }
 }
 
-fn applied_hash(object: &DynamicObject) -> Option<&str> {
-    object.metadata.labels.as_ref()?.get(APPLIED_HASH_LABEL).map(String::as_str)
-}
-
 /// Records which fields (`dropped`, empty when none) the API server left out of `object` when applying it: warns
-/// once per object and body, and keeps the `kueue_field_dropped` blocker naming every such object.
+/// once per object and body, and keeps the `kueue_field_dropped` blocker naming every such object (updated only when
+/// the memory changed, so the usual apply that keeps every field costs a lock and no more).
 fn record_dropped_fields(ctx: &Context, kind: KueueKind, object: &DynamicObject, dropped: Vec<String>) {
     let Ok(mut memory) = ctx.dropped.lock() else { return };
     let hash = applied_hash(object).map(str::to_owned);
     let fields = dropped.join(", ");
-    if memory.record(object_key(kind, object), hash, dropped) == dropped::DroppedChange::Newly {
-        tracing::warn!(
+    match memory.record(object_key(kind, object), hash, dropped) {
+        dropped::DroppedChange::Same => return,
+        dropped::DroppedChange::Newly => tracing::warn!(
             kind = kind.name(),
             name = %display_name(object),
             %fields,
             "the API server dropped fields tiergate applied (the installed CRD does not know them); the object runs \
              without them and is not re-applied until the policy changes"
-        );
+        ),
+        dropped::DroppedChange::Converged => {}
     }
     ctx.blockers.update(BlockedReason::KueueFieldDropped, memory.describe());
 }

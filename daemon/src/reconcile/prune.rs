@@ -32,18 +32,20 @@ pub(super) struct Wanted {
 impl Wanted {
     /// Whether the object `key` names is still wanted.
     pub(super) fn contains_key(&self, key: &super::dropped::ObjectKey) -> bool {
-        match &key.namespace {
-            Some(namespace) if key.kind == KueueKind::LocalQueue => self.local_queues.get(namespace) == Some(&key.name),
-            _ => self.cluster.contains(&(key.kind, key.name.clone())),
-        }
+        self.wants(key.kind, key.namespace.as_deref(), &key.name)
     }
 
     fn contains(&self, object: &LiveObject) -> bool {
-        match &object.namespace {
-            Some(namespace) if object.kind == KueueKind::LocalQueue => {
-                self.local_queues.get(namespace) == Some(&object.name)
+        self.wants(object.kind, object.namespace.as_deref(), &object.name)
+    }
+
+    /// The LocalQueue wanted in `namespace`, or a wanted cluster-scoped object of `kind`.
+    fn wants(&self, kind: KueueKind, namespace: Option<&str>, name: &str) -> bool {
+        match namespace {
+            Some(namespace) if kind == KueueKind::LocalQueue => {
+                self.local_queues.get(namespace).is_some_and(|wanted| wanted == name)
             }
-            _ => self.cluster.contains(&(object.kind, object.name.clone())),
+            _ => self.cluster.contains(&(kind, name.to_owned())),
         }
     }
 }

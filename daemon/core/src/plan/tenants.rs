@@ -135,8 +135,8 @@ pub fn kueue_usage_truncation_warning(spec: &TierPolicySpec) -> Option<String> {
         return None;
     }
     let sharing = settings(spec);
-    let half_life = crate::syntax::go_duration_nanos(&sharing.usage_half_life)?;
-    let interval = crate::syntax::go_duration_nanos(&sharing.usage_sampling_interval).filter(|nanos| *nanos > 0)?;
+    let half_life = go_duration_nanos(&sharing.usage_half_life)?;
+    let interval = go_duration_nanos(&sharing.usage_sampling_interval).filter(|nanos| *nanos > 0)?;
     let ratio = half_life / interval;
     (ratio > KUEUE_TRUNCATION_RATIO).then(|| {
         format!(
