@@ -85,16 +85,12 @@ pub fn run_time_seconds(text: &str) -> Result<u32, RunTimeError> {
         .ok_or(RunTimeError::TooLong { text: owned() })
 }
 
-/// `seconds` as a Go duration: `14400` -> `4h`, `5400` -> `1h30m`, `90` -> `1m30s`.
+/// `seconds` as a Go duration: `14400` -> `4h`, `5400` -> `1h30m`, `90` -> `1m30s` (jiff's compact friendly
+/// format, which writes hours as the largest unit of a duration).
 pub fn format_run_time(seconds: u32) -> String {
-    let (hours, minutes, rest) = (seconds / 3600, seconds / 60 % 60, seconds % 60);
-    let mut text = String::new();
-    for (value, unit) in [(hours, "h"), (minutes, "m"), (rest, "s")] {
-        if value > 0 {
-            text.push_str(&format!("{value}{unit}"));
-        }
-    }
-    if text.is_empty() { "0s".to_owned() } else { text }
+    use jiff::fmt::friendly::{Designator, Spacing, SpanPrinter};
+    let printer = SpanPrinter::new().designator(Designator::Compact).spacing(Spacing::None);
+    printer.duration_to_string(&jiff::SignedDuration::from_secs(i64::from(seconds)))
 }
 
 /// The seconds a `kueue.x-k8s.io/max-exec-time-seconds` value stands for, when Kueue can use it: a positive whole
@@ -183,6 +179,7 @@ mod tests {
         assert_eq!(format_run_time(5_400), "1h30m");
         assert_eq!(format_run_time(90), "1m30s");
         assert_eq!(format_run_time(3_601), "1h1s");
+        assert_eq!(format_run_time(86_400), "24h", "hours are the largest unit, as in Go");
         for seconds in [1, 59, 61, 3_599, 86_400, MAX_RUN_TIME_SECONDS] {
             assert_eq!(run_time_seconds(&format_run_time(seconds)), Ok(seconds), "{seconds}");
         }
