@@ -231,6 +231,14 @@ fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
         );
     // The Job must exist in the caches and the Pod be written by a controller (issue 13: an owner reference is
     // verified, never trusted on its word).
+    let (_, decision) = decide_as_the_job_controller_of_train(&pod);
+    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
+    assert!(decision.reasons.iter().any(|reason| reason.contains("Job ml-team-dev/train")));
+}
+
+/// The decision on creating `pod` (owned by Job ml-team-dev/train, uid 1) as the job controller, with that Job in
+/// the caches, so its owner reference is verified.
+fn decide_as_the_job_controller_of_train(pod: &Workload) -> (Request, Decision) {
     let job = tiergate::owners::OwnerRecord {
         kind: tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" },
         namespace: "ml-team-dev".into(),
@@ -243,8 +251,7 @@ fn pod_of_a_verified_job_keeps_the_class_its_job_was_admitted_with() {
     let mut request = pod.create();
     request.user_info.username = Some("system:serviceaccount:kube-system:job-controller".into());
     let decision = mutate(&request, &snapshot, &AdmissionInputs::default());
-    assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
-    assert!(decision.reasons.iter().any(|reason| reason.contains("Job ml-team-dev/train")));
+    (request, decision)
 }
 
 #[test]
@@ -380,18 +387,7 @@ fn a_pod_of_a_verified_job_is_left_to_its_jobs_run_time_limit() {
             "/metadata/ownerReferences",
             json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "1", "controller": true}]),
         );
-    let job = tiergate::owners::OwnerRecord {
-        kind: tiergate::owners::OwnerKind { group: "batch", version: "v1", kind: "Job" },
-        namespace: "ml-team-dev".into(),
-        name: "train".into(),
-        uid: "1".into(),
-        controller_uid: None,
-    };
-    let mut snapshot = snapshot_with(policy());
-    snapshot.owners = Some(std::sync::Arc::new(tiergate::owners::OwnerIndex::build([std::sync::Arc::new(job)])));
-    let mut request = pod.create();
-    request.user_info.username = Some("system:serviceaccount:kube-system:job-controller".into());
-    let decision = mutate(&request, &snapshot, &AdmissionInputs::default());
+    let (request, decision) = decide_as_the_job_controller_of_train(&pod);
     assert_eq!(decision.verdict, Verdict::Allow, "{:?}", decision.reasons);
     assert_eq!(patched(&request, &decision)["metadata"]["labels"][RUN_TIME], "86400");
     // The same pod without a verified owner is queued by its own label, so it is held to bronze's ceiling.
