@@ -36,8 +36,9 @@ pub const GATE_MARKS: [&str; 4] = [QUEUE_WAS_MARK, CLASS_ADDED_MARK, PRIORITY_WA
 /// `primary` is the class the policies add (the tier's `gpuClass`). The queue label and the priority label get
 /// their marked values back (an empty queue mark removes the label); on each marked template, the class's node
 /// labels are taken out of `nodeSelector` where they have the class's value, and the class's tolerations out of
-/// `tolerations`; the run-time label is removed where the mark names a place of the kind. Every mark is removed. A map or list emptied stays, empty: the request object may be a lean view
-/// (`lean_request`) that leaves out fields of the same map, and the difference to it becomes the patch.
+/// `tolerations`; the run-time label is removed where the mark names a place of the kind. Every mark is removed. A
+/// map or list emptied stays, empty: the request object may be a lean view (`lean_request`) that leaves out fields of
+/// the same map, and the difference to it becomes the patch.
 pub fn undo_gate_edits(object: &Value, adapter: &WorkloadAdapter, primary: Option<&GpuClass>) -> Option<Value> {
     let annotations = object.lookup("/metadata/annotations").and_then(Value::as_object)?;
     let marks: Vec<(&str, &str)> = GATE_MARKS
