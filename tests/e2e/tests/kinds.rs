@@ -44,6 +44,11 @@ struct KindCase {
     /// The name in Kueue's `integrations.frameworks`.
     framework: &'static str,
     sample: &'static str,
+    /// Fields the kind's own controller webhook defaults, which the plane does not run, as (field under `spec`,
+    /// value) set where the sample leaves them out. Kueue's LeaderWorkerSet webhook re-serialises the object from
+    /// its Go types, writing `spec.rolloutStrategy.type: ""`; in a cluster LeaderWorkerSet's webhook (called after
+    /// Kueue's) defaults it to `RollingUpdate`, without it the API server refuses the empty value.
+    own_controller_defaults: &'static [(&'static str, &'static str, &'static str)],
 }
 
 const CASES: &[KindCase] = &[
@@ -55,6 +60,7 @@ const CASES: &[KindCase] = &[
         plural: "rayjobs",
         framework: "ray.io/rayjob",
         sample: "rayjob-bronze.yaml",
+        own_controller_defaults: &[],
     },
     KindCase {
         crd_file: "kubeflow.org_pytorchjobs.yaml",
@@ -64,6 +70,7 @@ const CASES: &[KindCase] = &[
         plural: "pytorchjobs",
         framework: "kubeflow.org/pytorchjob",
         sample: "pytorchjob-bronze.yaml",
+        own_controller_defaults: &[],
     },
     KindCase {
         crd_file: "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
@@ -73,6 +80,7 @@ const CASES: &[KindCase] = &[
         plural: "leaderworkersets",
         framework: "leaderworkerset.x-k8s.io/leaderworkerset",
         sample: "lws-bronze.yaml",
+        own_controller_defaults: &[("rolloutStrategy", "type", "RollingUpdate")],
     },
 ];
 
@@ -167,6 +175,13 @@ fn sample(case: &KindCase, namespace: &str) -> Result<DynamicObject, HarnessErro
     let mut value: serde_json::Value =
         serde_saphyr::from_str(&text).map_err(|error| format!("failed to parse {}: {error}", path.display()))?;
     value["metadata"]["namespace"] = namespace.into();
+    for (field, key, default) in case.own_controller_defaults {
+        let spec = value.get_mut("spec").and_then(serde_json::Value::as_object_mut).ok_or("the sample has no spec")?;
+        let parent = spec.entry(*field).or_insert_with(|| serde_json::json!({}));
+        if let Some(parent) = parent.as_object_mut() {
+            parent.entry(*key).or_insert_with(|| (*default).into());
+        }
+    }
     Ok(serde_json::from_value(value)?)
 }
 
