@@ -120,6 +120,7 @@ fn converged(policy: &TierPolicy, namespaces: usize) -> (Vec<DynamicObject>, Tie
         shrunk_tiers: vec![],
         mutating_policies_served: None,
         validating_policies_served: None,
+        quota_windows: Vec::new(),
     };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     let mut policy = policy.clone();

@@ -423,6 +423,11 @@ pub struct RenderArgs {
     /// Without it these go to stderr.
     #[arg(long = "kueue-config", env = "TIERGATE_KUEUE_CONFIG")]
     pub kueue_config: bool,
+    /// Render the quotas in force at this instant, RFC 3339 (e.g. `2026-12-24T20:00:00+01:00`) or `now`: each tier's
+    /// quota window in force then applied, as the daemon would apply it (default: the base `quotas`; the tiers'
+    /// windows are named on stderr).
+    #[arg(long = "at", env = "TIERGATE_AT", value_name = "INSTANT")]
+    pub at: Option<String>,
 }
 
 /// `tiergate render --gate`.

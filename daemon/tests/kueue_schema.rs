@@ -597,3 +597,50 @@ fn the_queues_and_flavors_of_a_flavor_migration_are_accepted_by_their_kueue_crds
     let kept = desired.iter().filter(|object| object.metadata.name.as_deref() == Some("retired-0")).count();
     assert_eq!(kept, 1, "the retired flavor is kept once, however many queues hold it");
 }
+
+/// The ClusterQueues a quota window puts in force (nominal, borrowing and lending limits changed on a tier of a
+/// cohort, the GPU quota of a tier with placement rules raised) are accepted by Kueue's CRD, and carry the window's
+/// values.
+#[test]
+fn the_queues_of_a_quota_window_in_force_are_accepted_by_the_kueue_crd() {
+    use tiergate::plan::quota_windows::build_windows_in_force;
+    use tiergate::validation::validate_policy;
+
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../samples/spot-mix");
+    let mut policy = load_policy(Some(&dir.join("policy.yaml"))).unwrap();
+    let window = |tier: &str, quotas: Value| -> tiergate::policy::QuotaWindow {
+        serde_json::from_value(json!({
+            "name": format!("{tier}-burst"),
+            "once": {"begin": "2026-12-02T10:00:00Z", "end": "2026-12-02T11:00:00Z"},
+            "quotas": quotas,
+        }))
+        .unwrap()
+    };
+    for tier in &mut policy.spec.tiers {
+        let quotas = match tier.name.as_str() {
+            "gold" => json!({"nvidia.com/gpu": {"nominal": "40", "borrowingLimit": "4", "lendingLimit": "8"}}),
+            "silver" => json!({"nvidia.com/gpu": {"borrowingLimit": "0"}, "cpu": {"nominal": "300"}}),
+            _ => json!({"nvidia.com/gpu": {"nominal": "24"}}),
+        };
+        tier.quota_windows = vec![window(&tier.name.clone(), quotas)];
+    }
+    validate_policy(&policy).unwrap();
+    let windows = build_windows_in_force(&policy.spec, "2026-12-02T10:30:00Z".parse().unwrap());
+    assert!(windows.tiers.iter().all(|tier| tier.in_force.is_some()), "{:?}", windows.tiers);
+    let mut in_force = policy.clone();
+    in_force.spec = windows.spec;
+    let view = load_cluster_view(&dir.join("cluster.yaml")).unwrap();
+    let objects = desired(&in_force, &view).to_values().unwrap();
+    let checker = Checker::new();
+    for object in objects.iter().filter(|object| object["kind"] == "ClusterQueue") {
+        let errors = checker.all_errors(object);
+        assert!(errors.is_empty(), "ClusterQueue {}: {errors:#?}", object["metadata"]["name"]);
+    }
+    let gold = object_of_kind(&objects, "ClusterQueue", "tiergate-gold");
+    let resources = gold["spec"]["resourceGroups"][0]["flavors"][0]["resources"].as_array().unwrap();
+    let gpu = resources.iter().find(|resource| resource["name"] == "nvidia.com/gpu").unwrap();
+    assert_eq!(
+        (&gpu["nominalQuota"], &gpu["borrowingLimit"], &gpu["lendingLimit"]),
+        (&json!("40"), &json!("4"), &json!("8"))
+    );
+}

@@ -12,6 +12,7 @@ pub mod gate;
 pub mod names;
 pub mod nodepools;
 pub mod quota;
+pub mod quota_windows;
 pub mod tenants;
 pub mod topology;
 

@@ -5,6 +5,7 @@
 
 pub mod cohorts;
 pub mod karpenter;
+pub mod quota_windows;
 pub mod run_time;
 
 use std::collections::BTreeMap;
@@ -20,6 +21,7 @@ use crate::labels::LabelLookup;
 
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
+pub use self::quota_windows::{OnceWindow, QuotaWindow, RecurringWindow, TierQuotaWindowStatus, Weekday, WindowQuota};
 pub use self::run_time::{MaxRunTime, RunTimeLimits};
 
 /// Namespace label that names a namespace's tier when the policy does not say otherwise.
@@ -302,6 +304,11 @@ pub struct Tier {
     pub fallback_gpu_classes: Vec<String>,
     /// Quota per resource name (the GPU resource is required; `cpu` and `memory` are usual).
     pub quotas: BTreeMap<String, ResourceQuota>,
+    /// Times the tier's quota differs from `quotas`: recurring (days and times in a time zone) or once (two
+    /// instants). When several are in force, a `once` window wins over a `recurring` one, then the later entry. See
+    /// docs/guides/quota-windows.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota_windows: Vec<QuotaWindow>,
     /// Kueue cohort the tier's ClusterQueue joins (required for borrowing): a `spec.cohorts` entry, or any name
     /// when `spec.cohorts` is empty (a flat cohort).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -769,6 +776,9 @@ pub struct TierPolicyStatus {
     /// Flavors a ClusterQueue keeps, frozen at what its workloads hold, after a policy edit moved its tier off them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flavor_migrations: Vec<FlavorMigration>,
+    /// Per tier with quota windows: the window in force and when the quota next changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota_windows: Vec<TierQuotaWindowStatus>,
 }
 
 /// A flavor draining from a ClusterQueue: kept until the workloads admitted on it finish, then removed.

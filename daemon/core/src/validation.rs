@@ -14,6 +14,7 @@ mod karpenter;
 pub use crate::syntax as names;
 pub mod quantity;
 pub mod quota;
+mod quota_windows;
 mod run_time;
 mod tenants;
 pub mod topology;
@@ -202,6 +203,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     karpenter::check_karpenter(spec, problems);
     tenants::check_tenant_fair_sharing(spec, problems);
     run_time::check_run_times(spec, problems);
+    quota_windows::check_quota_windows(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

@@ -5,6 +5,7 @@
 pub use tiergate_kueue::read as kueue;
 pub mod karpenter;
 pub mod provisioning;
+pub mod quota_windows;
 pub mod sharing;
 pub mod status;
 pub mod table;

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use super::kueue::KueueCohort;
 use super::kueue::{KueueClusterQueue, KueueLocalQueue, quantity_text};
+use super::quota_windows::{QuotaWindowStatus, build_quota_window_rows, render_quota_window_table};
 use super::sharing::{CohortStatus, amount_text, build_cohort_statuses, lent_by_tier};
 use super::table::render_table;
 use crate::check::{NodePool, pool_rejection};
@@ -83,6 +84,9 @@ pub struct StatusAnswer {
     /// One entry per declared cohort and resource (`spec.cohorts` order).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cohorts: Vec<CohortStatus>,
+    /// Per tier with quota windows: the window and quota in force, and the next change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quota_windows: Vec<QuotaWindowStatus>,
 }
 
 /// A TierPolicy status condition.
@@ -258,6 +262,7 @@ pub fn build_status_answer(inputs: &StatusInputs<'_>) -> Result<StatusAnswer, St
         not_served: build_not_served_note(policy, inputs.other_policies),
         tiers,
         cohorts: build_cohort_statuses(&policy.spec, inputs.cluster_queues, inputs.cohorts),
+        quota_windows: build_quota_window_rows(policy, inputs.tier),
     })
 }
 
@@ -508,6 +513,7 @@ impl StatusAnswer {
             ));
             out.push('\n');
         }
+        out.push_str(&render_quota_window_table(&self.quota_windows));
         let _ = writeln!(out, "TierPolicy {}:", self.policy);
         if let Some(note) = &self.not_served {
             let _ = writeln!(out, "  NOT SERVED: {note}");

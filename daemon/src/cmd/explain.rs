@@ -6,10 +6,12 @@ use std::process::ExitCode;
 use serde_json::Value;
 
 use super::CmdError;
-use crate::admission::{Decision, Verdict, build_request, build_static_snapshot, decide_review};
+use crate::admission::{Decision, TIER_ANNOTATION, Verdict, build_request, build_static_snapshot, decide_review};
 use crate::cli::{Exit, ExplainArgs};
 use crate::inputs::{load_cluster_view, read_file, yaml_message};
 use crate::placement::PlacementLedger;
+use crate::plan::quota_windows::describe_window;
+use crate::policy::TierPolicySpec;
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
@@ -31,6 +33,7 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
         _ => Some(object.clone()),
     };
     let request = build_request(object).map_err(|error| format!("{}: {error}", args.workload.display()))?;
+    let spec = policy.spec.clone();
     let snapshot = build_static_snapshot(policy, view, None);
     if args.cluster.is_none() {
         eprintln!("note: no --cluster given, so no namespace has a tier; pass the cluster view to see tier decisions");
@@ -40,11 +43,35 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     let scorer = Scorer::default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
-    super::write_stdout(&render(&decision, original.as_ref())?)?;
+    let mut report = render(&decision, original.as_ref())?;
+    if let Some(note) = decision.object.as_ref().and_then(|object| build_quota_window_note(&spec, object)) {
+        report.push_str(&note);
+    }
+    super::write_stdout(&report)?;
     Ok(match decision.verdict {
         Verdict::Deny { .. } | Verdict::Invalid { .. } | Verdict::Failed { closed: true, .. } => Exit::Denied.into(),
         _ => Exit::Success.into(),
     })
+}
+
+/// When the workload's tier (its `tiergate.io/tier` annotation after the decision) has quota windows: which, and that
+/// whether Kueue admits it at once depends on the quota in force.
+fn build_quota_window_note(spec: &TierPolicySpec, object: &Value) -> Option<String> {
+    let tier = object
+        .pointer("/metadata/annotations")
+        .and_then(|annotations| annotations.get(TIER_ANNOTATION))
+        .and_then(Value::as_str)?;
+    let tier = spec.tier(tier).filter(|tier| !tier.quota_windows.is_empty())?;
+    let mut note = format!(
+        "quota windows: tier {}'s quota changes with its windows (a one-off window wins over a recurring one, then \
+         the later entry); whether Kueue admits the workload at once depends on the quota in force \
+         (`kubectl tiergate status --tier {}`):\n",
+        tier.name, tier.name
+    );
+    for window in &tier.quota_windows {
+        note.push_str(&format!("  - {}\n", describe_window(window)));
+    }
+    Some(note)
 }
 
 /// The report: verdict, reasons, warnings, the JSON patch and the resulting object as YAML.

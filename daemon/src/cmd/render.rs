@@ -4,11 +4,14 @@
 //! `# cluster: <name>` line, each worker from its own `--worker-view NAME=FILE` (default: the `--cluster` view).
 //! The Kueue Configuration fragment DRA classes need goes to stderr (`--kueue-config`: alone, to stdout). The
 //! in-server gate is the one the target API server serves: `--gate`, else by `--kubernetes-version`, else by the
-//! version `--kubeconfig`'s API server reports (`GET /version`), else 1.36's, said on stderr.
+//! version `--kubeconfig`'s API server reports (`GET /version`), else 1.36's, said on stderr. Quota windows: the base
+//! quotas, or with `--at` the quotas in force at that instant.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
+
+use k8s_openapi::jiff::Timestamp;
 
 use super::CmdError;
 use crate::cli::{Exit, GateArg, KubernetesVersion, OutputFormat, RenderArgs};
@@ -17,6 +20,7 @@ use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
+use crate::plan::quota_windows::{build_windows_in_force, parse_instant};
 use crate::plan::tenants::{kueue_admission_fair_sharing, kueue_usage_truncation_warning};
 use crate::policy::TierPolicy;
 use crate::trust::find_installed_operators;
@@ -38,9 +42,44 @@ fn note_installed_operators(policy: &TierPolicy, view: &ClusterView) {
     );
 }
 
+/// The policy with the quota windows in force at `--at` applied, said on stderr; without `--at`, the policy as written
+/// (its base quotas) and a note naming the tiers' windows.
+fn build_policy_at(policy: TierPolicy, at: Option<&str>) -> Result<TierPolicy, CmdError> {
+    let Some(at) = at else {
+        for tier in policy.spec.tiers.iter().filter(|tier| !tier.quota_windows.is_empty()) {
+            let names: Vec<&str> = tier.quota_windows.iter().map(|window| window.name.as_str()).collect();
+            eprintln!(
+                "note: tier {} has quota windows [{}]; rendered with its base quotas (--at now, or --at an RFC 3339 \
+                 instant, renders the quotas in force then)",
+                tier.name,
+                names.join(", ")
+            );
+        }
+        return Ok(policy);
+    };
+    let instant = if at == "now" {
+        Timestamp::now()
+    } else {
+        parse_instant(at).ok_or_else(|| {
+            format!("failed to read --at {at:?}: not `now` or an RFC 3339 instant such as 2026-12-24T20:00:00+01:00")
+        })?
+    };
+    let windows = build_windows_in_force(&policy.spec, instant);
+    for tier in &windows.tiers {
+        let in_force = tier.in_force.as_deref().map_or("its base quotas".to_owned(), |name| format!("window {name:?}"));
+        let next = match (tier.next_change, &tier.next_in_force) {
+            (Some(change), Some(next)) => format!("window {next:?} from {change}"),
+            (Some(change), None) => format!("its base quotas from {change}"),
+            (None, _) => "no change within two weeks".to_owned(),
+        };
+        eprintln!("note: at {instant}, tier {} has {in_force} in force; then {next}", tier.tier);
+    }
+    Ok(TierPolicy { spec: windows.spec, ..policy })
+}
+
 /// Runs `tiergate render`.
 pub fn run(args: RenderArgs) -> Result<ExitCode, CmdError> {
-    let policy = super::load_valid_policy(args.policy.as_deref())?;
+    let policy = build_policy_at(super::load_valid_policy(args.policy.as_deref())?, args.at.as_deref())?;
     let view = match (&args.policy, &args.cluster) {
         (_, Some(path)) => Some(load_cluster_view(path)?),
         (None, None) => Some(parse_cluster_view(SAMPLE_CLUSTER, "embedded sample cluster view")?),

@@ -19,6 +19,7 @@ pub mod lease;
 pub mod migration;
 pub mod monitor;
 mod prune;
+mod quota_windows;
 pub mod requeue;
 pub mod runtime;
 pub mod status;
@@ -255,6 +256,10 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         return reject_policy(policy, ctx, &problems.join("; ")).await;
     }
     ctx.blockers.clear(BlockedReason::PolicyInvalid);
+    // Everything below translates the quotas in force now; the requeue at the end runs again at the next change.
+    let (in_force, windows) = quota_windows::build_policy_in_force(policy, k8s_openapi::jiff::Timestamp::now());
+    let policy = in_force.as_ref();
+    let window_status = windows.to_status();
     if !ctx.kueue_discovered.load(Ordering::Relaxed) {
         discover_kueue(&ctx.client).await?;
         discover_gate_mode(ctx).await;
@@ -330,7 +335,11 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         }
         Err(error) => return reject_policy(policy, ctx, &error.to_string()).await,
     };
-    let shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
+    let mut shrunk_tiers = crate::plan::quota::shrunk_tiers(&policy.spec, |name| live_cluster_queue(ctx, name));
+    // A window that closes shrinks the quota on purpose: its Event says so, not `QuotaReduced`.
+    let previous_windows = policy.status.as_ref().map(|status| status.quota_windows.as_slice()).unwrap_or_default();
+    let window_changes = quota_windows::changed_tiers(previous_windows, &window_status);
+    shrunk_tiers.retain(|tier| !window_changes.contains(&tier.as_str()));
     let mut applied = Applied::default();
     // The in-server gate first: from a fresh install (or a restored cluster) until the API server enforces it, a GPU
     // workload the webhook does not answer for is stored unconstrained, so nothing may delay it (the LocalQueues of
@@ -366,6 +375,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         ctx.metrics.owned_objects.get_or_create(&KindLabels { kind: kind.name() }).set(i64::from(count));
     }
     events::publish_outcome_events(ctx, policy, &applied, &retired).await;
+    quota_windows::publish_window_events(ctx, policy, &policy.spec, &window_status).await;
     // Cleared before the status is written, so a converged status carries no stale `Blocked` condition.
     for reason in RECONCILE_BLOCKERS {
         ctx.blockers.clear(reason);
@@ -378,10 +388,12 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         shrunk_tiers,
         mutating_policies_served: served(&ctx.mutating_policies),
         validating_policies_served: served(&ctx.validating_policies),
+        quota_windows: window_status,
     };
     writes::write_status(ctx, policy, &input).await?;
     let waiting = retired.draining > 0 || !draining.is_empty() || retiring > 0;
-    Ok(Action::requeue(if waiting { DRAIN_RECHECK } else { RESYNC }))
+    let usual = if waiting { DRAIN_RECHECK } else { RESYNC };
+    Ok(Action::requeue(quota_windows::build_requeue(usual, &windows, k8s_openapi::jiff::Timestamp::now())))
 }
 
 /// `Context::mutating_policies`: discovery has not answered (yet, or this time).

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::blockers::Blocker;
 use crate::plan::gate::GateMode;
-use crate::policy::{FlavorMigration, QueueMigration, TierPolicyStatus};
+use crate::policy::{FlavorMigration, QueueMigration, TierPolicyStatus, TierQuotaWindowStatus};
 
 /// Condition type: the policy is applied as written.
 pub const READY: &str = "Ready";
@@ -55,6 +55,8 @@ pub enum StatusInput {
         /// Whether it serves ValidatingAdmissionPolicy (`None`: unknown); `Some(false)` leaves the policy without
         /// its gate, and says so in `Degraded` and `InServerGate`.
         validating_policies_served: Option<bool>,
+        /// Per tier with quota windows, the window in force and the next change (`status.quotaWindows`).
+        quota_windows: Vec<TierQuotaWindowStatus>,
     },
     /// The policy is invalid; the last applied state stays in the cluster.
     Invalid {
@@ -85,6 +87,7 @@ pub fn build_status(
             migrations,
             flavor_migrations,
             validating_policies_served,
+            quota_windows,
             ..
         } => {
             let ready = ("True", "Applied".to_owned(), format!("{tier_count} tiers applied"));
@@ -113,6 +116,7 @@ pub fn build_status(
                 object_counts: object_counts.clone(),
                 queue_migrations: migrations.clone(),
                 flavor_migrations: flavor_migrations.clone(),
+                quota_windows: quota_windows.clone(),
                 last_error: None,
                 ..TierPolicyStatus::default()
             };
@@ -307,6 +311,7 @@ mod tests {
             shrunk_tiers: vec![],
             mutating_policies_served: None,
             validating_policies_served: None,
+            quota_windows: Vec::new(),
         }
     }
 
@@ -319,6 +324,7 @@ mod tests {
             shrunk_tiers: tiers.iter().map(|tier| (*tier).to_owned()).collect(),
             mutating_policies_served: None,
             validating_policies_served: None,
+            quota_windows: Vec::new(),
         }
     }
 
@@ -355,6 +361,7 @@ mod tests {
             shrunk_tiers: Vec::new(),
             mutating_policies_served: None,
             validating_policies_served: None,
+            quota_windows: Vec::new(),
         };
         let status = build_status(None, Some(2), &draining, &at(0));
         assert_eq!(status.flavor_migrations, vec![drain]);
@@ -382,6 +389,7 @@ mod tests {
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(false),
             validating_policies_served: Some(true),
+            quota_windows: Vec::new(),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
@@ -407,6 +415,7 @@ mod tests {
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
             validating_policies_served: Some(true),
+            quota_windows: Vec::new(),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);
@@ -428,6 +437,7 @@ mod tests {
             shrunk_tiers: Vec::new(),
             mutating_policies_served: Some(true),
             validating_policies_served: Some(true),
+            quota_windows: Vec::new(),
         };
         let status = build_status(None, Some(1), &input, &at(0));
         let gate = condition(&status, IN_SERVER_GATE);

@@ -202,6 +202,7 @@ fn with_converged_status(mut policy: TierPolicy, snapshot: &SharedSnapshot) -> T
         shrunk_tiers: vec![],
         mutating_policies_served: None,
         validating_policies_served: None,
+        quota_windows: Vec::new(),
     };
     let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
     policy.status = Some(build_status(None, policy.metadata.generation, &input, &now));
@@ -1349,4 +1350,102 @@ async fn dra_classes_where_resource_k8s_io_v1_is_not_served_get_no_device_class_
     assert_eq!((writes, detail.is_some()), (0, true), "served group, no deviceclasses");
     let (writes, detail) = reconcile_dra_sample(Some(&["deviceclasses", "resourceclaims"])).await;
     assert_eq!((writes, detail), (2, None), "served: both DeviceClasses applied, nothing reported");
+}
+
+/// The sample policy with bronze's one-off quota window `burst` of 20 GPUs, from `begin` to `end`.
+fn with_burst_window(
+    mut policy: TierPolicy,
+    begin: k8s_openapi::jiff::Timestamp,
+    end: k8s_openapi::jiff::Timestamp,
+) -> TierPolicy {
+    let bronze = policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap();
+    bronze.quota_windows = vec![
+        serde_json::from_value(json!({
+            "name": "burst",
+            "once": {"begin": begin.to_string(), "end": end.to_string()},
+            "quotas": {"nvidia.com/gpu": {"nominal": "20"}},
+        }))
+        .unwrap(),
+    ];
+    policy
+}
+
+fn bronze_gpu_nominal(queue: &Value) -> &Value {
+    let resources = queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"].as_array().unwrap();
+    &resources.iter().find(|resource| resource["name"] == "nvidia.com/gpu").unwrap()["nominalQuota"]
+}
+
+#[tokio::test]
+async fn a_window_opening_applies_its_quota_to_the_tiers_queue_only_and_records_it_with_an_event() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "bronze")]);
+    let converged = with_converged_status(sample_policy(), &snapshot);
+    let live = converged_objects(&converged, &snapshot);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let hour = k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let policy = with_burst_window(converged, now.checked_sub(hour).unwrap(), now.checked_add(hour).unwrap());
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let applied: Vec<&Call> = calls.iter().filter(|call| kind_of_path(&call.path).is_some()).collect();
+    let paths: Vec<&str> = applied.iter().map(|call| call.path.as_str()).collect();
+    assert_eq!(paths, ["/apis/kueue.x-k8s.io/v1beta2/clusterqueues/tiergate-bronze"]);
+    assert_eq!(bronze_gpu_nominal(&applied[0].body), &json!("20"));
+    let event = calls.iter().find(|call| call.body["reason"] == "QuotaWindowChanged").unwrap();
+    assert_eq!(event.body["type"], "Normal");
+    let note = event.body["note"].as_str().unwrap();
+    assert!(note.starts_with("tier bronze: quota window \"burst\" in force: "), "{note}");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert_eq!(status["quotaWindows"][0]["tier"], "bronze");
+    assert_eq!(status["quotaWindows"][0]["inForce"], "burst");
+    assert_eq!(status["quotaWindows"][0]["nextChange"], json!(now.checked_add(hour).unwrap().to_string()));
+    assert!(status["quotaWindows"][0].get("nextInForce").is_none(), "{status}");
+}
+
+#[tokio::test]
+async fn a_window_closing_below_what_is_admitted_warns_and_is_not_reported_as_a_reduced_quota() {
+    let snapshot = snapshot_with(&[("team-a", "gold"), ("team-b", "bronze")]);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let hour = k8s_openapi::jiff::SignedDuration::from_hours(1);
+    let begin = now.checked_sub(hour).unwrap();
+    // The cluster as the open window left it: bronze at 20 GPUs, 18 of them admitted.
+    let open = with_burst_window(sample_policy(), begin, now.checked_add(hour).unwrap());
+    let (in_force, _) = quota_windows::build_policy_in_force(&open, now);
+    let mut live = converged_objects(&in_force, &snapshot);
+    let bronze = live.iter_mut().find(|object| object.metadata.name.as_deref() == Some("tiergate-bronze")).unwrap();
+    bronze.data["status"] = json!({"flavorsReservation": [{"name": "l4", "resources": [
+        {"name": "nvidia.com/gpu", "total": "18", "borrowed": "0"}]}]});
+    // The window has closed since: its end is a minute ago, and the status still names it.
+    let mut policy = with_burst_window(sample_policy(), begin, now.checked_sub(hour / 60).unwrap());
+    policy.status = with_converged_status(sample_policy(), &snapshot).status;
+    if let Some(status) = policy.status.as_mut() {
+        status.quota_windows = vec![crate::policy::TierQuotaWindowStatus {
+            tier: "bronze".to_owned(),
+            in_force: Some("burst".to_owned()),
+            next_change: Some(now.to_string()),
+            next_in_force: None,
+        }];
+    }
+    let (client, api) = MockApi::start(Box::new(echo_server(policy.clone())));
+    let ctx = context(client, snapshot, stores_with(live), WriteGate::always_open());
+    ctx.assume_kueue_discovered();
+
+    reconcile(Arc::new(policy), ctx.clone()).await.unwrap();
+    let calls = api.finish(ctx).await;
+
+    let applied: Vec<&Call> = calls.iter().filter(|call| kind_of_path(&call.path).is_some()).collect();
+    assert_eq!(applied.len(), 1, "{:?}", calls.iter().map(Call::summary).collect::<Vec<_>>());
+    assert_eq!(bronze_gpu_nominal(&applied[0].body), &json!("16"));
+    let event = calls.iter().find(|call| call.body["reason"] == "QuotaWindowChanged").unwrap();
+    assert_eq!(event.body["type"], "Warning");
+    let note = event.body["note"].as_str().unwrap();
+    assert!(note.contains("base quota in force") && note.contains("nvidia.com/gpu 18 admitted, 16 nominal"), "{note}");
+    let status = &calls.iter().find(|call| call.path.ends_with("/status")).unwrap().body["status"];
+    assert!(status["quotaWindows"][0].get("inForce").is_none(), "{status}");
+    let conditions = status["conditions"].as_array().unwrap();
+    let quota = conditions.iter().find(|condition| condition["type"] == "QuotaReduced").unwrap();
+    assert_eq!(quota["status"], "False", "a closing window is not a reduced policy: {quota}");
 }

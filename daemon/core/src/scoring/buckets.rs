@@ -138,6 +138,7 @@ mod tests {
             max_run_time: None,
             provisioning: None,
             quota_shares: Default::default(),
+            quota_windows: Vec::new(),
             dispatch: None,
             topology: None,
             tenant_fair_sharing: false,

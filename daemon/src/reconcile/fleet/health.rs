@@ -134,6 +134,7 @@ mod tests {
             shrunk_tiers: vec![],
             mutating_policies_served: None,
             validating_policies_served: None,
+            quota_windows: Vec::new(),
         };
         let mut status = build_status(previous, Some(2), &input, &at(now));
         let earlier = previous.map(|status| status.conditions.as_slice()).unwrap_or_default();

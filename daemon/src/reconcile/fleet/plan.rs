@@ -35,6 +35,10 @@ pub fn build_worker_plan(management: SharedSnapshot, cluster: String) -> WorkerP
                 problems.join("; ")
             )));
         }
+        // The quota windows in force at this pass: a worker follows a window at its next pass after the boundary.
+        let (in_force, _) =
+            crate::reconcile::quota_windows::build_policy_in_force(policy, k8s_openapi::jiff::Timestamp::now());
+        let policy = in_force.as_ref();
         let own = management.own_namespace.as_deref();
         let tenants: Vec<_> =
             management.namespaces.values().filter(|namespace| Some(namespace.name.as_str()) != own).cloned().collect();
