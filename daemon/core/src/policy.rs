@@ -3,6 +3,7 @@
 //!
 //! The checks a policy must pass live in [`crate::validation`]. The cohort tree (issue 28) is in [`cohorts`].
 
+pub mod budget;
 pub mod cohorts;
 pub mod karpenter;
 pub mod run_time;
@@ -18,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::labels::LabelLookup;
 
+pub use self::budget::{Accounting, AccountingPeriod, Budget, UsageStatus, UsageTotals};
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
 pub use self::run_time::{MaxRunTime, RunTimeLimits};
@@ -93,6 +95,10 @@ pub struct TierPolicySpec {
     /// See docs/guides/fair-sharing.md "Fair sharing among a tier's tenants".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_fair_sharing: Option<TenantFairSharing>,
+    /// The period tiergate counts each tier's and tenant's resource use over (and tier budgets run over):
+    /// `Month` in `UTC` unless set. See docs/guides/gpu-budgets.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<Accounting>,
 }
 
 /// Kueue's admission fair sharing among the LocalQueues (tenants) of a ClusterQueue (tier): pending workloads are
@@ -330,6 +336,12 @@ pub struct Tier {
     /// none, `ceiling` the most it may ask for. Absent: no limit. See docs/guides/run-time-limits.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_time: Option<MaxRunTime>,
+    /// The most the tier may use per accounting period (`spec.accounting`), per resource as the time one unit may
+    /// run (`nvidia.com/gpu: 2000h`). Used up: the tier's ClusterQueue is held (`stopPolicy: Hold`), admitted work
+    /// runs on and new work waits until the period turns or the limit is raised. Absent: no budget (use is still
+    /// counted). See docs/guides/gpu-budgets.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
@@ -769,6 +781,10 @@ pub struct TierPolicyStatus {
     /// Flavors a ClusterQueue keeps, frozen at what its workloads hold, after a policy edit moved its tier off them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flavor_migrations: Vec<FlavorMigration>,
+    /// Resource-seconds counted per tier and tenant namespace, this period and the last, as of the last checkpoint
+    /// (written by the leading replica with a field manager of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStatus>,
 }
 
 /// A flavor draining from a ClusterQueue: kept until the workloads admitted on it finish, then removed.

@@ -8,6 +8,7 @@ pub mod provisioning;
 pub mod sharing;
 pub mod status;
 pub mod table;
+pub mod usage;
 pub mod why;
 mod why_text;
 

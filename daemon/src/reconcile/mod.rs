@@ -22,6 +22,7 @@ mod prune;
 pub mod requeue;
 pub mod runtime;
 pub mod status;
+pub mod usage;
 pub mod worker;
 mod writes;
 
