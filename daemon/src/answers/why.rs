@@ -848,7 +848,10 @@ fn build_summary(
              ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
         ),
         Hold::BudgetSpent { tier, cluster_queue, resource, used, limit, resets_at, field } => format!(
-            "Pending: tier {tier}'s budget of {limit} of {resource} per period is spent ({used} used this period), so              its ClusterQueue {cluster_queue} admits nothing new (stopPolicy Hold; admitted workloads run on) until              the period turns at {resets_at}; to admit it sooner, a platform engineer raises {field} in the              TierPolicy (`kubectl tiergate status --usage` shows the counts)."
+            "Pending: tier {tier}'s budget of {limit} of {resource} per period is spent ({used} used this period), so \
+             its ClusterQueue {cluster_queue} admits nothing new (stopPolicy Hold; admitted workloads run on) until \
+             the period turns at {resets_at}; to admit it sooner, a platform engineer raises {field} in the \
+             TierPolicy (`kubectl tiergate status --usage` shows the counts)."
         ),
         Hold::PendingQuota { cluster_queue, message } => format!(
             "Pending: quota is full{in_tier}{} (Kueue: {message}); it is admitted when running workloads{in_tier} \

@@ -192,14 +192,20 @@ pub fn parse_resource_seconds(text: &str) -> Option<i128> {
     Some(whole.parse::<i128>().ok()? * 1000 + padded.parse::<i128>().ok()?)
 }
 
-/// A resource-seconds count as hours of one unit, for people: `7_200_000` -> `2h`, `5_400_000` -> `1.5h`.
+/// A resource-seconds count as time of one unit, for people: hours from an hour up (`7_200_000` -> `2h`,
+/// `5_400_000` -> `1.5h`), minutes from a minute (`90_000` -> `1.5m`), seconds below (`30_000` -> `30s`).
 pub fn format_unit_hours(millis: i128) -> String {
-    let hundredths = (millis + 18_000) / 36_000;
+    let (unit, suffix) = match millis {
+        3_600_000.. => (3_600_000, "h"),
+        60_000.. => (60_000, "m"),
+        _ => (1000, "s"),
+    };
+    let hundredths = (millis * 100 + unit / 2) / unit;
     let (whole, rest) = (hundredths / 100, hundredths % 100);
     match rest {
-        0 => format!("{whole}h"),
-        rest if rest % 10 == 0 => format!("{whole}.{}h", rest / 10),
-        rest => format!("{whole}.{rest:02}h"),
+        0 => format!("{whole}{suffix}"),
+        rest if rest % 10 == 0 => format!("{whole}.{}{suffix}", rest / 10),
+        rest => format!("{whole}.{rest:02}{suffix}"),
     }
 }
 
@@ -288,8 +294,10 @@ mod tests {
     fn counts_print_as_unit_hours() {
         assert_eq!(format_unit_hours(7_200_000), "2h");
         assert_eq!(format_unit_hours(5_400_000), "1.5h");
-        assert_eq!(format_unit_hours(60_000), "0.02h");
-        assert_eq!(format_unit_hours(0), "0h");
+        assert_eq!(format_unit_hours(60_000), "1m");
+        assert_eq!(format_unit_hours(90_000), "1.5m");
+        assert_eq!(format_unit_hours(30_000), "30s");
+        assert_eq!(format_unit_hours(0), "0s");
     }
 
     #[test]
