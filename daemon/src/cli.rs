@@ -344,6 +344,10 @@ pub struct StatusArgs {
     pub tier: Option<String>,
     #[arg(long, env = "TIERGATE_POLICY_NAME", help = POLICY_NAME_HELP)]
     pub policy_name: Option<String>,
+    /// Show the counted use instead: per tier and tenant namespace, this period and the last, in hours of one
+    /// unit (GPU-hours), with each budget's limit and when it resets.
+    #[arg(long, env = "TIERGATE_USAGE", default_value_t = false)]
+    pub usage: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", env = "TIERGATE_OUTPUT", value_enum, default_value_t = AnswerFormat::Table)]
     pub output: AnswerFormat,
@@ -648,6 +652,11 @@ pub struct RunArgs {
     /// Name of the leader-election Lease in `--namespace`.
     #[arg(long, env = "TIERGATE_LEASE_NAME", default_value = "tiergate-leader")]
     pub lease_name: String,
+    /// How often the leader checkpoints the GPU-hour counts into the policy's `status.usage`, a duration such as
+    /// `60s` or `5m`: a restart of every replica loses at most the use of workloads deleted within one interval
+    /// (docs/guides/gpu-budgets.md).
+    #[arg(long, env = "TIERGATE_USAGE_CHECKPOINT_INTERVAL", default_value = "60s", value_parser = parse_interval)]
+    pub usage_checkpoint_interval: std::time::Duration,
     /// Kueue's namespace: where the kubeconfig Secrets of `spec.clusters[]` are (MultiKueue reads them there;
     /// tiergate reads them to reconcile each worker), and Kueue's Configuration (ConfigMap `kueue-manager-config`,
     /// whose `deviceClassMappings` the policy's DRA classes need).
@@ -706,6 +715,16 @@ pub struct WebhookArgs {
     /// Webhook limits.
     #[command(flatten)]
     pub limits: LimitsArgs,
+}
+
+/// A duration such as `60s`, `5m` or `1m30s`, at least one second.
+fn parse_interval(text: &str) -> Result<std::time::Duration, String> {
+    let duration: k8s_openapi::jiff::SignedDuration =
+        text.trim().parse().map_err(|_| format!("{text:?} is not a duration such as 60s or 5m"))?;
+    std::time::Duration::try_from(duration)
+        .ok()
+        .filter(|interval| interval.as_secs() >= 1)
+        .ok_or_else(|| format!("{text:?} is shorter than a second"))
 }
 
 /// The webhook's limits, shared by `run` and `webhook` (docs/operations.md has the memory arithmetic).

@@ -20,5 +20,5 @@ pub mod telemetry;
 pub mod view;
 
 pub use tiergate_core::{
-    check, inputs, labels, owners, placement, plan, policy, provisioning, request, trust, validation,
+    check, inputs, labels, owners, placement, plan, policy, provisioning, request, trust, usage, validation,
 };

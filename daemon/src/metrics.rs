@@ -39,6 +39,29 @@ pub struct AgentLabels {
     pub outcome: &'static str,
 }
 
+/// Label set of a tier's counted use of one resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TierResourceLabels {
+    /// Tier name.
+    pub tier: String,
+    /// Resource name, e.g. `nvidia.com/gpu`.
+    pub resource: String,
+}
+
+/// Label set of a tenant namespace's counted use of one resource.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NamespaceResourceLabels {
+    /// Namespace.
+    pub namespace: String,
+    /// Resource name, e.g. `nvidia.com/gpu`.
+    pub resource: String,
+}
+
+/// A counter of resource-seconds (fractional: a pod set may hold half a CPU).
+pub type SecondsCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+/// A gauge of resource-seconds.
+pub type SecondsGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 /// Every metric family tiergate exports. Cheap to share behind an `Arc`.
 #[derive(Debug)]
 pub struct Metrics {
@@ -85,6 +108,18 @@ pub struct Metrics {
     pub blocked: Family<ReasonLabels, Gauge>,
     /// 1 while the cluster does not serve a feature tiergate does without as designed, by fixed reason.
     pub not_served: Family<ReasonLabels, Gauge>,
+    /// Resource-seconds counted per tier, as the leading replica's checkpoints add them.
+    pub usage_tier_seconds: Family<TierResourceLabels, SecondsCounter>,
+    /// Resource-seconds counted per tenant namespace.
+    pub usage_namespace_seconds: Family<NamespaceResourceLabels, SecondsCounter>,
+    /// A budgeted tier's use of a limited resource this period, resource-seconds, as of the last checkpoint.
+    pub budget_used_seconds: Family<TierResourceLabels, SecondsGauge>,
+    /// A budgeted tier's limit of that resource per period, resource-seconds.
+    pub budget_limit_seconds: Family<TierResourceLabels, SecondsGauge>,
+    /// When the last usage checkpoint was written (Unix seconds; 0 before the first).
+    pub usage_checkpoint_timestamp_seconds: Gauge,
+    /// Usage checkpoints that failed, by reason.
+    pub usage_checkpoint_errors: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -120,6 +155,12 @@ impl Metrics {
             certificate_reloads: Family::default(),
             blocked: Family::default(),
             not_served: Family::default(),
+            usage_tier_seconds: Family::default(),
+            usage_namespace_seconds: Family::default(),
+            budget_used_seconds: Family::default(),
+            budget_limit_seconds: Family::default(),
+            usage_checkpoint_timestamp_seconds: Gauge::default(),
+            usage_checkpoint_errors: Family::default(),
             registry: Registry::default(),
         };
         registry.register("reconciles", "Reconciles run", metrics.reconciles.clone());
@@ -190,6 +231,36 @@ impl Metrics {
             "not_served",
             "1 while the cluster does not serve a feature tiergate then does without, by reason",
             metrics.not_served.clone(),
+        );
+        registry.register(
+            "usage_tier_resource_seconds",
+            "Resource-seconds admitted workloads used, per tier and resource (counted by the leader)",
+            metrics.usage_tier_seconds.clone(),
+        );
+        registry.register(
+            "usage_namespace_resource_seconds",
+            "Resource-seconds admitted workloads used, per tenant namespace and resource (counted by the leader)",
+            metrics.usage_namespace_seconds.clone(),
+        );
+        registry.register(
+            "budget_used_resource_seconds",
+            "A budgeted tier's use of a limited resource this period, as of the last checkpoint",
+            metrics.budget_used_seconds.clone(),
+        );
+        registry.register(
+            "budget_limit_resource_seconds",
+            "A budgeted tier's limit of a resource per period",
+            metrics.budget_limit_seconds.clone(),
+        );
+        registry.register(
+            "usage_checkpoint_timestamp_seconds",
+            "When the last usage checkpoint was written (Unix seconds)",
+            metrics.usage_checkpoint_timestamp_seconds.clone(),
+        );
+        registry.register(
+            "usage_checkpoint_errors",
+            "Usage checkpoints that failed, by reason",
+            metrics.usage_checkpoint_errors.clone(),
         );
         Self { registry, ..metrics }
     }

@@ -140,3 +140,35 @@ fn explain_refuses_a_job_whose_template_names_another_tiers_class() {
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("deny (foreign_device_class)") && out.contains("ResourceClaimTemplate old-h100"), "{out}");
 }
+
+#[test]
+fn explain_names_the_budget_of_the_jobs_tier() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let policy = std::fs::read_to_string(root.join("samples/kubenexus/policy.yaml")).unwrap();
+    let budgeted = policy.replacen(
+        "      maxRunTime: {ceiling: 4h}\n",
+        "      maxRunTime: {ceiling: 4h}\n      budget: {limits: {nvidia.com/gpu: 96h}}\n",
+        1,
+    );
+    assert_ne!(budgeted, policy, "the sample's bronze tier moved: update this test");
+    let dir = std::env::temp_dir().join(format!("tiergate-explain-budget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("policy.yaml"), budgeted).unwrap();
+    let job = root.join("samples/workloads/job-bronze-long.yaml");
+    let output = Command::new(env!("CARGO_BIN_EXE_tiergate"))
+        .arg("explain")
+        .arg("--policy")
+        .arg(dir.join("policy.yaml"))
+        .arg("--cluster")
+        .arg(root.join("samples/kubenexus/cluster.yaml"))
+        .arg(&job)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let out = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("budget: tier bronze may use 96h of nvidia.com/gpu per month (UTC); while it is spent"),
+        "{out}"
+    );
+}

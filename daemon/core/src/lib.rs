@@ -19,5 +19,6 @@ pub mod scoring;
 pub mod syntax;
 pub mod topology;
 pub mod trust;
+pub mod usage;
 pub mod validation;
 pub mod view;

@@ -5,6 +5,7 @@
 //! Object names are explained in [`names`]; every object carries [`MANAGED_BY_LABEL`] and [`POLICY_LABEL`] so
 //! the daemon prunes exactly what it owns.
 
+pub mod budget;
 pub mod cohorts;
 pub mod dra;
 pub mod fleet;
@@ -547,6 +548,7 @@ pub fn desired_cluster_scoped(policy: &TierPolicy) -> Desired {
     desired.admission_policy_bindings = gate.bindings;
     desired.mutating_policies = gate.mutating_policies;
     desired.mutating_policy_bindings = gate.mutating_bindings;
+    budget::hold_spent_budgets(&mut desired.cluster_queues, policy);
     desired
 }
 

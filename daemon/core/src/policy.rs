@@ -3,6 +3,7 @@
 //!
 //! The checks a policy must pass live in [`crate::validation`]. The cohort tree (issue 28) is in [`cohorts`].
 
+pub mod budget;
 pub mod cohorts;
 pub mod karpenter;
 pub mod quota_windows;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::labels::LabelLookup;
 
+pub use self::budget::{Accounting, AccountingPeriod, Budget, UsageStatus, UsageTotals};
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
 pub use self::quota_windows::{OnceWindow, QuotaWindow, RecurringWindow, TierQuotaWindowStatus, Weekday, WindowQuota};
@@ -95,6 +97,10 @@ pub struct TierPolicySpec {
     /// See docs/guides/fair-sharing.md "Fair sharing among a tier's tenants".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant_fair_sharing: Option<TenantFairSharing>,
+    /// The period tiergate counts each tier's and tenant's resource use over (and tier budgets run over):
+    /// `Month` in `UTC` unless set. See docs/guides/gpu-budgets.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accounting: Option<Accounting>,
 }
 
 /// Kueue's admission fair sharing among the LocalQueues (tenants) of a ClusterQueue (tier): pending workloads are
@@ -337,6 +343,12 @@ pub struct Tier {
     /// none, `ceiling` the most it may ask for. Absent: no limit. See docs/guides/run-time-limits.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_time: Option<MaxRunTime>,
+    /// The most the tier may use per accounting period (`spec.accounting`), per resource as the time one unit may
+    /// run (`nvidia.com/gpu: 2000h`). Used up: the tier's ClusterQueue is held (`stopPolicy: Hold`), admitted work
+    /// runs on and new work waits until the period turns or the limit is raised. Absent: no budget (use is still
+    /// counted). See docs/guides/gpu-budgets.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<Budget>,
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provisioning: Option<ProvisioningSpec>,
@@ -779,6 +791,10 @@ pub struct TierPolicyStatus {
     /// Per tier with quota windows: the window in force and when the quota next changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quota_windows: Vec<TierQuotaWindowStatus>,
+    /// Resource-seconds counted per tier and tenant namespace, this period and the last, as of the last checkpoint
+    /// (written by the leading replica with a field manager of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStatus>,
 }
 
 /// A flavor draining from a ClusterQueue: kept until the workloads admitted on it finish, then removed.

@@ -5,6 +5,7 @@
 //! and the ClusterQueue CEL rules) plus tiergate's own rules (known classes, one bucket per score range...).
 
 mod boundary;
+mod budget;
 pub mod cohorts;
 mod dra;
 pub mod fields;
@@ -204,6 +205,7 @@ fn check_spec(spec: &TierPolicySpec, problems: &mut Problems) {
     tenants::check_tenant_fair_sharing(spec, problems);
     run_time::check_run_times(spec, problems);
     quota_windows::check_quota_windows(spec, problems);
+    budget::check_budgets(spec, problems);
 }
 
 fn check_gpu_classes(spec: &TierPolicySpec, problems: &mut Problems) {

@@ -9,6 +9,7 @@ pub mod quota_windows;
 pub mod sharing;
 pub mod status;
 pub mod table;
+pub mod usage;
 pub mod why;
 mod why_text;
 

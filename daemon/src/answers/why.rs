@@ -19,6 +19,7 @@ use super::status::{TenantStatus, build_tenant_rows, usage_text};
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
 use crate::plan::names::{cluster_queue_name, node_pool_name};
 use crate::policy::TierPolicy;
+use crate::policy::budget::{format_unit_hours, spent_budgets};
 use crate::reconcile::drain::DRAINING_TAINT;
 use crate::view::{ClusterView, NamespaceView, Snapshot};
 
@@ -340,6 +341,24 @@ pub enum Hold {
     QuotaReserved {
         /// ClusterQueue.
         cluster_queue: String,
+    },
+    /// The tier's budget for the period is spent: its ClusterQueue is held (`stopPolicy: Hold`) and admits nothing
+    /// new until the period turns or the budget is raised.
+    BudgetSpent {
+        /// The tier.
+        tier: String,
+        /// Its ClusterQueue.
+        cluster_queue: String,
+        /// The resource whose limit is used up.
+        resource: String,
+        /// Used this period, hours of one unit (GPU-hours).
+        used: String,
+        /// The limit per period, likewise.
+        limit: String,
+        /// When the period turns and the budget is renewed (RFC 3339).
+        resets_at: String,
+        /// The limit's field in the TierPolicy.
+        field: String,
     },
     /// Waiting for quota in the ClusterQueue.
     PendingQuota {
@@ -688,6 +707,9 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
         }
         _ => {}
     }
+    if let (Some(_), Some(spent)) = (workload, spent_budget_of(policy, tier.tier.as_deref())) {
+        return spent;
+    }
     if let Some(workload) = workload {
         let reserved = condition(workload, QUOTA_RESERVED);
         let message = reserved.map(|condition| condition.message.clone()).unwrap_or_default();
@@ -708,6 +730,23 @@ fn build_hold(inputs: &WhyInputs<'_>, namespace: &str, tier: &TierFacts, workloa
             Hold::NoWorkload { queue: tier.queue_label.clone().or_else(|| tier.local_queue.clone()) }
         }
     }
+}
+
+/// [`Hold::BudgetSpent`] when `tier`'s budget is spent in the period the policy's `status.usage` describes.
+fn spent_budget_of(policy: &TierPolicy, tier: Option<&str>) -> Option<Hold> {
+    let tier = tier?;
+    let usage = policy.status.as_ref().and_then(|status| status.usage.as_ref());
+    let spent = spent_budgets(&policy.spec, usage).into_iter().find(|budget| budget.tier == tier)?;
+    let index = policy.spec.tiers.iter().position(|candidate| candidate.name == tier)?;
+    Some(Hold::BudgetSpent {
+        cluster_queue: cluster_queue_name(tier),
+        field: format!("spec.tiers[{index}].budget.limits[{:?}]", spent.resource),
+        tier: spent.tier,
+        resource: spent.resource,
+        used: format_unit_hours(spent.used),
+        limit: format_unit_hours(spent.limit),
+        resets_at: spent.resets_at,
+    })
 }
 
 /// A sentence for Kueue's pending `message` when it names a flavor tiergate is draining after a policy edit
@@ -807,6 +846,12 @@ fn build_summary(
         Hold::WaitingForCheck { check, check_state, message, .. } => format!(
             "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
              ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
+        ),
+        Hold::BudgetSpent { tier, cluster_queue, resource, used, limit, resets_at, field } => format!(
+            "Pending: tier {tier}'s budget of {limit} of {resource} per period is spent ({used} used this period), so \
+             its ClusterQueue {cluster_queue} admits nothing new (stopPolicy Hold; admitted workloads run on) until \
+             the period turns at {resets_at}; to admit it sooner, a platform engineer raises {field} in the \
+             TierPolicy (`kubectl tiergate status --usage` shows the counts)."
         ),
         Hold::PendingQuota { cluster_queue, message } => format!(
             "Pending: quota is full{in_tier}{} (Kueue: {message}); it is admitted when running workloads{in_tier} \

@@ -17,6 +17,7 @@ pub mod owners;
 pub mod snapshot;
 mod stores;
 mod wiring;
+pub mod workloads;
 
 pub use self::decode::map_watch_event;
 pub use self::decode::{
@@ -105,6 +106,8 @@ pub struct ClusterCache {
     pub owned: OwnedStores,
     /// Bumped after each snapshot rebuild caused by policy, namespace, node or Kueue changes.
     pub changes: watch::Receiver<u64>,
+    /// Management scope: the admission intervals of every Kueue Workload, for GPU-hour accounting (`usage/`).
+    pub usage_ledger: Option<workloads::SharedLedger>,
     scope: CacheScope,
     signals: Arc<Signals>,
     policies: Option<Store<TierPolicy>>,
@@ -143,6 +146,11 @@ impl ClusterCache {
             local_queues,
             management: (scope == CacheScope::Management).then(|| start_management_watches(client, &spawner)),
         };
+        let usage_ledger = (scope == CacheScope::Management).then(|| {
+            let ledger = workloads::SharedLedger::default();
+            workloads::start_workload_watch(client, &spawner, ledger.clone());
+            ledger
+        });
 
         let policies = readers.management.as_ref().map(|management| management.policies.clone());
         let snapshot: SharedSnapshot = Arc::new(arc_swap::ArcSwap::from_pointee(Snapshot::default()));
@@ -159,7 +167,7 @@ impl ClusterCache {
             metrics,
             shutdown: shutdown.clone(),
         }));
-        Self { snapshot, owned, changes, scope, signals, policies, shutdown }
+        Self { snapshot, owned, changes, usage_ledger, scope, signals, policies, shutdown }
     }
 
     /// Which stores this cache holds.

@@ -11,7 +11,8 @@ use crate::cli::{Exit, ExplainArgs};
 use crate::inputs::{load_cluster_view, read_file, yaml_message};
 use crate::placement::PlacementLedger;
 use crate::plan::quota_windows::describe_window;
-use crate::policy::TierPolicySpec;
+use crate::policy::budget::{format_unit_hours, spent_budgets};
+use crate::policy::{TierPolicy, TierPolicySpec};
 use crate::scoring::Scorer;
 use crate::view::ClusterView;
 
@@ -33,7 +34,8 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
         _ => Some(object.clone()),
     };
     let request = build_request(object).map_err(|error| format!("{}: {error}", args.workload.display()))?;
-    let spec = policy.spec.clone();
+    // The snapshot takes the policy; the report names the tier's budget and quota windows from this copy.
+    let reported = policy.clone();
     let snapshot = build_static_snapshot(policy, view, None);
     if args.cluster.is_none() {
         eprintln!("note: no --cluster given, so no namespace has a tier; pass the cluster view to see tier decisions");
@@ -43,8 +45,8 @@ pub fn run(args: ExplainArgs) -> Result<ExitCode, CmdError> {
     let scorer = Scorer::default();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let decision = runtime.block_on(decide_review(&request, &snapshot, &ledger, &scorer));
-    let mut report = render(&decision, original.as_ref())?;
-    if let Some(note) = decision.object.as_ref().and_then(|object| build_quota_window_note(&spec, object)) {
+    let mut report = render(&decision, original.as_ref(), &reported)?;
+    if let Some(note) = decision.object.as_ref().and_then(|object| build_quota_window_note(&reported.spec, object)) {
         report.push_str(&note);
     }
     super::write_stdout(&report)?;
@@ -74,8 +76,34 @@ fn build_quota_window_note(spec: &TierPolicySpec, object: &Value) -> Option<Stri
     Some(note)
 }
 
+/// What a budget of `tier` means for the workload, when the tier has one: its limits per period, and whether the
+/// policy's `status.usage` (if the file carries one) shows it spent.
+fn budget_line(policy: &TierPolicy, tier: &str) -> Option<String> {
+    let budget = policy.spec.tier(tier)?.budget.as_ref()?;
+    let accounting = policy.spec.accounting.clone().unwrap_or_default();
+    let limits: Vec<String> = budget.limits.iter().map(|(resource, limit)| format!("{limit} of {resource}")).collect();
+    let usage = policy.status.as_ref().and_then(|status| status.usage.as_ref());
+    let spent = spent_budgets(&policy.spec, usage).into_iter().find(|spent| spent.tier == tier);
+    let state = match spent {
+        Some(spent) => format!(
+            "spent ({} used), so Kueue admits it only after {} or once the budget is raised",
+            format_unit_hours(spent.used),
+            spent.resets_at
+        ),
+        None => "while it is spent, the tier's ClusterQueue is held (stopPolicy Hold) and Kueue admits it only once \
+            the period turns or the budget is raised"
+            .to_owned(),
+    };
+    Some(format!(
+        "tier {tier} may use {} per {} ({}); {state}",
+        limits.join(" and "),
+        accounting.period().name().to_lowercase(),
+        accounting.time_zone_name()
+    ))
+}
+
 /// The report: verdict, reasons, warnings, the JSON patch and the resulting object as YAML.
-fn render(decision: &Decision, original: Option<&Value>) -> Result<String, CmdError> {
+fn render(decision: &Decision, original: Option<&Value>, budget: &TierPolicy) -> Result<String, CmdError> {
     let verdict = match &decision.verdict {
         Verdict::Skip { reason } => format!("skip ({reason}): admitted unchanged"),
         Verdict::Allow if decision.patch.0.is_empty() => "admit: already carries every mutation".to_owned(),
@@ -106,6 +134,11 @@ fn render(decision: &Decision, original: Option<&Value>) -> Result<String, CmdEr
         if let Err(error) = json_patch::patch(&mut object, &decision.patch) {
             out.push_str(&format!("note: failed to apply the patch to the workload ({error}); shown unchanged\n"));
             object = original.clone();
+        }
+        let tier =
+            object.pointer("/metadata/annotations").and_then(|map| map.get(TIER_ANNOTATION)).and_then(Value::as_str);
+        if let Some(line) = tier.and_then(|tier| budget_line(budget, tier)) {
+            out.push_str(&format!("budget: {line}\n"));
         }
         out.push_str("---\n");
         out.push_str(&serde_saphyr::to_string(&object)?);

@@ -54,6 +54,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CmdError> {
             policy_choice,
             certificate: Some(CertificateFile { path: webhook.tls_cert.clone(), issued_here: certificates.is_some() }),
             gate_owner: args.gate_owner.clone(),
+            usage_checkpoint_interval: args.usage_checkpoint_interval,
         },
         metrics.clone(),
         &shutdown,

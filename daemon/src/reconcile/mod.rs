@@ -23,6 +23,7 @@ mod quota_windows;
 pub mod requeue;
 pub mod runtime;
 pub mod status;
+pub mod usage;
 pub mod worker;
 mod writes;
 

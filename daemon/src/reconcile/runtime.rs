@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::fleet::{FleetInputs, FleetSettings, SECRET_POLL, build_kubeconfig_connector, run_fleet};
 use super::lease::{LeaseConfig, WriteGate, run_lease};
 use super::monitor::{CertificateFile, MonitorInputs, run_blocker_monitor};
+use super::usage::{UsageCheckpoints, run_usage_checkpoints};
 use super::{Context, ReconcilerSettings, run_while_leading};
 use crate::blockers::Blockers;
 use crate::blockers::log::run_blocker_log;
@@ -48,6 +49,8 @@ pub struct ReconcilerOptions {
     pub certificate: Option<CertificateFile>,
     /// The MutatingWebhookConfiguration that owns the in-server gate (`--gate-owner`).
     pub gate_owner: Option<String>,
+    /// How often the leader checkpoints the usage counts (`--usage-checkpoint-interval`).
+    pub usage_checkpoint_interval: Duration,
 }
 
 /// The running caches, Lease loop and controller.
@@ -131,6 +134,19 @@ pub fn start_reconciler(
         debounce: options.debounce,
         secret_poll: SECRET_POLL,
     };
+    let usage_task = caches.usage_ledger.clone().map(|ledger| {
+        let checkpoints = UsageCheckpoints {
+            client: client.clone(),
+            policy_name: options.policy_name.clone(),
+            identity: options.identity.clone(),
+            interval: options.usage_checkpoint_interval,
+            snapshot: caches.snapshot.clone(),
+            ledger,
+            gate: gate.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(run_usage_checkpoints(checkpoints, shutdown.clone()))
+    });
     let ctx = Context::new_with_blockers(
         client.clone(),
         ReconcilerSettings {
@@ -177,7 +193,10 @@ pub fn start_reconciler(
         gate,
         blockers,
         leadership,
-        tasks: vec![controller_task, fleet_task, lease_task, monitor_task, log_task],
+        tasks: [controller_task, fleet_task, lease_task, monitor_task, log_task]
+            .into_iter()
+            .chain(usage_task)
+            .collect(),
     }
 }
 

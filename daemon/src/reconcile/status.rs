@@ -79,7 +79,8 @@ pub fn build_status(
     input: &StatusInput,
     now: &Time,
 ) -> TierPolicyStatus {
-    let kept = previous.cloned().unwrap_or_default();
+    // `usage` is the usage checkpoint's (its own field manager): never sent here, so neither write removes the other's.
+    let kept = TierPolicyStatus { usage: None, ..previous.cloned().unwrap_or_default() };
     let (ready, degraded, mut status) = match input {
         StatusInput::Applied {
             tier_count,

@@ -16,7 +16,7 @@ use super::live::LiveObject;
 use super::status::{StatusInput, build_status, merge_blocked_condition};
 use super::{Context, ReconcileError};
 use crate::metrics::KindLabels;
-use crate::policy::TierPolicy;
+use crate::policy::{TierPolicy, TierPolicyStatus};
 
 /// How many times a conflicting apply or delete is re-read and retried before the reconcile fails.
 const CONFLICT_ATTEMPTS: u32 = 3;
@@ -182,7 +182,8 @@ pub(super) async fn write_status(
     let mut blockers = ctx.blockers.active();
     blockers.retain(|blocker| blocker.reason.is_about_the_policy());
     merge_blocked_condition(&mut status, &blockers, previous, policy.metadata.generation, &now);
-    if policy.status.as_ref() == Some(&status) {
+    let without_usage = policy.status.as_ref().map(|live| TierPolicyStatus { usage: None, ..live.clone() });
+    if without_usage.as_ref() == Some(&status) {
         return Ok(false);
     }
     let name = policy.name_any();

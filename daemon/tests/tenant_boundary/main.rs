@@ -1,6 +1,7 @@
 //! The red-team suite: every attack a tenant (create/update on workloads in its own namespace, nothing more) can
 //! try on the tier boundary, each test named as the attack it stops. One file per class of attack.
 
+mod budgets;
 mod cohort_tree;
 mod dra_claims;
 mod fleet;

@@ -665,6 +665,8 @@ impl InProcessDaemon {
             policy_choice: None,
             certificate: None,
             gate_owner: gate_owner.map(str::to_owned),
+            // Short, so the suites see counts and budget holds within seconds.
+            usage_checkpoint_interval: Duration::from_secs(2),
         };
         let running = start_reconciler(client, options, metrics.clone(), &shutdown);
         Self { metrics, ledger, running, shutdown }

@@ -434,6 +434,8 @@ async fn type_check_and_apply(client: &Client, cleanup: &Cleanup) -> Result<(), 
 /// kube-controller-manager, where it runs on this machine, is idle again. Both times are printed.
 async fn check_type_checking(client: &Client, name: &str) -> Result<(), HarnessError> {
     let started = Instant::now();
+    let controller_manager_cpu = || controller_manager_pid().and_then(cpu_seconds);
+    let cpu_before = controller_manager_cpu();
     for kind in [KueueKind::ValidatingAdmissionPolicy] {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.api_resource());
         let found = std::sync::Mutex::new(String::from("no answer yet"));
@@ -454,8 +456,11 @@ async fn check_type_checking(client: &Client, name: &str) -> Result<(), HarnessE
         ensure(warnings.as_array().is_none_or(Vec::is_empty), || {
             format!("{} {name}: type-checking warnings: {warnings}", kind.name())
         })?;
+        let cpu = cpu_before.zip(controller_manager_cpu()).map(|(before, after)| after - before);
+        let cpu =
+            cpu.map(|used| format!(", kube-controller-manager used {used:.1} s of CPU meanwhile")).unwrap_or_default();
         println!(
-            "gate_holes: {} {name} type-checked clean after {:.1} s",
+            "gate_holes: {} {name} type-checked clean after {:.1} s{cpu}",
             kind.name(),
             started.elapsed().as_secs_f64()
         );

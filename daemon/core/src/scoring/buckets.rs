@@ -136,6 +136,7 @@ mod tests {
             default_priority_class: default_priority_class.map(str::to_owned),
             max_priority_class: None,
             max_run_time: None,
+            budget: None,
             provisioning: None,
             quota_shares: Default::default(),
             quota_windows: Vec::new(),

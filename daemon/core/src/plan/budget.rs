@@ -1,0 +1,84 @@
+//! Tier budgets in the plan: the ClusterQueue of a tier whose budget `status.usage` shows used up gets Kueue's
+//! `stopPolicy: Hold` (admitted workloads run on, new ones wait); pure, no I/O.
+
+use tiergate_kueue::{ClusterQueue, StopPolicy};
+
+use super::names::cluster_queue_name;
+use crate::policy::TierPolicy;
+use crate::policy::budget::spent_budgets;
+
+/// Holds the ClusterQueues in `queues` of `policy`'s tiers with a spent budget. `Hold`, never `HoldAndDrain`: a
+/// spent budget stops new admissions and leaves running work alone.
+pub fn hold_spent_budgets(queues: &mut [ClusterQueue], policy: &TierPolicy) {
+    let spent = spent_budgets(&policy.spec, policy.status.as_ref().and_then(|status| status.usage.as_ref()));
+    for budget in spent {
+        let name = cluster_queue_name(&budget.tier);
+        for queue in queues.iter_mut().filter(|queue| queue.metadata.name.as_deref() == Some(name.as_str())) {
+            queue.spec.stop_policy = Some(StopPolicy::Hold);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::inputs::load_policy;
+    use crate::policy::{Budget, TierPolicyStatus, UsageStatus, UsageTotals};
+
+    fn policy_with(limit: &str, used_seconds: &str) -> TierPolicy {
+        let mut policy = load_policy(None).unwrap();
+        let tier = policy.spec.tiers[0].name.clone();
+        policy.spec.tiers[0].budget =
+            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), limit.to_owned())]) });
+        let totals = UsageTotals {
+            current: BTreeMap::from([("nvidia.com/gpu".to_owned(), used_seconds.to_owned())]),
+            previous: BTreeMap::new(),
+        };
+        policy.status = Some(TierPolicyStatus {
+            usage: Some(UsageStatus {
+                checkpoint_time: "2026-12-02T08:00:00Z".into(),
+                period: Default::default(),
+                time_zone: "UTC".into(),
+                period_start: "2026-12-01T00:00:00Z".into(),
+                period_end: "2027-01-01T00:00:00Z".into(),
+                previous_period_start: "2026-11-01T00:00:00Z".into(),
+                tiers: BTreeMap::from([(tier, totals)]),
+                namespaces: BTreeMap::new(),
+            }),
+            ..TierPolicyStatus::default()
+        });
+        policy
+    }
+
+    fn stop_policies(policy: &TierPolicy) -> Vec<(String, Option<StopPolicy>)> {
+        let queues = crate::plan::desired_cluster_scoped(policy).cluster_queues;
+        queues.into_iter().map(|queue| (queue.metadata.name.unwrap_or_default(), queue.spec.stop_policy)).collect()
+    }
+
+    #[test]
+    fn a_spent_budget_holds_only_its_tiers_cluster_queue() {
+        let policy = policy_with("2h", "7200");
+        let held = stop_policies(&policy);
+        let first = cluster_queue_name(&policy.spec.tiers[0].name);
+        for (name, stop) in held {
+            let expected = (name == first).then_some(StopPolicy::Hold);
+            assert_eq!(stop, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_budget_with_room_left_or_raised_holds_nothing() {
+        assert!(stop_policies(&policy_with("2h", "7199.999")).iter().all(|(_, stop)| stop.is_none()));
+        assert!(stop_policies(&policy_with("3h", "7200")).iter().all(|(_, stop)| stop.is_none()));
+    }
+
+    #[test]
+    fn counts_of_another_period_hold_nothing_until_recounted() {
+        let mut policy = policy_with("2h", "9000");
+        policy.spec.accounting =
+            Some(crate::policy::Accounting { period: Some(crate::policy::AccountingPeriod::Day), time_zone: None });
+        assert!(stop_policies(&policy).iter().all(|(_, stop)| stop.is_none()));
+    }
+}

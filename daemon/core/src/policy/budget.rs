@@ -1,0 +1,311 @@
+//! GPU-hour accounting and tier budgets in the TierPolicy: the accounting period (`spec.accounting`), a tier's
+//! budget (`tiers[].budget`), the counts checkpointed in `status.usage`, and which budgets those counts have spent;
+//! pure, no I/O.
+//!
+//! A count is in *resource-seconds*: one GPU for an hour is 3600 `nvidia.com/gpu`-seconds. A budget limit is
+//! written as the time one unit of the resource may run (`2000h` of `nvidia.com/gpu` is 2000 GPU-hours), read by
+//! jiff like `maxRunTime`. The status holds counts as decimal strings of resource-seconds (`"7200"`,
+//! `"5400.5"`), exact to the milli-unit, so a count never overflows or rounds.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The time zone of the accounting period when `spec.accounting.timeZone` is unset.
+pub const DEFAULT_TIME_ZONE: &str = "UTC";
+
+/// How tiergate counts resource use: the calendar period the counts (and every tier's budget) run over.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Accounting {
+    /// The calendar period the counts and budgets run over: `Month` (default), `Week` (from Monday) or `Day`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<AccountingPeriod>,
+    /// The IANA time zone the period turns in, e.g. `Europe/Berlin` (default `UTC`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+}
+
+/// A calendar period.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum AccountingPeriod {
+    /// From the first of a month at midnight.
+    #[default]
+    Month,
+    /// From Monday at midnight.
+    Week,
+    /// From midnight.
+    Day,
+}
+
+impl AccountingPeriod {
+    /// The name as the policy writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Month => "Month",
+            Self::Week => "Week",
+            Self::Day => "Day",
+        }
+    }
+}
+
+impl Accounting {
+    /// The period, `Month` when unset.
+    pub fn period(&self) -> AccountingPeriod {
+        self.period.unwrap_or_default()
+    }
+
+    /// The time zone's name, `UTC` when unset.
+    pub fn time_zone_name(&self) -> &str {
+        self.time_zone.as_deref().unwrap_or(DEFAULT_TIME_ZONE)
+    }
+
+    /// The time zone from the bundled time zone database.
+    pub fn time_zone(&self) -> Result<jiff::tz::TimeZone, BudgetError> {
+        let name = self.time_zone_name();
+        jiff::tz::db().get(name).map_err(|_| BudgetError::UnknownTimeZone { name: name.to_owned() })
+    }
+}
+
+/// What a tier may use per accounting period. When any limit is used up, the tier's ClusterQueue is held
+/// (Kueue's `stopPolicy: Hold`): admitted workloads run on, new ones wait until the period turns or the limit is
+/// raised.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Budget {
+    /// Per resource, how long one unit of it may run in a period: `nvidia.com/gpu: 2000h` is 2000 GPU-hours (a
+    /// number and a unit: `h`, `m`, `s`, e.g. `500h`, `90m`, `1h30m`).
+    pub limits: BTreeMap<String, String>,
+}
+
+/// Why a budget or accounting setting cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    /// A limit that is not a duration jiff reads.
+    #[error("{text:?} is not an amount of time")]
+    NotADuration {
+        /// The text.
+        text: String,
+    },
+    /// Zero or negative.
+    #[error("{text:?} is not more than zero")]
+    NotPositive {
+        /// The text.
+        text: String,
+    },
+    /// A time zone the bundled database does not know.
+    #[error("{name:?} is not a time zone tiergate knows")]
+    UnknownTimeZone {
+        /// The name.
+        name: String,
+    },
+}
+
+impl BudgetError {
+    /// Fixed reason for metrics and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotADuration { .. } => "budget_not_a_duration",
+            Self::NotPositive { .. } => "budget_not_positive",
+            Self::UnknownTimeZone { .. } => "unknown_time_zone",
+        }
+    }
+}
+
+/// A budget limit in milli-resource-seconds: `2000h` -> 2000 · 3600 · 1000.
+pub fn limit_millis(text: &str) -> Result<i128, BudgetError> {
+    let owned = || text.to_owned();
+    let duration: jiff::SignedDuration =
+        text.trim().parse().map_err(|_| BudgetError::NotADuration { text: owned() })?;
+    if duration.is_negative() || duration.is_zero() {
+        return Err(BudgetError::NotPositive { text: owned() });
+    }
+    Ok(duration.as_millis())
+}
+
+impl Budget {
+    /// The limits in milli-resource-seconds; those that do not parse are left out (validation refuses them).
+    pub fn limits_millis(&self) -> BTreeMap<&str, i128> {
+        self.limits
+            .iter()
+            .filter_map(|(resource, text)| limit_millis(text).ok().map(|millis| (resource.as_str(), millis)))
+            .collect()
+    }
+}
+
+/// The counts of resource use, checkpointed by the leading replica at `checkpointTime` (written with a field
+/// manager of their own, never by the reconcile's status writes).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageStatus {
+    /// When the counts were taken (RFC 3339): everything admitted up to this instant is in them.
+    pub checkpoint_time: String,
+    /// The period they run over (`Month`, `Week` or `Day`).
+    pub period: AccountingPeriod,
+    /// The time zone the period turns in.
+    pub time_zone: String,
+    /// When the current period began (RFC 3339).
+    pub period_start: String,
+    /// When it ends, and every budget is renewed (RFC 3339).
+    pub period_end: String,
+    /// When the previous period began (RFC 3339); it ended at `periodStart`.
+    pub previous_period_start: String,
+    /// Per tier: resource-seconds this period and the previous one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tiers: BTreeMap<String, UsageTotals>,
+    /// Per tenant namespace: resource-seconds this period and the previous one, in whichever tier they ran.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub namespaces: BTreeMap<String, UsageTotals>,
+}
+
+/// Resource-seconds of one tier or namespace, per resource, as decimal strings (`"7200"`, `"0.5"`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageTotals {
+    /// This period.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub current: BTreeMap<String, String>,
+    /// The previous period.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub previous: BTreeMap<String, String>,
+}
+
+/// Milli-resource-seconds as the status writes them: `7_200_000` -> `"7200"`, `500` -> `"0.5"`.
+pub fn format_resource_seconds(millis: i128) -> String {
+    let (whole, fraction) = (millis / 1000, (millis % 1000).abs());
+    if fraction == 0 {
+        return whole.to_string();
+    }
+    let fraction = format!("{fraction:03}");
+    format!("{whole}.{}", fraction.trim_end_matches('0'))
+}
+
+/// The milli-resource-seconds of a status count: a plain decimal with at most three fractional digits.
+pub fn parse_resource_seconds(text: &str) -> Option<i128> {
+    let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+    let digits = |part: &str| part.bytes().all(|byte| byte.is_ascii_digit());
+    if whole.is_empty() || whole.len() > 30 || fraction.len() > 3 || !digits(whole) || !digits(fraction) {
+        return None;
+    }
+    let padded = format!("{fraction:0<3}");
+    Some(whole.parse::<i128>().ok()? * 1000 + padded.parse::<i128>().ok()?)
+}
+
+/// A resource-seconds count as time of one unit, for people: hours from an hour up (`7_200_000` -> `2h`,
+/// `5_400_000` -> `1.5h`), minutes from a minute (`90_000` -> `1.5m`), seconds below (`30_000` -> `30s`).
+pub fn format_unit_hours(millis: i128) -> String {
+    let (unit, suffix) = match millis {
+        3_600_000.. => (3_600_000, "h"),
+        60_000.. => (60_000, "m"),
+        _ => (1000, "s"),
+    };
+    let hundredths = (millis * 100 + unit / 2) / unit;
+    let (whole, rest) = (hundredths / 100, hundredths % 100);
+    match rest {
+        0 => format!("{whole}{suffix}"),
+        rest if rest % 10 == 0 => format!("{whole}.{}{suffix}", rest / 10),
+        rest => format!("{whole}.{rest:02}{suffix}"),
+    }
+}
+
+/// A tier budget used up in the period the status describes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpentBudget {
+    /// The tier.
+    pub tier: String,
+    /// The resource whose limit is used up (the first, by name, when several are).
+    pub resource: String,
+    /// Used this period, milli-resource-seconds.
+    pub used: i128,
+    /// The limit, milli-resource-seconds.
+    pub limit: i128,
+    /// When the period ends and the budget is renewed (RFC 3339).
+    pub resets_at: String,
+}
+
+impl UsageStatus {
+    /// This period's count of `resource` in `tier`, milli-resource-seconds (0 when none).
+    pub fn tier_used(&self, tier: &str, resource: &str) -> i128 {
+        self.tiers
+            .get(tier)
+            .and_then(|totals| totals.current.get(resource))
+            .and_then(|text| parse_resource_seconds(text))
+            .unwrap_or(0)
+    }
+}
+
+/// The budgets of `spec`'s tiers that `usage` shows used up. Counts of another period or time zone than the
+/// policy's (the accounting setting was just edited) spend nothing until the next checkpoint recounts them.
+pub fn spent_budgets(spec: &crate::policy::TierPolicySpec, usage: Option<&UsageStatus>) -> Vec<SpentBudget> {
+    let Some(usage) = usage else { return Vec::new() };
+    let accounting = spec.accounting.clone().unwrap_or_default();
+    if usage.period != accounting.period() || usage.time_zone != accounting.time_zone_name() {
+        return Vec::new();
+    }
+    spec.tiers
+        .iter()
+        .filter_map(|tier| {
+            let budget = tier.budget.as_ref()?;
+            budget.limits_millis().into_iter().find_map(|(resource, limit)| {
+                let used = usage.tier_used(&tier.name, resource);
+                (used >= limit).then(|| SpentBudget {
+                    tier: tier.name.clone(),
+                    resource: resource.to_owned(),
+                    used,
+                    limit,
+                    resets_at: usage.period_end.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_read_as_unit_time_in_milli_resource_seconds() {
+        assert_eq!(limit_millis("2000h"), Ok(2000 * 3600 * 1000));
+        assert_eq!(limit_millis("90m"), Ok(5400 * 1000));
+        assert_eq!(limit_millis("1h30m"), Ok(5400 * 1000));
+        assert_eq!(limit_millis("1.5s"), Ok(1500));
+        assert!(matches!(limit_millis("2000"), Err(BudgetError::NotADuration { .. })));
+        assert!(matches!(limit_millis("lots"), Err(BudgetError::NotADuration { .. })));
+        assert!(matches!(limit_millis("0h"), Err(BudgetError::NotPositive { .. })));
+        assert!(matches!(limit_millis("-1h"), Err(BudgetError::NotPositive { .. })));
+    }
+
+    #[test]
+    fn resource_seconds_round_trip_exactly_through_the_status_text() {
+        for millis in [0, 1, 500, 999, 1000, 7_200_000, 5_400_500, 123_456_789_012_345] {
+            assert_eq!(parse_resource_seconds(&format_resource_seconds(millis)), Some(millis), "{millis}");
+        }
+        assert_eq!(format_resource_seconds(7_200_000), "7200");
+        assert_eq!(format_resource_seconds(500), "0.5");
+        assert_eq!(format_resource_seconds(1_050), "1.05");
+        for bad in ["", ".5", "1.2345", "-1", "1e3", "7200s", "1,5"] {
+            assert_eq!(parse_resource_seconds(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn counts_print_as_unit_hours() {
+        assert_eq!(format_unit_hours(7_200_000), "2h");
+        assert_eq!(format_unit_hours(5_400_000), "1.5h");
+        assert_eq!(format_unit_hours(60_000), "1m");
+        assert_eq!(format_unit_hours(90_000), "1.5m");
+        assert_eq!(format_unit_hours(30_000), "30s");
+        assert_eq!(format_unit_hours(0), "0s");
+    }
+
+    #[test]
+    fn time_zones_come_from_the_bundled_database() {
+        let berlin = Accounting { period: None, time_zone: Some("Europe/Berlin".into()) };
+        assert!(berlin.time_zone().is_ok());
+        assert!(Accounting::default().time_zone().is_ok());
+        let unknown = Accounting { period: None, time_zone: Some("Mars/Olympus".into()) };
+        assert!(matches!(unknown.time_zone(), Err(BudgetError::UnknownTimeZone { .. })));
+    }
+}

@@ -1,0 +1,120 @@
+//! Policy checks of accounting and tier budgets: a time zone tiergate knows, limits that are amounts of time
+//! above zero, on resources the tier's quota names (the only ones Kueue charges its ClusterQueue); pure, no I/O.
+
+use super::Problems;
+use crate::policy::TierPolicySpec;
+use crate::policy::budget::{BudgetError, limit_millis};
+
+/// `spec.accounting` and every tier's `budget`.
+pub(super) fn check_budgets(spec: &TierPolicySpec, problems: &mut Problems) {
+    if let Some(accounting) = &spec.accounting
+        && let Err(error) = accounting.time_zone()
+    {
+        problems.push("spec.accounting.timeZone", error.to_string(), fix(&error));
+    }
+    for (index, tier) in spec.tiers.iter().enumerate() {
+        let Some(budget) = &tier.budget else { continue };
+        let path = format!("spec.tiers[{index}].budget.limits");
+        if budget.limits.is_empty() {
+            problems.push(
+                path.as_str(),
+                "no limit is set, so the budget never holds the tier",
+                "limit a resource the tier has quota for, e.g. `limits: {nvidia.com/gpu: 2000h}` for 2000 GPU-hours \
+                 a period; or remove the budget",
+            );
+            continue;
+        }
+        for (resource, text) in &budget.limits {
+            let field = format!("{path}[{resource:?}]");
+            if let Err(error) = limit_millis(text) {
+                problems.push(field.as_str(), error.to_string(), fix(&error));
+            }
+            if !tier.quotas.contains_key(resource) {
+                let known: Vec<&str> = tier.quotas.keys().map(String::as_str).collect();
+                problems.push(
+                    field,
+                    format!(
+                        "tier {} has no quota for {resource}, so Kueue never charges it to the tier and the limit is \
+                         never reached",
+                        tier.name
+                    ),
+                    format!("limit one of the tier's quota resources ({})", known.join(", ")),
+                );
+            }
+        }
+    }
+}
+
+/// How to fix a limit or a time zone.
+fn fix(error: &BudgetError) -> String {
+    match error {
+        BudgetError::NotADuration { .. } => "write how long one unit may run, a number and a unit (h, m, s): \
+            `2000h` is 2000 GPU-hours of nvidia.com/gpu (days are not a unit: write `48h`)"
+            .to_owned(),
+        BudgetError::NotPositive { .. } => "set a limit above zero, e.g. `100h`; or remove the budget".to_owned(),
+        BudgetError::UnknownTimeZone { .. } => {
+            "use an IANA time zone name such as `UTC`, `Europe/Berlin` or `America/New_York`".to_owned()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use crate::inputs::load_policy;
+    use crate::policy::{Accounting, Budget};
+    use crate::validation::validate;
+
+    fn problems_with(limits: &[(&str, &str)], time_zone: Option<&str>) -> Vec<String> {
+        let mut spec = load_policy(None).unwrap().spec;
+        let limits: BTreeMap<String, String> =
+            limits.iter().map(|(resource, text)| ((*resource).to_owned(), (*text).to_owned())).collect();
+        spec.tiers[1].budget = Some(Budget { limits });
+        spec.accounting = Some(Accounting { period: None, time_zone: time_zone.map(str::to_owned) });
+        match validate(&spec) {
+            Ok(()) => Vec::new(),
+            Err(errors) => errors.problems().iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn gpu_hours_in_a_known_time_zone_are_valid() {
+        assert_eq!(problems_with(&[("nvidia.com/gpu", "2000h")], Some("Europe/Berlin")), Vec::<String>::new());
+        assert_eq!(problems_with(&[("nvidia.com/gpu", "90m")], None), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_bare_number_or_zero_names_the_limit_and_the_fix() {
+        let problems = problems_with(&[("nvidia.com/gpu", "2000")], None);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].starts_with(
+                "spec.tiers[1].budget.limits[\"nvidia.com/gpu\"]: \"2000\" is not an amount of time; fix: write how \
+                 long one unit may run"
+            ),
+            "{problems:?}"
+        );
+        let zero = problems_with(&[("nvidia.com/gpu", "0h")], None);
+        assert!(zero[0].contains("is not more than zero; fix: set a limit above zero"), "{zero:?}");
+    }
+
+    #[test]
+    fn a_limit_on_a_resource_without_quota_is_refused_naming_the_quota_resources() {
+        let problems = problems_with(&[("example.com/fpga", "10h")], None);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("has no quota for example.com/fpga"), "{problems:?}");
+        assert!(
+            problems[0].contains("fix: limit one of the tier's quota resources (")
+                && problems[0].contains("nvidia.com/gpu")
+        );
+    }
+
+    #[test]
+    fn an_empty_budget_and_an_unknown_time_zone_are_refused() {
+        let problems = problems_with(&[], Some("Mars/Olympus"));
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].starts_with("spec.accounting.timeZone: \"Mars/Olympus\" is not a time zone"));
+        assert!(problems[1].starts_with("spec.tiers[1].budget.limits: no limit is set"));
+    }
+}

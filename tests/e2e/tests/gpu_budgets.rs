@@ -1,0 +1,273 @@
+//! End-to-end test of GPU-hour accounting and tier budgets (docs/guides/gpu-budgets.md) against a real API server
+//! with Kueue v0.19+: a tier whose budget is one GPU-minute per period. Two one-GPU Jobs, admitted through the real
+//! webhook, spend it in about thirty seconds; the daemon's checkpoint (every two seconds here) then holds the tier's
+//! ClusterQueue (`stopPolicy: Hold`), so a third Job waits while the first two keep running, and `why` names the
+//! budget, what was used and when it resets. The GPU-seconds in the policy's `status.usage` match the sum of the
+//! Jobs' admitted durations at the checkpoint. Raising the budget lifts the hold and Kueue admits the third Job.
+//! Skipped (and passing) without a reachable cluster, without Kueue's v1beta2 CRDs or without
+//! `TIERGATE_E2E_WEBHOOK_HOST`.
+//!
+//! The pods of these Jobs never need a node: Kueue admits by quota alone, so the Jobs stay admitted (their pods
+//! Pending) and keep counting, which is what spends the budget.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::DynamicObject;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tiergate::admission::TIER_ANNOTATION;
+use tiergate::cmd::build_live_answer;
+use tiergate::live::{KubectlConnection, connect};
+use tiergate::plan::names::cluster_queue_name;
+use tiergate::policy::TierPolicy;
+use tiergate::policy::budget::parse_resource_seconds;
+use tiergate::reconcile::kinds::KueueKind;
+use tiergate::usage::parse_instant;
+use tiergate_e2e::webhook::{
+    InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
+};
+use tiergate_e2e::{
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, is_admitted, job_workload, random_name,
+    start_tiergate, status_condition, wait_for, wait_until_admitted_as,
+};
+use tiergate_workloads::QUEUE_NAME_LABEL;
+
+/// Kueue objects after the policy is applied.
+const CONVERGE: Duration = Duration::from_secs(30);
+/// The API server picks up a new webhook configuration within a few seconds.
+const WEBHOOK_PROPAGATION: Duration = Duration::from_secs(60);
+/// Kueue creates a Workload per Job and schedules in cycles.
+const SCHEDULED: Duration = Duration::from_secs(90);
+/// Two GPUs spend [`BUDGET`] in 30 s; the checkpoint and the reconcile follow within seconds.
+const SPENT: Duration = Duration::from_secs(150);
+/// The tier's budget: one GPU-minute per period.
+const BUDGET: &str = "1m";
+/// The raised budget: room for hours.
+const RAISED: &str = "100h";
+/// The daemon's checkpoint interval in the suites (tests/e2e/src/lib.rs), the bound of a count.
+const CHECKPOINT_SECONDS: i128 = 2;
+const GPU: &str = "nvidia.com/gpu";
+const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+
+struct Run {
+    prefix: String,
+    system: String,
+    tenant: String,
+    policy: TierPolicy,
+}
+
+impl Run {
+    fn new() -> Result<Self, HarnessError> {
+        let prefix = random_name("e2e");
+        Ok(Self {
+            system: format!("{prefix}-system"),
+            tenant: format!("{prefix}-metered"),
+            policy: build_policy(&prefix)?,
+            prefix,
+        })
+    }
+
+    fn tier(&self) -> String {
+        format!("{}-metered", self.prefix)
+    }
+
+    fn cluster_queue(&self) -> String {
+        cluster_queue_name(&self.tier())
+    }
+}
+
+/// One tier of 4 GPUs (room for three Jobs: only the budget can hold the third) and a budget of [`BUDGET`].
+fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
+    let policy = json!({
+        "apiVersion": "tiergate.io/v1alpha1",
+        "kind": "TierPolicy",
+        "metadata": {"name": prefix},
+        "spec": {
+            "tierLabel": E2E_TIER_LABEL,
+            "gpuClasses": [{"name": format!("{prefix}-l4"), "nodeLabels": {CLASS_LABEL: format!("{prefix}-l4")}}],
+            "priorityBuckets": [{"name": format!("{prefix}-default"), "minScore": 0, "value": 100}],
+            "scoring": {"enabled": false},
+            "tiers": [{
+                "name": format!("{prefix}-metered"),
+                "gpuClass": format!("{prefix}-l4"),
+                "quotas": {GPU: {"nominal": "4"}, "cpu": {"nominal": "8"}, "memory": {"nominal": "8Gi"}},
+                "budget": {"limits": {GPU: BUDGET}},
+            }],
+        }
+    });
+    Ok(serde_json::from_value(policy)?)
+}
+
+fn build_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
+    let job = json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": run.tenant},
+        "spec": {
+            "parallelism": 1, "completions": 1, "backoffLimit": 0,
+            "template": {"spec": {
+                "restartPolicy": "Never",
+                "containers": [{
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", GPU: "1"}, "limits": {GPU: "1"}},
+                }],
+            }},
+        },
+    });
+    Ok(serde_json::from_value(job)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_holds_the_third_job_until_it_is_raised_and_the_count_matches_the_admitted_time() {
+    const TEST: &str = "a_spent_budget_holds_the_third_job_until_it_is_raised_and_the_count_matches_the_admitted_time";
+    if let Err(error) = run_webhook_test(TEST, run_scenario).await {
+        panic!("{error}");
+    }
+}
+
+async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
+    let run = Run::new()?;
+    let daemon = start_daemon(client, cleanup, &run).await?;
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        spend_and_raise(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
+}
+
+async fn start_daemon(client: &Client, cleanup: &Cleanup, run: &Run) -> Result<InProcessDaemon, HarnessError> {
+    let tenant_labels: &[(&str, &str)] = &[(E2E_TIER_LABEL, &run.tier()), (RUN_LABEL, &run.prefix)];
+    let daemon = start_tiergate(client, cleanup, &run.policy, &run.system, &[(&run.tenant, tenant_labels)]).await?;
+    let local_queue = run.policy.spec.tiers[0].local_queue();
+    wait_for("the tier's LocalQueue and ClusterQueue", CONVERGE, || async {
+        let queues: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &run.tenant, &KueueKind::LocalQueue.api_resource());
+        queues.get_opt(&local_queue).await.ok()??;
+        cluster_queue(client, run).await
+    })
+    .await?;
+    Ok(daemon)
+}
+
+async fn cluster_queue(client: &Client, run: &Run) -> Option<DynamicObject> {
+    let queues: Api<DynamicObject> = Api::all_with(client.clone(), &KueueKind::ClusterQueue.api_resource());
+    queues.get_opt(&run.cluster_queue()).await.ok()?
+}
+
+async fn stop_policy(client: &Client, run: &Run) -> Option<String> {
+    let queue = cluster_queue(client, run).await?;
+    Some(queue.data["spec"]["stopPolicy"].as_str().unwrap_or("None").to_owned())
+}
+
+async fn create_job(client: &Client, run: &Run, name: &str) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
+    let stored = jobs.create(&PostParams::default(), &build_job(run, name)?).await?;
+    let queued = stored.labels().contains_key(QUEUE_NAME_LABEL)
+        && stored.annotations().get(TIER_ANNOTATION) == Some(&run.tier());
+    ensure(queued, || format!("Job {name} was not queued by the webhook: labels {:?}", stored.labels()))
+}
+
+/// The policy's `status.usage` as JSON, when written.
+async fn usage(client: &Client, run: &Run) -> Option<Value> {
+    let policies: Api<TierPolicy> = Api::all(client.clone());
+    let policy = policies.get_opt(&run.prefix).await.ok()??;
+    serde_json::to_value(policy.status?.usage?).ok()
+}
+
+/// When Job `name`'s Workload was admitted (Unix seconds).
+async fn admitted_at(client: &Client, run: &Run, name: &str) -> Option<i64> {
+    let workload = job_workload(client, &run.tenant, name).await?;
+    let admitted = status_condition(&workload, "Admitted")?;
+    (admitted["status"] == "True").then(|| parse_instant(admitted["lastTransitionTime"].as_str()?)).flatten()
+}
+
+async fn spend_and_raise(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
+    let probe = build_job(run, "probe")?;
+    let tier = run.tier();
+    let decided = |stored: &Job| stored.annotations().get(TIER_ANNOTATION) == Some(&tier);
+    let what = "the API server to call the webhook (a dry-run Job stored with its tier annotation)";
+    wait_until_admitted_as(client, what, WEBHOOK_PROPAGATION, &probe, decided).await?;
+
+    for name in ["first", "second"] {
+        create_job(client, run, name).await?;
+    }
+    let mut starts = Vec::new();
+    for name in ["first", "second"] {
+        let what = format!("Kueue to admit Job {name} (its Workload Admitted=True)");
+        starts.push(wait_for(&what, SCHEDULED, || admitted_at(client, run, name)).await?);
+    }
+    let held = wait_for("the spent budget to hold the tier's ClusterQueue (stopPolicy Hold)", SPENT, || async {
+        (stop_policy(client, run).await? == "Hold").then_some(())
+    })
+    .await;
+    if let Err(error) = held {
+        let found = usage(client, run).await;
+        return Err(
+            format!("{error}; status.usage is {found:?}, stopPolicy {:?}", stop_policy(client, run).await).into()
+        );
+    }
+
+    // The count at the checkpoint is the two Jobs' admitted seconds up to it (both still run): exact up to the
+    // checkpoint bound.
+    let counted = usage(client, run).await.ok_or("status.usage is gone")?;
+    let checkpoint =
+        counted["checkpointTime"].as_str().and_then(parse_instant).ok_or("status.usage has no checkpointTime")?;
+    let gpu_seconds = counted["tiers"][&tier]["current"][GPU]
+        .as_str()
+        .and_then(parse_resource_seconds)
+        .ok_or_else(|| format!("status.usage counts no {GPU} for tier {tier}: {counted}"))?;
+    let expected: i128 = starts.iter().map(|start| i128::from((checkpoint - start).max(0)) * 1000).sum();
+    let bound = CHECKPOINT_SECONDS * 1000 * 2;
+    ensure((gpu_seconds - expected).abs() <= bound, || {
+        format!(
+            "counted {gpu_seconds} milli-GPU-seconds at {checkpoint}, but the Jobs admitted at {starts:?} ran \
+             {expected}: {counted}"
+        )
+    })?;
+    ensure(gpu_seconds >= 60_000, || format!("the hold came before the budget was spent: {counted}"))?;
+    let namespace_seconds =
+        counted["namespaces"][&run.tenant]["current"][GPU].as_str().and_then(parse_resource_seconds);
+    ensure(namespace_seconds == Some(gpu_seconds), || {
+        format!("the tenant's count differs from its tier's: {counted}")
+    })?;
+
+    // The third Job waits while the first two run on.
+    create_job(client, run, "third").await?;
+    let workload =
+        wait_for("Kueue to create the third Job's Workload", SCHEDULED, || job_workload(client, &run.tenant, "third"))
+            .await?;
+    ensure(!is_admitted(&workload), || format!("the third Job was admitted although the budget is spent: {workload}"))?;
+    for name in ["first", "second"] {
+        let running = job_workload(client, &run.tenant, name).await.is_some_and(|workload| is_admitted(&workload));
+        ensure(running, || format!("Job {name} stopped being admitted when the budget was spent (Hold must keep it)"))?;
+    }
+    let (live, _) = connect(&KubectlConnection::default()).await?;
+    let answer = build_live_answer(&live, "job/third", &run.tenant, &run.prefix).await?;
+    println!("why job/third: {}", answer.summary);
+    let names_budget = answer.summary.contains("budget of 1m of nvidia.com/gpu")
+        || (answer.summary.contains("budget") && answer.summary.contains("is spent"));
+    ensure(names_budget && answer.summary.contains("until the period turns at"), || {
+        format!("why does not name the spent budget and its reset: {}", answer.summary)
+    })?;
+
+    // Raising the budget lifts the hold; Kueue admits the third Job.
+    let policies: Api<TierPolicy> = Api::all(client.clone());
+    let patch = json!([{"op": "replace", "path": "/spec/tiers/0/budget/limits/nvidia.com~1gpu", "value": RAISED}]);
+    policies.patch(&run.prefix, &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(patch)?)).await?;
+    wait_for("the raised budget to lift the hold (no stopPolicy)", SPENT, || async {
+        (stop_policy(client, run).await? == "None").then_some(())
+    })
+    .await?;
+    wait_for("Kueue to admit the third Job once the budget is raised", SCHEDULED, || admitted_at(client, run, "third"))
+        .await?;
+    Ok(())
+}
