@@ -1,3 +1,5 @@
+//! Tests of the usage ledger: overlaps, checkpoints, deletions, readmissions, recounts and period turns.
+
 use super::*;
 use crate::inputs::load_policy;
 use crate::usage::period::parse_instant;
