@@ -1,5 +1,6 @@
 //! The name and label syntax Kubernetes accepts (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`,
-//! `IsQualifiedName`, `IsValidLabelValue`), and Go's duration syntax (Kueue's Configuration), as predicates; pure.
+//! `IsQualifiedName`, `IsValidLabelValue`), Go's duration syntax (Kueue's Configuration), as predicates, and the IANA
+//! time zone names the policy's times are written in; pure.
 
 /// What a DNS-1123 label looks like, for error messages.
 pub const DNS_LABEL_RULE: &str =
@@ -100,6 +101,15 @@ pub fn go_duration_nanos(text: &str) -> Option<u128> {
         total += number * scale;
     }
     total.is_finite().then_some(total as u128)
+}
+
+/// The IANA time zone `name` (from the system's tz database, or the copy compiled in); `None` for an empty or
+/// unknown name.
+pub fn find_time_zone(name: &str) -> Option<jiff::tz::TimeZone> {
+    if name.trim().is_empty() {
+        return None;
+    }
+    jiff::tz::TimeZone::get(name).ok()
 }
 
 #[cfg(test)]

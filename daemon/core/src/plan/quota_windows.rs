@@ -17,6 +17,7 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp, ToSpan};
 
 use crate::policy::{QuotaWindow, RecurringWindow, Tier, TierPolicySpec, TierQuotaWindowStatus, Weekday};
+use crate::syntax::find_time_zone;
 
 /// How far ahead the next change is looked for: two weeks covers every weekly pattern (a recurring window comes
 /// back within seven days), with room for a one-off window that hides some of them.
@@ -192,14 +193,6 @@ pub fn parse_instant(text: &str) -> Option<Timestamp> {
     text.trim().parse().ok()
 }
 
-/// The IANA time zone `name` (from the system's tz database, or the copy compiled in).
-pub fn time_zone(name: &str) -> Option<TimeZone> {
-    if name.trim().is_empty() {
-        return None;
-    }
-    TimeZone::get(name).ok()
-}
-
 /// Whether `window` is open at `at` (it opens at its begin and is closed at its end).
 fn is_open(window: &QuotaWindow, at: Timestamp) -> bool {
     intervals_around(window, at, at).into_iter().any(|(begin, end)| begin <= at && at < end)
@@ -231,7 +224,7 @@ fn intervals_around(window: &QuotaWindow, from: Timestamp, until: Timestamp) -> 
 /// (an occurrence lasts at most a day and an hour, so none that touches `[from, until]` is missed).
 fn recurring_intervals(recurring: &RecurringWindow, from: Timestamp, until: Timestamp) -> Vec<(Timestamp, Timestamp)> {
     let (Some(zone), Some(start), Some(end)) =
-        (time_zone(&recurring.time_zone), parse_clock(&recurring.start), parse_clock(&recurring.end))
+        (find_time_zone(&recurring.time_zone), parse_clock(&recurring.start), parse_clock(&recurring.end))
     else {
         return Vec::new();
     };

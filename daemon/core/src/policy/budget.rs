@@ -64,7 +64,7 @@ impl Accounting {
     /// The time zone from the bundled time zone database.
     pub fn time_zone(&self) -> Result<jiff::tz::TimeZone, BudgetError> {
         let name = self.time_zone_name();
-        jiff::tz::db().get(name).map_err(|_| BudgetError::UnknownTimeZone { name: name.to_owned() })
+        crate::syntax::find_time_zone(name).ok_or_else(|| BudgetError::UnknownTimeZone { name: name.to_owned() })
     }
 }
 

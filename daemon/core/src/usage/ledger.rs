@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::period::{PeriodBounds, format_instant, parse_instant, period_bounds};
 use crate::plan::names::cluster_queue_name;
 use crate::policy::budget::{BudgetError, DEFAULT_TIME_ZONE, format_resource_seconds, parse_resource_seconds};
-use crate::policy::{AccountingPeriod, TierPolicySpec, UsageStatus, UsageTotals};
+use crate::policy::{Accounting, AccountingPeriod, TierPolicySpec, UsageStatus, UsageTotals};
 
 /// Milli-resource-seconds per resource name.
 pub type ResourceMillis = BTreeMap<String, i128>;
@@ -239,12 +239,11 @@ pub struct CheckpointFrame<'a> {
 impl<'a> CheckpointFrame<'a> {
     /// The frame of a checkpoint of `spec` at `now`; fails when the time zone is unknown (validation refuses it).
     pub fn at(spec: &'a TierPolicySpec, now: i64) -> Result<Self, BudgetError> {
-        let (period, time_zone) = match &spec.accounting {
-            Some(accounting) => (accounting.period(), accounting.time_zone_name()),
-            None => (AccountingPeriod::default(), DEFAULT_TIME_ZONE),
-        };
-        let zone =
-            jiff::tz::db().get(time_zone).map_err(|_| BudgetError::UnknownTimeZone { name: time_zone.to_owned() })?;
+        let accounting = spec.accounting.as_ref();
+        let period = accounting.map(Accounting::period).unwrap_or_default();
+        let time_zone = accounting.map_or(DEFAULT_TIME_ZONE, Accounting::time_zone_name);
+        let zone = crate::syntax::find_time_zone(time_zone)
+            .ok_or_else(|| BudgetError::UnknownTimeZone { name: time_zone.to_owned() })?;
         let bounds = period_bounds(period, &zone, now)
             .ok_or_else(|| BudgetError::UnknownTimeZone { name: time_zone.to_owned() })?;
         Ok(Self { spec, period, time_zone, bounds })

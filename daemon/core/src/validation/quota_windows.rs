@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 
 use super::names::{DNS_LABEL_RULE, is_dns_label};
 use super::{PolicyError, Problems};
-use crate::plan::quota_windows::{apply_window, parse_clock, parse_instant, time_zone};
+use crate::plan::quota_windows::{apply_window, parse_clock, parse_instant};
 use crate::policy::{QuotaWindow, RecurringWindow, Tier, TierPolicySpec};
+use crate::syntax::find_time_zone;
 
 /// Every tier's `quotaWindows`.
 pub(super) fn check_quota_windows(spec: &TierPolicySpec, problems: &mut Problems) {
@@ -128,7 +129,7 @@ fn check_recurring(path: &str, recurring: &RecurringWindow, problems: &mut Probl
             );
         }
     }
-    if time_zone(&recurring.time_zone).is_none() {
+    if find_time_zone(&recurring.time_zone).is_none() {
         problems.push(
             format!("{path}.timeZone"),
             format!("{:?} is not a time zone of the IANA time zone database", recurring.time_zone),

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::*;
 use crate::inputs::parse_policy;
 use crate::policy::{OnceWindow, QuotaWindow, RecurringWindow, Tier, Weekday, WindowQuota};
+use crate::syntax::find_time_zone;
 
 const GPU: &str = "nvidia.com/gpu";
 
@@ -255,11 +256,11 @@ fn clock_times_are_two_digit_hours_and_minutes() {
 
 #[test]
 fn the_time_zone_database_knows_named_zones_and_refuses_unknown_ones() {
-    assert!(time_zone("Europe/Berlin").is_some());
-    assert!(time_zone("America/New_York").is_some());
-    assert!(time_zone("UTC").is_some());
-    assert!(time_zone("Mars/Olympus").is_none());
-    assert!(time_zone("").is_none());
+    assert!(find_time_zone("Europe/Berlin").is_some());
+    assert!(find_time_zone("America/New_York").is_some());
+    assert!(find_time_zone("UTC").is_some());
+    assert!(find_time_zone("Mars/Olympus").is_none());
+    assert!(find_time_zone("").is_none());
 }
 
 #[test]
