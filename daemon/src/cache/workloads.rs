@@ -7,12 +7,12 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::watcher;
 use serde::Deserialize;
+use tiergate_kueue::read::{ADMITTED, FINISHED};
 
 use super::kinds::{KUEUE_GROUP, KUEUE_VERSION};
 use super::wiring::{Spawner, Trigger};
@@ -21,10 +21,6 @@ use crate::usage::{Admission, WorkloadLedger, WorkloadObservation};
 
 /// The usage ledger the Workload watch fills and the checkpoint loop reads, shared by both.
 pub type SharedLedger = Arc<Mutex<WorkloadLedger>>;
-
-/// Kueue's condition types the ledger reads.
-const ADMITTED: &str = "Admitted";
-const FINISHED: &str = "Finished";
 
 /// A Workload as the ledger reads it.
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -179,7 +175,7 @@ pub fn record_event(ledger: &mut WorkloadLedger, event: &watcher::Event<Workload
 /// Watches every Workload into `ledger` (never triggers a reconcile: the checkpoint loop reads the ledger).
 pub(super) fn start_workload_watch(client: &Client, spawner: &Spawner, ledger: SharedLedger) {
     let api = Api::<WorkloadLite>::all(client.clone());
-    let events = watcher(api, watcher::Config::default()).map_ok(|event| event);
+    let events = watcher(api, watcher::Config::default());
     spawner.watch_into("Workload", Trigger::Never, events, move |event| {
         if let Ok(mut ledger) = ledger.lock() {
             record_event(&mut ledger, event, now_second());

@@ -376,7 +376,7 @@ async fn reconcile_active(policy: &TierPolicy, ctx: &Context) -> Result<Action, 
         ctx.metrics.owned_objects.get_or_create(&KindLabels { kind: kind.name() }).set(i64::from(count));
     }
     events::publish_outcome_events(ctx, policy, &applied, &retired).await;
-    quota_windows::publish_window_events(ctx, policy, &policy.spec, &window_status).await;
+    quota_windows::publish_window_events(ctx, policy, &window_changes, &window_status).await;
     // Cleared before the status is written, so a converged status carries no stale `Blocked` condition.
     for reason in RECONCILE_BLOCKERS {
         ctx.blockers.clear(reason);

@@ -103,16 +103,16 @@ pub(super) fn build_change_note(
     note
 }
 
-/// One `QuotaWindowChanged` Event per tier whose window in force changed (none in a steady state); Warning when the
-/// change left more admitted than the quota now gives.
+/// One `QuotaWindowChanged` Event per tier of `changed` ([`changed_tiers`]: none in a steady state), for `policy` as
+/// in force; Warning when the change left more admitted than the quota now gives.
 pub(super) async fn publish_window_events(
     ctx: &Context,
     policy: &TierPolicy,
-    spec: &TierPolicySpec,
+    changed: &[&str],
     now: &[TierQuotaWindowStatus],
 ) {
-    let previous = policy.status.as_ref().map(|status| status.quota_windows.as_slice()).unwrap_or_default();
-    for tier in changed_tiers(previous, now) {
+    let spec = &policy.spec;
+    for &tier in changed {
         let Some(window) = now.iter().find(|window| window.tier == tier) else { continue };
         let reserved = reserved_by_resource(ctx, tier);
         let above = spec.tier(tier).is_some_and(|tier| !admitted_above_quota(spec, tier, &reserved).is_empty());

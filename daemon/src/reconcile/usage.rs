@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -254,11 +254,7 @@ async fn publish_budget_events(
             return;
         }
         tracing::info!(reason, %note, "budget");
-        let event =
-            Event { type_, reason: reason.to_owned(), note: Some(note), action: reason.to_owned(), secondary: None };
-        if let Err(error) = recorder.publish(&event, &policy.object_ref(&())).await {
-            tracing::warn!(%error, reason, "failed to publish an Event");
-        }
+        super::writes::send_policy_event(recorder, policy, type_, reason, note).await;
     }
 }
 

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::core::DynamicObject;
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -207,10 +207,22 @@ pub(super) async fn publish_event(ctx: &Context, policy: &TierPolicy, type_: Eve
     if check_gate(ctx, || format!("event {reason}")).is_err() {
         return;
     }
+    count_write(ctx, "Event");
+    send_policy_event(&ctx.recorder, policy, type_, reason, note).await;
+}
+
+/// Publishes an Event on `policy` whose action is its reason, reporting (never failing on) an error; the caller
+/// checks the Lease write gate.
+pub(super) async fn send_policy_event(
+    recorder: &Recorder,
+    policy: &TierPolicy,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let event =
         Event { type_, reason: reason.to_owned(), note: Some(note), action: reason.to_owned(), secondary: None };
-    count_write(ctx, "Event");
-    if let Err(error) = ctx.recorder.publish(&event, &policy.object_ref(&())).await {
+    if let Err(error) = recorder.publish(&event, &policy.object_ref(&())).await {
         tracing::warn!(%error, reason, "failed to publish an Event");
     }
 }
