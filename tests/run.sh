@@ -4,9 +4,12 @@
 # again whenever tests/requirements.txt changes), so a machine with only Rust and Python passes with this command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# A test run builds each crate once: incremental state would only take disk (3 GB of the 11 GB a clean clone's run
-# wrote; CI runs on a machine whose free disk varies), not time.
+# A test run builds each crate once and keeps no more on disk than it must (CI runs on a machine whose free disk
+# varies; a clean clone's run wrote 8.7 GB with these two unset): no incremental state, and test binaries stripped of
+# debug info (about 45 % of each of some 60 binaries of 50-150 MB; a panic still prints its file:line, a backtrace
+# names functions only).
 export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_STRIP=debuginfo
 
 venv=target/test-venv
 if ! cmp -s tests/requirements.txt "$venv/installed-requirements.txt"; then
@@ -45,11 +48,18 @@ if [ -z "${KUBECONFIG:-}" ]; then
   # The plane writes KUBECONFIG only when it found its binaries and started.
   if [ -n "${KUBECONFIG:-}" ]; then started_plane=true; fi
 fi
-cargo build --locked -q -p tiergate --bin tiergate
-export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$(realpath "${CARGO_TARGET_DIR:-target}")/debug/tiergate}"
-cargo test --locked -p tiergate-e2e -- --nocapture 2>&1 | tee "$e2e_log"
-e2e_skipped=$(grep -c '^skipped: ' "$e2e_log" || true)
-echo "e2e: ${KUBECONFIG:+against $KUBECONFIG, }$e2e_skipped test(s) skipped (each says why above)"
+if [ -n "${KUBECONFIG:-}" ]; then
+  cargo build --locked -q -p tiergate --bin tiergate
+  export TIERGATE_E2E_IMAGE_BINARY="${TIERGATE_E2E_IMAGE_BINARY:-$(realpath "${CARGO_TARGET_DIR:-target}")/debug/tiergate}"
+  cargo test --locked -p tiergate-e2e -- --nocapture 2>&1 | tee "$e2e_log"
+  e2e_skipped=$(grep -c '^skipped: ' "$e2e_log" || true)
+  echo "e2e: against $KUBECONFIG, $e2e_skipped test(s) skipped (each says why above)"
+else
+  # No cluster: every suite would only print the skip line above. Clippy has type-checked them; the harness's own
+  # tests run, and the suites' test binaries (some 30 of ~130 MB) are not linked.
+  cargo test --locked -p tiergate-e2e --lib --bins
+  echo "e2e: skipped: no cluster (KUBECONFIG is unset and the throwaway control plane did not start; its line above says why)"
+fi
 "$venv/bin/python" -m pytest -q tests
 # The plane above is the newest supported cell (Kubernetes 1.36, the Kueue found). Where it started, the core suites
 # also run on the oldest: Kubernetes 1.33 emulated, with the Kueue release TIERGATE_E2E_OLDEST_KUEUE names as
