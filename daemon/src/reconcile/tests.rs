@@ -19,6 +19,8 @@ use super::*;
 use crate::inputs::load_policy;
 use crate::view::NamespaceView;
 
+mod status_owners;
+
 /// One request the reconciler sent.
 #[derive(Clone, Debug)]
 struct Call {

@@ -132,7 +132,7 @@ pub async fn run_usage_checkpoints(loop_: UsageCheckpoints, shutdown: Cancellati
 
 /// One checkpoint: `Ok(Some)` with what it wrote, `Ok(None)` when it wrote nothing (not leading, not synced, no
 /// policy, the ledger not listed yet).
-async fn checkpoint(
+pub(super) async fn checkpoint(
     loop_: &UsageCheckpoints,
     recorder: &Recorder,
     written: Option<&UsageStatus>,

@@ -3,7 +3,8 @@
 //! webhook, spend it in about thirty seconds; the daemon's checkpoint (every two seconds here) then holds the tier's
 //! ClusterQueue (`stopPolicy: Hold`), so a third Job waits while the first two keep running, and `why` names the
 //! budget, what was used and when it resets. The GPU-seconds in the policy's `status.usage` match the sum of the
-//! Jobs' admitted durations at the checkpoint. Raising the budget lifts the hold and Kueue admits the third Job.
+//! Jobs' admitted durations at the checkpoint. Raising the budget lifts the hold and Kueue admits the third Job; the
+//! edit's status write and the checkpoints after it keep each other's fields.
 //! Skipped (and passing) without a reachable cluster, without Kueue's v1beta2 CRDs or without
 //! `TIERGATE_E2E_WEBHOOK_HOST`.
 //!
@@ -269,5 +270,21 @@ async fn spend_and_raise(
     .await?;
     wait_for("Kueue to admit the third Job once the budget is raised", SCHEDULED, || admitted_at(client, run, "third"))
         .await?;
+
+    // The edit's status write (field manager `tiergate`) and the checkpoints (`tiergate-usage`) keep each other's
+    // fields: the status shows the edit's generation and a count no older than the one read above.
+    let edited = policies.get(&run.prefix).await?.metadata.generation;
+    let kept = wait_for("the status to show the edit and a later checkpoint", SPENT, || async {
+        let status = policies.get_opt(&run.prefix).await.ok()??.status?;
+        let usage = status.usage?;
+        let later = parse_instant(&usage.checkpoint_time)? > checkpoint;
+        (status.observed_generation == edited && later && !status.conditions.is_empty()).then_some(usage)
+    })
+    .await?;
+    let recounted =
+        kept.tiers.get(&tier).and_then(|totals| totals.current.get(GPU)).and_then(|text| parse_resource_seconds(text));
+    ensure(recounted.is_some_and(|count| count >= gpu_seconds), || {
+        format!("the count went back after the status write: {gpu_seconds} then {recounted:?}")
+    })?;
     Ok(())
 }

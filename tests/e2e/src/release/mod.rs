@@ -281,7 +281,18 @@ pub async fn install_release(
     release: &Release,
     policy: &TierPolicy,
 ) -> Result<Installed, HarnessError> {
-    let helm_seconds = release.helm("install", Some(release.values(json!({})))).await?;
+    install_release_with(client, cleanup, release, policy, json!({})).await
+}
+
+/// [`install_release`] with `extra` values added to [`Release::values`] (e.g. a short `usageCheckpointInterval`).
+pub async fn install_release_with(
+    client: &Client,
+    cleanup: &Cleanup,
+    release: &Release,
+    policy: &TierPolicy,
+    extra: serde_json::Value,
+) -> Result<Installed, HarnessError> {
+    let helm_seconds = release.helm("install", Some(release.values(extra))).await?;
     cleanup.track(ApiResource::erase::<TierPolicy>(&()), None, &release.policy);
     apply_policy(client, policy).await?;
     let pods = ready_pods(client, release).await?;
