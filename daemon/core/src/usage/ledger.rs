@@ -334,3 +334,6 @@ pub fn checkpoint_second(usage: &UsageStatus) -> Option<i64> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod failover_tests;
