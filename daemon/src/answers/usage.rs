@@ -250,7 +250,7 @@ mod tests {
         let mut policy = load_policy(None).unwrap();
         let tier = policy.spec.tiers[0].name.clone();
         policy.spec.tiers[0].budget =
-            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), "2h".to_owned())]) });
+            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), "2h".to_owned())]), window: None });
         let gpu = |text: &str| BTreeMap::from([("nvidia.com/gpu".to_owned(), text.to_owned())]);
         policy.status = Some(TierPolicyStatus {
             usage: Some(UsageStatus {
@@ -265,6 +265,7 @@ mod tests {
                     "team-a".to_owned(),
                     UsageTotals { current: gpu("3600"), previous: BTreeMap::new() },
                 )]),
+                windows: BTreeMap::new(),
             }),
             ..TierPolicyStatus::default()
         });

@@ -105,7 +105,8 @@ fn a_workload_no_tier_queue_admitted_is_never_counted_against_a_tier() {
 fn a_spent_budget_holds_the_tier_queue_whatever_the_tenant_labels() {
     let mut policy: TierPolicy = load_policy(None).unwrap();
     let bronze = policy.spec.tiers.iter().position(|tier| tier.name == "bronze").unwrap();
-    policy.spec.tiers[bronze].budget = Some(Budget { limits: BTreeMap::from([(GPU.to_owned(), "1m".to_owned())]) });
+    policy.spec.tiers[bronze].budget =
+        Some(Budget { limits: BTreeMap::from([(GPU.to_owned(), "1m".to_owned())]), window: None });
     let mut ledger = listed();
     let start = at("2026-12-02T08:00:00Z");
     for uid in ["a", "b"] {
