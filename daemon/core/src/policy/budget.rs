@@ -83,8 +83,8 @@ pub struct Budget {
     /// 2000 GPU-hours (a number and a unit: `h`, `m`, `s`, e.g. `500h`, `90m`, `1h30m`).
     pub limits: BTreeMap<String, String>,
     /// A rolling window the limits apply to instead of the accounting period: `720h` limits the use of any 720
-    /// hours (30 days), counted in 48 time buckets (the use may be over-counted by at most one bucket, 1/48 of the
-    /// window, never under-counted). From `1m` to `2160h` (90 days); a number and a unit (`h`, `m`, `s`). Absent:
+    /// hours (30 days), counted in time buckets of a 48th of the window (the use may be over-counted by at most one
+    /// bucket, never under-counted). From `1m` to `2160h` (90 days); a number and a unit (`h`, `m`, `s`). Absent:
     /// the limits run over the accounting period. See docs/guides/gpu-budgets.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<String>,
