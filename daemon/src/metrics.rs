@@ -112,9 +112,10 @@ pub struct Metrics {
     pub usage_tier_seconds: Family<TierResourceLabels, SecondsCounter>,
     /// Resource-seconds counted per tenant namespace.
     pub usage_namespace_seconds: Family<NamespaceResourceLabels, SecondsCounter>,
-    /// A budgeted tier's use of a limited resource this period, resource-seconds, as of the last checkpoint.
+    /// A budgeted tier's use of a limited resource this period (or in its budget's rolling window), resource-seconds,
+    /// as of the last checkpoint.
     pub budget_used_seconds: Family<TierResourceLabels, SecondsGauge>,
-    /// A budgeted tier's limit of that resource per period, resource-seconds.
+    /// A budgeted tier's limit of that resource per period (or window), resource-seconds.
     pub budget_limit_seconds: Family<TierResourceLabels, SecondsGauge>,
     /// When the last usage checkpoint was written (Unix seconds; 0 before the first).
     pub usage_checkpoint_timestamp_seconds: Gauge,
@@ -244,12 +245,13 @@ impl Metrics {
         );
         registry.register(
             "budget_used_resource_seconds",
-            "A budgeted tier's use of a limited resource this period, as of the last checkpoint",
+            "A budgeted tier's use of a limited resource this period (or in its budget's rolling window), as of the last \
+             checkpoint",
             metrics.budget_used_seconds.clone(),
         );
         registry.register(
             "budget_limit_resource_seconds",
-            "A budgeted tier's limit of a resource per period",
+            "A budgeted tier's limit of a resource per period (or window)",
             metrics.budget_limit_seconds.clone(),
         );
         registry.register(

@@ -141,17 +141,18 @@ fn explain_refuses_a_job_whose_template_names_another_tiers_class() {
     assert!(out.contains("deny (foreign_device_class)") && out.contains("ResourceClaimTemplate old-h100"), "{out}");
 }
 
-#[test]
-fn explain_names_the_budget_of_the_jobs_tier() {
+/// `tiergate explain` of the long bronze Job under the sample policy with bronze's budget `budget` (YAML flow).
+#[cfg(test)]
+fn explain_with_bronze_budget(budget: &str) -> String {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let policy = std::fs::read_to_string(root.join("samples/kubenexus/policy.yaml")).unwrap();
     let budgeted = policy.replacen(
         "      maxRunTime: {ceiling: 4h}\n",
-        "      maxRunTime: {ceiling: 4h}\n      budget: {limits: {nvidia.com/gpu: 96h}}\n",
+        &format!("      maxRunTime: {{ceiling: 4h}}\n      budget: {budget}\n"),
         1,
     );
     assert_ne!(budgeted, policy, "the sample's bronze tier moved: update this test");
-    let dir = std::env::temp_dir().join(format!("tiergate-explain-budget-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("tiergate-explain-budget-{}-{}", std::process::id(), budget.len()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("policy.yaml"), budgeted).unwrap();
     let job = root.join("samples/workloads/job-bronze-long.yaml");
@@ -167,8 +168,27 @@ fn explain_names_the_budget_of_the_jobs_tier() {
     std::fs::remove_dir_all(&dir).unwrap();
     let out = String::from_utf8(output.stdout).unwrap();
     assert_eq!(output.status.code(), Some(0), "{out}");
+    out
+}
+
+#[test]
+fn explain_names_the_budget_of_the_jobs_tier() {
+    let out = explain_with_bronze_budget("{limits: {nvidia.com/gpu: 96h}}");
     assert!(
         out.contains("budget: tier bronze may use 96h of nvidia.com/gpu per month (UTC); while it is spent"),
         "{out}"
     );
+}
+
+#[test]
+fn explain_names_a_budgets_rolling_window_instead_of_the_period() {
+    let out = explain_with_bronze_budget("{window: 720h, limits: {nvidia.com/gpu: 96h}}");
+    assert!(
+        out.contains(
+            "budget: tier bronze may use 96h of nvidia.com/gpu in any 720h (a rolling window); while it is spent, the \
+             tier's ClusterQueue is held (stopPolicy Hold) and Kueue admits it only once enough use leaves the window"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("period turns"), "{out}");
 }

@@ -241,6 +241,50 @@ fn a_job_kueue_keeps_off_a_draining_flavor_is_told_the_flavor_drains_after_a_pol
     assert!(!plain.summary.contains("draining"), "{}", plain.summary);
 }
 
+#[test]
+fn a_job_held_by_a_spent_rolling_window_is_told_when_use_leaves_the_window() {
+    let mut policy = policy();
+    let bronze = policy.spec.tiers.iter_mut().find(|tier| tier.name == "bronze").unwrap();
+    bronze.budget = Some(serde_json::from_value(json!({"window": "4h", "limits": {"nvidia.com/gpu": "2h"}})).unwrap());
+    // 5-minute buckets: 1 GPU-hour in the one of 04:00 and 1.5 in that of 07:00, both in the window at 08:00.
+    let status = json!({"usage": {
+        "checkpointTime": "2026-12-02T08:00:00Z", "period": "Month", "timeZone": "UTC",
+        "periodStart": "2026-12-01T00:00:00Z", "periodEnd": "2027-01-01T00:00:00Z",
+        "previousPeriodStart": "2026-11-01T00:00:00Z",
+        "windows": {"bronze": {"window": "4h", "bucketSeconds": 300, "buckets": [
+            {"start": "2026-12-02T04:00:00Z", "used": {"nvidia.com/gpu": "3600"}},
+            {"start": "2026-12-02T07:00:00Z", "used": {"nvidia.com/gpu": "5400"}},
+        ]}},
+    }});
+    policy.status = Some(serde_json::from_value(status).unwrap());
+    let queues = ["tiergate-bronze".to_owned()];
+    let pending = [workload("workload-pending-quota.yaml")];
+    let answer = answer_with_policy(
+        &policy,
+        &fixture("job-train-bert.yaml"),
+        job_adapter(),
+        &bronze_labels(),
+        &queues,
+        &pending,
+        &[],
+        &[],
+    );
+    assert!(
+        matches!(&answer.hold, Hold::BudgetSpent { window: Some(window), .. } if window == "4h"),
+        "{:?}",
+        answer.hold
+    );
+    assert!(
+        answer.summary.starts_with(
+            "Pending: tier bronze's budget of 2h of nvidia.com/gpu in any 4h is spent (2.5h used in the last 4h), so \
+             its ClusterQueue tiergate-bronze admits nothing new (stopPolicy Hold; admitted workloads run on) until \
+             use leaves the 4h window, at 2026-12-02T08:05:00Z if nothing more runs; to admit it sooner"
+        ),
+        "{}",
+        answer.summary
+    );
+}
+
 /// A LocalQueue of bronze in `namespace` with `pending` workloads and `consumed_gpus` of decayed past usage.
 fn bronze_local_queue(namespace: &str, weight: &str, pending: i64, consumed_gpus: &str) -> KueueLocalQueue {
     serde_json::from_value(json!({

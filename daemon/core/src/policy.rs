@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::labels::LabelLookup;
 
-pub use self::budget::{Accounting, AccountingPeriod, Budget, UsageStatus, UsageTotals};
+pub use self::budget::{Accounting, AccountingPeriod, Budget, UsageBucket, UsageStatus, UsageTotals, WindowUsage};
 pub use self::cohorts::{CohortNode, Reclaim, TierSharing};
 pub use self::karpenter::{KarpenterPoolTemplate, NodeClassRef, PoolRequirement};
 pub use self::quota_windows::{OnceWindow, QuotaWindow, RecurringWindow, TierQuotaWindowStatus, Weekday, WindowQuota};
@@ -343,10 +343,10 @@ pub struct Tier {
     /// none, `ceiling` the most it may ask for. Absent: no limit. See docs/guides/run-time-limits.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_run_time: Option<MaxRunTime>,
-    /// The most the tier may use per accounting period (`spec.accounting`), per resource as the time one unit may
-    /// run (`nvidia.com/gpu: 2000h`). Used up: the tier's ClusterQueue is held (`stopPolicy: Hold`), admitted work
-    /// runs on and new work waits until the period turns or the limit is raised. Absent: no budget (use is still
-    /// counted). See docs/guides/gpu-budgets.md.
+    /// The most the tier may use per accounting period (`spec.accounting`), or in any rolling `window`, per
+    /// resource as the time one unit may run (`nvidia.com/gpu: 2000h`). Used up: the tier's ClusterQueue is held
+    /// (`stopPolicy: Hold`), admitted work runs on and new work waits until the period turns (or enough use leaves
+    /// the window) or the limit is raised. Absent: no budget (use is still counted). See docs/guides/gpu-budgets.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<Budget>,
     /// Gate admission on a cluster-autoscaler ProvisioningRequest.
@@ -791,8 +791,9 @@ pub struct TierPolicyStatus {
     /// Per tier with quota windows: the window in force and when the quota next changes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quota_windows: Vec<TierQuotaWindowStatus>,
-    /// Resource-seconds counted per tier and tenant namespace, this period and the last, as of the last checkpoint
-    /// (written by the leading replica with a field manager of its own).
+    /// Resource-seconds counted per tier and tenant namespace, this period and the last, and over the rolling
+    /// windows of tier budgets, as of the last checkpoint (written by the leading replica with a field manager of its
+    /// own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<UsageStatus>,
 }

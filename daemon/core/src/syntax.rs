@@ -1,6 +1,6 @@
 //! The name and label syntax Kubernetes accepts (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`,
-//! `IsQualifiedName`, `IsValidLabelValue`), Go's duration syntax (Kueue's Configuration), as predicates, and the IANA
-//! time zone names the policy's times are written in; pure.
+//! `IsQualifiedName`, `IsValidLabelValue`), Go's duration syntax (Kueue's Configuration), as predicates, the IANA
+//! time zone names the policy's times are written in, and the RFC 3339 instants its status writes; pure.
 
 /// What a DNS-1123 label looks like, for error messages.
 pub const DNS_LABEL_RULE: &str =
@@ -110,6 +110,16 @@ pub fn find_time_zone(name: &str) -> Option<jiff::tz::TimeZone> {
         return None;
     }
     jiff::tz::TimeZone::get(name).ok()
+}
+
+/// A Unix second as RFC 3339 (`2026-12-01T00:00:00Z`); empty outside jiff's range of years.
+pub fn format_instant(second: i64) -> String {
+    jiff::Timestamp::from_second(second).map(|instant| instant.to_string()).unwrap_or_default()
+}
+
+/// An RFC 3339 instant as a Unix second.
+pub fn parse_instant(text: &str) -> Option<i64> {
+    text.parse::<jiff::Timestamp>().ok().map(|instant| instant.as_second())
 }
 
 #[cfg(test)]

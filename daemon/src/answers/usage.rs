@@ -1,10 +1,11 @@
-//! `kubectl tiergate status --usage`: each tier's and tenant namespace's counted use, this period and the last,
-//! with every budget's use, limit and reset, from the policy's checkpointed `status.usage`; pure, no I/O.
+//! `kubectl tiergate status --usage`: each tier's and tenant namespace's counted use, this period and the last
+//! (and in a budget's rolling window), with every budget's use, limit and reset, from the policy's checkpointed
+//! `status.usage`; pure, no I/O.
 
 use serde::Serialize;
 
 use super::table::render_table;
-use crate::policy::budget::{format_unit_hours, limit_millis, parse_resource_seconds, spent_budgets};
+use crate::policy::budget::{budget_counts, format_unit_hours, limit_millis, parse_resource_seconds, spent_budgets};
 use crate::policy::{TierPolicy, UsageStatus, UsageTotals};
 
 /// The answer to `status --usage`.
@@ -50,11 +51,18 @@ pub struct ResourceUsage {
     pub this_period_hours: String,
     /// The previous period, likewise.
     pub last_period_hours: String,
+    /// The use in the budget's rolling window at the checkpoint, likewise, when the budget has a window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_hours: Option<String>,
     /// The budget's limit of it, likewise, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget_hours: Option<String>,
     /// Whether that limit is used up.
     pub spent: bool,
+    /// When a spent limit has room again with no further use (RFC 3339): the period's end, or when enough use
+    /// leaves the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resets_at: Option<String>,
 }
 
 /// One tier.
@@ -63,6 +71,9 @@ pub struct ResourceUsage {
 pub struct TierUsage {
     /// Tier name.
     pub tier: String,
+    /// The budget's rolling window (`720h`), when it has one: its limits apply to the use in the window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
     /// Per resource counted.
     pub resources: Vec<ResourceUsage>,
     /// Whether a spent budget holds the tier's ClusterQueue.
@@ -114,24 +125,32 @@ pub fn build_usage_answer(
         .map(|candidate| {
             let totals = usage.and_then(|usage| usage.tiers.get(&candidate.name));
             let limits = candidate.budget.as_ref().map(|budget| budget.limits.clone()).unwrap_or_default();
+            let window = candidate.budget.as_ref().and_then(|budget| budget.window.as_deref()).map(str::trim);
+            let counts = usage.and_then(|usage| budget_counts(&policy.spec, candidate, usage));
             let resources = resources_of(totals, limits.keys().cloned())
                 .into_iter()
                 .map(|resource| {
                     let totals = totals.unwrap_or(&empty);
+                    let spent =
+                        spent.iter().find(|budget| budget.tier == candidate.name && budget.resource == resource);
                     ResourceUsage {
                         this_period_hours: hours(&totals.current, &resource),
                         last_period_hours: hours(&totals.previous, &resource),
+                        window_hours: window
+                            .map(|_| format_unit_hours(counts.as_ref().map_or(0, |counts| counts.used(&resource)))),
                         budget_hours: limits
                             .get(&resource)
                             .and_then(|text| limit_millis(text).ok())
                             .map(format_unit_hours),
-                        spent: spent.iter().any(|budget| budget.tier == candidate.name && budget.resource == resource),
+                        spent: spent.is_some(),
+                        resets_at: spent.map(|budget| budget.resets_at.clone()),
                         resource,
                     }
                 })
                 .collect();
             TierUsage {
                 tier: candidate.name.clone(),
+                window: window.map(str::to_owned),
                 resources,
                 held: spent.iter().any(|budget| budget.tier == candidate.name),
             }
@@ -150,8 +169,10 @@ pub fn build_usage_answer(
                 .map(|resource| ResourceUsage {
                     this_period_hours: hours(&totals.current, &resource),
                     last_period_hours: hours(&totals.previous, &resource),
+                    window_hours: None,
                     budget_hours: None,
                     spent: false,
+                    resets_at: None,
                     resource,
                 })
                 .collect(),
@@ -192,30 +213,47 @@ impl UsageAnswer {
                 self.policy
             ),
         };
-        let resets = self.period.as_ref().map(|period| period.end.clone()).unwrap_or_default();
+        let windowed = self.tiers.iter().any(|tier| tier.window.is_some());
         let tier_rows: Vec<Vec<String>> = self
             .tiers
             .iter()
             .flat_map(|tier| {
-                let resets = resets.clone();
                 tier.resources.iter().map(move |resource| {
-                    let state = match (&resource.budget_hours, resource.spent) {
-                        (None, _) => String::new(),
-                        (Some(_), true) => format!("spent: held until {resets}"),
-                        (Some(_), false) => "within budget".to_owned(),
+                    let resets = resource.resets_at.clone().unwrap_or_default();
+                    let state = match (&resource.budget_hours, resource.spent, &tier.window) {
+                        (None, _, _) => String::new(),
+                        (Some(_), true, Some(window)) => {
+                            format!(
+                                "spent: held until use leaves the {window} window, at {resets} if nothing more runs"
+                            )
+                        }
+                        (Some(_), true, None) => format!("spent: held until {resets}"),
+                        (Some(_), false, _) => "within budget".to_owned(),
                     };
-                    vec![
+                    let budget = match (&resource.budget_hours, &tier.window) {
+                        (Some(limit), Some(window)) => format!("{limit} in any {window}"),
+                        (limit, _) => limit.clone().unwrap_or_default(),
+                    };
+                    let mut row = vec![
                         tier.tier.clone(),
                         resource.resource.clone(),
                         resource.this_period_hours.clone(),
                         resource.last_period_hours.clone(),
-                        resource.budget_hours.clone().unwrap_or_default(),
-                        state,
-                    ]
+                    ];
+                    if windowed {
+                        row.push(resource.window_hours.clone().unwrap_or_default());
+                    }
+                    row.extend([budget, state]);
+                    row
                 })
             })
             .collect();
-        out.push_str(&render_table(&["TIER", "RESOURCE", "THIS PERIOD", "LAST PERIOD", "BUDGET", "STATE"], &tier_rows));
+        let headers: &[&str] = if windowed {
+            &["TIER", "RESOURCE", "THIS PERIOD", "LAST PERIOD", "IN WINDOW", "BUDGET", "STATE"]
+        } else {
+            &["TIER", "RESOURCE", "THIS PERIOD", "LAST PERIOD", "BUDGET", "STATE"]
+        };
+        out.push_str(&render_table(headers, &tier_rows));
         out.push('\n');
         let tenant_rows: Vec<Vec<String>> = self
             .tenants
@@ -244,13 +282,13 @@ mod tests {
 
     use super::*;
     use crate::inputs::load_policy;
-    use crate::policy::{Budget, TierPolicyStatus};
+    use crate::policy::{Budget, TierPolicyStatus, UsageBucket, WindowUsage};
 
     fn policy() -> TierPolicy {
         let mut policy = load_policy(None).unwrap();
         let tier = policy.spec.tiers[0].name.clone();
         policy.spec.tiers[0].budget =
-            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), "2h".to_owned())]) });
+            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), "2h".to_owned())]), window: None });
         let gpu = |text: &str| BTreeMap::from([("nvidia.com/gpu".to_owned(), text.to_owned())]);
         policy.status = Some(TierPolicyStatus {
             usage: Some(UsageStatus {
@@ -265,6 +303,7 @@ mod tests {
                     "team-a".to_owned(),
                     UsageTotals { current: gpu("3600"), previous: BTreeMap::new() },
                 )]),
+                windows: BTreeMap::new(),
             }),
             ..TierPolicyStatus::default()
         });
@@ -285,8 +324,10 @@ mod tests {
                 resource: "nvidia.com/gpu".into(),
                 this_period_hours: "2h".into(),
                 last_period_hours: "1.5h".into(),
+                window_hours: None,
                 budget_hours: Some("2h".into()),
                 spent: true,
+                resets_at: Some("2027-01-01T00:00:00Z".into()),
             }]
         );
         assert_eq!(answer.tenants[0].namespace, "team-a");
@@ -314,5 +355,48 @@ mod tests {
         let answer = build_usage_answer(&policy, None, &BTreeMap::new());
         assert!(answer.period.is_none());
         assert!(answer.to_table().contains("no use counted yet"));
+    }
+
+    /// `policy()` with tier 0's budget over a 4 h window (5-minute buckets): 1 GPU-hour in the bucket of 04:00 and
+    /// 1.5 in that of 07:00, both in the window ending at the 08:00 checkpoint.
+    fn windowed() -> TierPolicy {
+        let mut policy = policy();
+        let tier = policy.spec.tiers[0].name.clone();
+        if let Some(budget) = policy.spec.tiers[0].budget.as_mut() {
+            budget.window = Some("4h".into());
+        }
+        let bucket = |start: &str, used: &str| UsageBucket {
+            start: start.into(),
+            used: BTreeMap::from([("nvidia.com/gpu".to_owned(), used.to_owned())]),
+        };
+        let buckets = vec![bucket("2026-12-02T04:00:00Z", "3600"), bucket("2026-12-02T07:00:00Z", "5400")];
+        let window = WindowUsage { window: "4h".into(), bucket_seconds: 300, buckets };
+        if let Some(usage) = policy.status.as_mut().and_then(|status| status.usage.as_mut()) {
+            usage.windows = BTreeMap::from([(tier, window)]);
+        }
+        policy
+    }
+
+    #[test]
+    fn a_windowed_budget_shows_the_use_in_its_window_and_when_enough_of_it_leaves() {
+        let answer = build_usage_answer(&windowed(), None, &BTreeMap::new());
+        let first = &answer.tiers[0];
+        assert_eq!(first.window.as_deref(), Some("4h"));
+        assert!(first.held, "2.5h in the window of a 2h budget");
+        let gpu = &first.resources[0];
+        assert_eq!(gpu.window_hours.as_deref(), Some("2.5h"));
+        assert_eq!(gpu.this_period_hours, "2h", "the period's count is reported as it is");
+        assert_eq!(gpu.resets_at.as_deref(), Some("2026-12-02T08:05:00Z"), "the 04:00 bucket leaves at 04:05 + 4h");
+        let table = answer.to_table();
+        assert!(table.contains("IN WINDOW") && table.contains("2h in any 4h"), "{table}");
+        assert!(
+            table.contains("spent: held until use leaves the 4h window, at 2026-12-02T08:05:00Z if nothing more runs"),
+            "{table}"
+        );
+        assert!(!table.contains("held until 2027"), "{table}");
+        let json = serde_json::to_value(&answer).unwrap();
+        assert_eq!(json["tiers"][0]["window"], "4h");
+        assert_eq!(json["tiers"][0]["resources"][0]["windowHours"], "2.5h");
+        assert!(json["tiers"][1].get("window").is_none());
     }
 }

@@ -342,8 +342,9 @@ pub enum Hold {
         /// ClusterQueue.
         cluster_queue: String,
     },
-    /// The tier's budget for the period is spent: its ClusterQueue is held (`stopPolicy: Hold`) and admits nothing
-    /// new until the period turns or the budget is raised.
+    /// The tier's budget for the period (or its rolling window) is spent: its ClusterQueue is held
+    /// (`stopPolicy: Hold`) and admits nothing new until the period turns (or enough use leaves the window) or the
+    /// budget is raised.
     BudgetSpent {
         /// The tier.
         tier: String,
@@ -351,12 +352,15 @@ pub enum Hold {
         cluster_queue: String,
         /// The resource whose limit is used up.
         resource: String,
-        /// Used this period, hours of one unit (GPU-hours).
+        /// Used this period (or in the window), hours of one unit (GPU-hours).
         used: String,
-        /// The limit per period, likewise.
+        /// The limit per period (or window), likewise.
         limit: String,
-        /// When the period turns and the budget is renewed (RFC 3339).
+        /// When the budget has room again with no further use (RFC 3339): the period's turn, or when enough use
+        /// leaves the window.
         resets_at: String,
+        /// The budget's rolling window (`720h`), when it has one.
+        window: Option<String>,
         /// The limit's field in the TierPolicy.
         field: String,
     },
@@ -746,6 +750,7 @@ fn spent_budget_of(policy: &TierPolicy, tier: Option<&str>) -> Option<Hold> {
         used: format_unit_hours(spent.used),
         limit: format_unit_hours(spent.limit),
         resets_at: spent.resets_at,
+        window: spent.window,
     })
 }
 
@@ -847,12 +852,26 @@ fn build_summary(
             "Quota is reserved{in_tier}, but the ProvisioningRequest of admission check {check} is not provisioned \
              ({check_state}: {message}); it is admitted when the cluster autoscaler provisions the nodes."
         ),
-        Hold::BudgetSpent { tier, cluster_queue, resource, used, limit, resets_at, field } => format!(
-            "Pending: tier {tier}'s budget of {limit} of {resource} per period is spent ({used} used this period), so \
-             its ClusterQueue {cluster_queue} admits nothing new (stopPolicy Hold; admitted workloads run on) until \
-             the period turns at {resets_at}; to admit it sooner, a platform engineer raises {field} in the \
-             TierPolicy (`kubectl tiergate status --usage` shows the counts)."
-        ),
+        Hold::BudgetSpent { tier, cluster_queue, resource, used, limit, resets_at, field, window } => {
+            let (per, spent, until) = match window {
+                Some(window) => (
+                    format!("in any {window}"),
+                    format!("{used} used in the last {window}"),
+                    format!("use leaves the {window} window, at {resets_at} if nothing more runs"),
+                ),
+                None => (
+                    "per period".to_owned(),
+                    format!("{used} used this period"),
+                    format!("the period turns at {resets_at}"),
+                ),
+            };
+            format!(
+                "Pending: tier {tier}'s budget of {limit} of {resource} {per} is spent ({spent}), so its ClusterQueue \
+                 {cluster_queue} admits nothing new (stopPolicy Hold; admitted workloads run on) until {until}; to \
+                 admit it sooner, a platform engineer raises {field} in the TierPolicy (`kubectl tiergate status \
+                 --usage` shows the counts)."
+            )
+        }
         Hold::PendingQuota { cluster_queue, message } => format!(
             "Pending: quota is full{in_tier}{} (Kueue: {message}); it is admitted when running workloads{in_tier} \
              finish or the tier's quota is raised in the TierPolicy.",

@@ -76,30 +76,41 @@ fn build_quota_window_note(spec: &TierPolicySpec, object: &Value) -> Option<Stri
     Some(note)
 }
 
-/// What a budget of `tier` means for the workload, when the tier has one: its limits per period, and whether the
-/// policy's `status.usage` (if the file carries one) shows it spent.
+/// What a budget of `tier` means for the workload, when the tier has one: its limits per period (or in any rolling
+/// window), and whether the policy's `status.usage` (if the file carries one) shows it spent.
 fn budget_line(policy: &TierPolicy, tier: &str) -> Option<String> {
     let budget = policy.spec.tier(tier)?.budget.as_ref()?;
     let accounting = policy.spec.accounting.clone().unwrap_or_default();
     let limits: Vec<String> = budget.limits.iter().map(|(resource, limit)| format!("{limit} of {resource}")).collect();
     let usage = policy.status.as_ref().and_then(|status| status.usage.as_ref());
     let spent = spent_budgets(&policy.spec, usage).into_iter().find(|spent| spent.tier == tier);
-    let state = match spent {
-        Some(spent) => format!(
+    let window = budget.window.as_deref().map(str::trim);
+    let state = match (spent, window) {
+        (Some(spent), Some(window)) => format!(
+            "spent ({} used in the last {window}), so Kueue admits it only once enough use leaves the window (at {} \
+             if nothing more runs) or the budget is raised",
+            format_unit_hours(spent.used),
+            spent.resets_at
+        ),
+        (Some(spent), None) => format!(
             "spent ({} used), so Kueue admits it only after {} or once the budget is raised",
             format_unit_hours(spent.used),
             spent.resets_at
         ),
-        None => "while it is spent, the tier's ClusterQueue is held (stopPolicy Hold) and Kueue admits it only once \
-            the period turns or the budget is raised"
+        (None, Some(_)) => "while it is spent, the tier's ClusterQueue is held (stopPolicy Hold) and Kueue admits it \
+            only once enough use leaves the window or the budget is raised"
             .to_owned(),
+        (None, None) => {
+            "while it is spent, the tier's ClusterQueue is held (stopPolicy Hold) and Kueue admits it only \
+            once the period turns or the budget is raised"
+                .to_owned()
+        }
     };
-    Some(format!(
-        "tier {tier} may use {} per {} ({}); {state}",
-        limits.join(" and "),
-        accounting.period().name().to_lowercase(),
-        accounting.time_zone_name()
-    ))
+    let per = match window {
+        Some(window) => format!("in any {window} (a rolling window)"),
+        None => format!("per {} ({})", accounting.period().name().to_lowercase(), accounting.time_zone_name()),
+    };
+    Some(format!("tier {tier} may use {} {per}; {state}", limits.join(" and ")))
 }
 
 /// The report: verdict, reasons, warnings, the JSON patch and the resulting object as YAML.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::WriteGate;
 use crate::cache::workloads::{SharedLedger, now_second};
 use crate::metrics::{Metrics, NamespaceResourceLabels, ReasonLabels, TierResourceLabels};
-use crate::policy::budget::{SpentBudget, format_unit_hours, spent_budgets};
+use crate::policy::budget::{SpentBudget, budget_counts, format_unit_hours, spent_budgets};
 use crate::policy::{TierPolicy, UsageStatus};
 use crate::usage::{CheckpointFrame, UsageAdded, advance_usage, checkpoint_second};
 use crate::view::SharedSnapshot;
@@ -206,10 +206,13 @@ fn export(metrics: &Metrics, policy: &TierPolicy, usage: &UsageStatus, added: &U
     }
     for tier in &policy.spec.tiers {
         let Some(budget) = &tier.budget else { continue };
+        // The use the limit applies to: this period's, or the window's at this checkpoint.
+        let counts = budget_counts(&policy.spec, tier, usage);
         for (resource, limit) in budget.limits_millis() {
             let labels = TierResourceLabels { tier: tier.name.clone(), resource: resource.to_owned() };
+            let used = counts.as_ref().map_or(0, |counts| counts.used(resource));
             metrics.budget_limit_seconds.get_or_create(&labels).set(seconds(limit));
-            metrics.budget_used_seconds.get_or_create(&labels).set(seconds(usage.tier_used(&tier.name, resource)));
+            metrics.budget_used_seconds.get_or_create(&labels).set(seconds(used));
         }
     }
     if let Some(checkpoint) = checkpoint_second(usage) {
@@ -219,19 +222,36 @@ fn export(metrics: &Metrics, policy: &TierPolicy, usage: &UsageStatus, added: &U
 
 /// One sentence about a spent budget.
 pub fn describe_spent(budget: &SpentBudget) -> String {
-    format!(
-        "tier {}'s budget of {} {} per period is spent ({} used); its ClusterQueue holds new workloads until {} or \
-         until the budget is raised",
-        budget.tier,
-        format_unit_hours(budget.limit),
-        budget.resource,
-        format_unit_hours(budget.used),
-        budget.resets_at
-    )
+    let (tier, limit, resource) = (&budget.tier, format_unit_hours(budget.limit), &budget.resource);
+    let (used, resets_at) = (format_unit_hours(budget.used), &budget.resets_at);
+    match &budget.window {
+        Some(window) => format!(
+            "tier {tier}'s budget of {limit} {resource} in any {window} is spent ({used} used in the last {window}); \
+             its ClusterQueue holds new workloads until use leaves the {window} window, at {resets_at} if nothing \
+             more runs, or until the budget is raised"
+        ),
+        None => format!(
+            "tier {tier}'s budget of {limit} {resource} per period is spent ({used} used); its ClusterQueue holds new \
+             workloads until {resets_at} or until the budget is raised"
+        ),
+    }
+}
+
+/// One sentence about a budget with room again.
+pub fn describe_renewed(budget: &SpentBudget) -> String {
+    match &budget.window {
+        Some(window) => format!(
+            "enough of tier {}'s use has left its {window} window: its budget has room again and its ClusterQueue \
+             admits again",
+            budget.tier
+        ),
+        None => format!("tier {}'s budget is renewed: its ClusterQueue admits again", budget.tier),
+    }
 }
 
 /// An Event on the policy for each tier whose budget this checkpoint found newly spent (`BudgetSpent`) or renewed
-/// by the period's turn (`BudgetRenewed`); a raised limit is released by the policy edit's reconcile.
+/// by the period's turn or by use leaving its window (`BudgetRenewed`); a raised limit is released by the policy
+/// edit's reconcile.
 async fn publish_budget_events(
     loop_: &UsageCheckpoints,
     recorder: &Recorder,
@@ -246,8 +266,7 @@ async fn publish_budget_events(
         events.push((EventType::Warning, "BudgetSpent", describe_spent(budget)));
     }
     for budget in before.iter().filter(|budget| !is.contains(&budget.tier)) {
-        let note = format!("tier {}'s budget is renewed: its ClusterQueue admits again", budget.tier);
-        events.push((EventType::Normal, "BudgetRenewed", note));
+        events.push((EventType::Normal, "BudgetRenewed", describe_renewed(budget)));
     }
     for (type_, reason, note) in events {
         if !loop_.gate.is_open() {
@@ -281,5 +300,30 @@ mod tests {
         assert_eq!(newer(Some(&new), Some(&old)), Some(&new));
         assert_eq!(newer(None, Some(&old)), Some(&old));
         assert_eq!(newer(None, None), None);
+    }
+
+    fn spent(window: Option<&str>) -> SpentBudget {
+        SpentBudget {
+            tier: "bronze".into(),
+            resource: "nvidia.com/gpu".into(),
+            used: 97 * 3_600_000,
+            limit: 96 * 3_600_000,
+            resets_at: "2026-12-20T07:00:00Z".into(),
+            window: window.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn budget_events_say_when_a_window_has_room_again_not_that_the_period_turns() {
+        let windowed = describe_spent(&spent(Some("720h")));
+        assert!(windowed.contains("budget of 96h nvidia.com/gpu in any 720h is spent (97h used in the last 720h)"));
+        assert!(windowed.contains("until use leaves the 720h window, at 2026-12-20T07:00:00Z if nothing more runs"));
+        assert!(!windowed.contains("period"), "{windowed}");
+        let calendar = describe_spent(&spent(None));
+        assert!(calendar.contains("per period is spent (97h used)") && calendar.contains("until 2026-12-20T07:00:00Z"));
+        assert!(
+            describe_renewed(&spent(Some("720h"))).contains("enough of tier bronze's use has left its 720h window")
+        );
+        assert!(describe_renewed(&spent(None)).contains("tier bronze's budget is renewed"));
     }
 }

@@ -5,8 +5,10 @@
 //! budget, what was used and when it resets. The GPU-seconds in the policy's `status.usage` match the sum of the
 //! Jobs' admitted durations at the checkpoint. Raising the budget lifts the hold and Kueue admits the third Job; the
 //! edit's status write and the checkpoints after it keep each other's fields.
-//! Skipped (and passing) without a reachable cluster, without Kueue's v1beta2 CRDs or without
-//! `TIERGATE_E2E_WEBHOOK_HOST`.
+//! A second scenario gives the budget a rolling window of two minutes (Budget over a rolling window): two Jobs spend
+//! it, the third is held, and once the first two are deleted the hold lifts by itself as their use leaves the
+//! window, and Kueue admits the third. Skipped (and passing) without a reachable cluster, without Kueue's v1beta2
+//! CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`.
 //!
 //! The pods of these Jobs never need a node: Kueue admits by quota alone, so the Jobs stay admitted (their pods
 //! Pending) and keep counting, which is what spends the budget.
@@ -14,7 +16,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -22,8 +24,8 @@ use tiergate::admission::TIER_ANNOTATION;
 use tiergate::cmd::build_live_answer;
 use tiergate::live::{KubectlConnection, connect};
 use tiergate::plan::names::cluster_queue_name;
-use tiergate::policy::TierPolicy;
-use tiergate::policy::budget::parse_resource_seconds;
+use tiergate::policy::budget::{WindowCounts, parse_resource_seconds, window_seconds};
+use tiergate::policy::{TierPolicy, UsageStatus};
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::usage::parse_instant;
 use tiergate_e2e::webhook::{
@@ -47,10 +49,17 @@ const SPENT: Duration = Duration::from_secs(150);
 const BUDGET: &str = "1m";
 /// The raised budget: room for hours.
 const RAISED: &str = "100h";
+/// The rolling window of the second scenario's budget (2 s buckets).
+const WINDOW: &str = "2m";
+/// Deleted Jobs' use leaves [`WINDOW`] within the window and a bucket of their deletion; the checkpoint and the
+/// reconcile follow within seconds. Generous: the wait ends as soon as the hold lifts.
+const LEFT_WINDOW: Duration = Duration::from_secs(300);
 /// The daemon's checkpoint interval in the suites (tests/e2e/src/lib.rs), the bound of a count.
 const CHECKPOINT_SECONDS: i128 = 2;
 const GPU: &str = "nvidia.com/gpu";
 const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
+/// The scenarios share the webhook's port: they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Run {
     prefix: String,
@@ -60,12 +69,13 @@ struct Run {
 }
 
 impl Run {
-    fn new() -> Result<Self, HarnessError> {
+    /// A run whose tier's budget is [`BUDGET`] per period, or over `window` when given.
+    fn new(window: Option<&str>) -> Result<Self, HarnessError> {
         let prefix = random_name("e2e");
         Ok(Self {
             system: format!("{prefix}-system"),
             tenant: format!("{prefix}-metered"),
-            policy: build_policy(&prefix)?,
+            policy: build_policy(&prefix, window)?,
             prefix,
         })
     }
@@ -79,9 +89,10 @@ impl Run {
     }
 }
 
-/// One tier of 4 GPUs (room for three Jobs: only the budget can hold the third) and a budget of [`BUDGET`].
-fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
-    let policy = json!({
+/// One tier of 4 GPUs (room for three Jobs: only the budget can hold the third) and a budget of [`BUDGET`], per
+/// period or over `window`.
+fn build_policy(prefix: &str, window: Option<&str>) -> Result<TierPolicy, HarnessError> {
+    let mut policy = json!({
         "apiVersion": "tiergate.io/v1alpha1",
         "kind": "TierPolicy",
         "metadata": {"name": prefix},
@@ -98,6 +109,9 @@ fn build_policy(prefix: &str) -> Result<TierPolicy, HarnessError> {
             }],
         }
     });
+    if let Some(window) = window {
+        policy["spec"]["tiers"][0]["budget"]["window"] = window.into();
+    }
     Ok(serde_json::from_value(policy)?)
 }
 
@@ -124,16 +138,39 @@ fn build_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_budget_holds_the_third_job_until_it_is_raised_and_the_count_matches_the_admitted_time() {
     const TEST: &str = "a_spent_budget_holds_the_third_job_until_it_is_raised_and_the_count_matches_the_admitted_time";
+    let _serial = SERIAL.lock().await;
     if let Err(error) = run_webhook_test(TEST, run_scenario).await {
         panic!("{error}");
     }
 }
 
 async fn run_scenario(client: &Client, cleanup: &Cleanup, endpoint: &WebhookEndpoint) -> Result<(), HarnessError> {
-    let run = Run::new()?;
+    let run = Run::new(None)?;
     let daemon = start_daemon(client, cleanup, &run).await?;
     serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
         spend_and_raise(client, cleanup, endpoint, webhook, &run).await
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_window_holds_the_third_job_until_the_deleted_jobs_use_leaves_the_window() {
+    const TEST: &str = "a_spent_window_holds_the_third_job_until_the_deleted_jobs_use_leaves_the_window";
+    let _serial = SERIAL.lock().await;
+    if let Err(error) = run_webhook_test(TEST, run_window_scenario).await {
+        panic!("{error}");
+    }
+}
+
+async fn run_window_scenario(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+) -> Result<(), HarnessError> {
+    let run = Run::new(Some(WINDOW))?;
+    let daemon = start_daemon(client, cleanup, &run).await?;
+    serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
+        spend_and_wait_out(client, cleanup, endpoint, webhook, &run).await
     })
     .await
 }
@@ -184,13 +221,15 @@ async fn admitted_at(client: &Client, run: &Run, name: &str) -> Option<i64> {
     (admitted["status"] == "True").then(|| parse_instant(admitted["lastTransitionTime"].as_str()?)).flatten()
 }
 
-async fn spend_and_raise(
+/// Registers the webhook and runs two one-GPU Jobs until the spent budget holds the tier's ClusterQueue; returns
+/// when Kueue admitted each (Unix seconds).
+async fn spend(
     client: &Client,
     cleanup: &Cleanup,
     endpoint: &WebhookEndpoint,
     webhook: &InProcessWebhook,
     run: &Run,
-) -> Result<(), HarnessError> {
+) -> Result<Vec<i64>, HarnessError> {
     register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &run.prefix).await?;
     let probe = build_job(run, "probe")?;
     let tier = run.tier();
@@ -216,6 +255,35 @@ async fn spend_and_raise(
             format!("{error}; status.usage is {found:?}, stopPolicy {:?}", stop_policy(client, run).await).into()
         );
     }
+    Ok(starts)
+}
+
+/// Creates the third Job and checks that it waits while the first two run on; returns `why`'s sentence about it.
+async fn hold_third(client: &Client, run: &Run) -> Result<String, HarnessError> {
+    create_job(client, run, "third").await?;
+    let workload =
+        wait_for("Kueue to create the third Job's Workload", SCHEDULED, || job_workload(client, &run.tenant, "third"))
+            .await?;
+    ensure(!is_admitted(&workload), || format!("the third Job was admitted although the budget is spent: {workload}"))?;
+    for name in ["first", "second"] {
+        let running = job_workload(client, &run.tenant, name).await.is_some_and(|workload| is_admitted(&workload));
+        ensure(running, || format!("Job {name} stopped being admitted when the budget was spent (Hold must keep it)"))?;
+    }
+    let (live, _) = connect(&KubectlConnection::default()).await?;
+    let answer = build_live_answer(&live, "job/third", &run.tenant, &run.prefix).await?;
+    println!("why job/third: {}", answer.summary);
+    Ok(answer.summary)
+}
+
+async fn spend_and_raise(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    let tier = run.tier();
+    let starts = spend(client, cleanup, endpoint, webhook, run).await?;
 
     // The count at the checkpoint is the two Jobs' admitted seconds up to it (both still run): exact up to the
     // checkpoint bound.
@@ -242,22 +310,11 @@ async fn spend_and_raise(
     })?;
 
     // The third Job waits while the first two run on.
-    create_job(client, run, "third").await?;
-    let workload =
-        wait_for("Kueue to create the third Job's Workload", SCHEDULED, || job_workload(client, &run.tenant, "third"))
-            .await?;
-    ensure(!is_admitted(&workload), || format!("the third Job was admitted although the budget is spent: {workload}"))?;
-    for name in ["first", "second"] {
-        let running = job_workload(client, &run.tenant, name).await.is_some_and(|workload| is_admitted(&workload));
-        ensure(running, || format!("Job {name} stopped being admitted when the budget was spent (Hold must keep it)"))?;
-    }
-    let (live, _) = connect(&KubectlConnection::default()).await?;
-    let answer = build_live_answer(&live, "job/third", &run.tenant, &run.prefix).await?;
-    println!("why job/third: {}", answer.summary);
-    let names_budget = answer.summary.contains("budget of 1m of nvidia.com/gpu")
-        || (answer.summary.contains("budget") && answer.summary.contains("is spent"));
-    ensure(names_budget && answer.summary.contains("until the period turns at"), || {
-        format!("why does not name the spent budget and its reset: {}", answer.summary)
+    let summary = hold_third(client, run).await?;
+    let names_budget = summary.contains("budget of 1m of nvidia.com/gpu")
+        || (summary.contains("budget") && summary.contains("is spent"));
+    ensure(names_budget && summary.contains("until the period turns at"), || {
+        format!("why does not name the spent budget and its reset: {summary}")
     })?;
 
     // Raising the budget lifts the hold; Kueue admits the third Job.
@@ -285,6 +342,70 @@ async fn spend_and_raise(
         kept.tiers.get(&tier).and_then(|totals| totals.current.get(GPU)).and_then(|text| parse_resource_seconds(text));
     ensure(recounted.is_some_and(|count| count >= gpu_seconds), || {
         format!("the count went back after the status write: {gpu_seconds} then {recounted:?}")
+    })?;
+    Ok(())
+}
+
+/// The window's use of the GPU at the checkpoint of `counted` (`status.usage` as JSON), milli-GPU-seconds, as the
+/// daemon reads it.
+fn window_gpu_millis(counted: &Value, tier: &str) -> Option<i128> {
+    let usage: UsageStatus = serde_json::from_value(counted.clone()).ok()?;
+    let counts = WindowCounts::read(usage.windows.get(tier)?, window_seconds(WINDOW).ok()?)?;
+    Some(counts.used(GPU, parse_instant(&usage.checkpoint_time)?))
+}
+
+async fn spend_and_wait_out(
+    client: &Client,
+    cleanup: &Cleanup,
+    endpoint: &WebhookEndpoint,
+    webhook: &InProcessWebhook,
+    run: &Run,
+) -> Result<(), HarnessError> {
+    let tier = run.tier();
+    spend(client, cleanup, endpoint, webhook, run).await?;
+
+    // The window's buckets are checkpointed beside the period's counts, and hold at least the limit.
+    let counted = usage(client, run).await.ok_or("status.usage is gone")?;
+    let window = &counted["windows"][&tier];
+    ensure(window["window"] == WINDOW && window["bucketSeconds"] == 2, || {
+        format!("status.usage has no {WINDOW} window of 2 s buckets for tier {tier}: {counted}")
+    })?;
+    let in_window = window_gpu_millis(&counted, &tier).unwrap_or(0);
+    ensure(in_window >= 60_000, || format!("the hold came before the window's budget was spent: {counted}"))?;
+
+    // The third Job waits; why says when the use leaves the window, not when the period turns.
+    let summary = hold_third(client, run).await?;
+    ensure(summary.contains(&format!("until use leaves the {WINDOW} window, at ")), || {
+        format!("why does not say when the use leaves the window: {summary}")
+    })?;
+    ensure(!summary.contains("period turns"), || format!("why speaks of the period for a windowed budget: {summary}"))?;
+
+    // Deleting the first two Jobs ends their use but keeps what they used in the window: the hold stays until that
+    // use leaves the window, then lifts without any edit, and Kueue admits the third Job.
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
+    for name in ["first", "second"] {
+        jobs.delete(name, &DeleteParams::background()).await?;
+    }
+    for name in ["first", "second"] {
+        wait_for(&format!("Job {name}'s Workload to be deleted"), SCHEDULED, || async {
+            job_workload(client, &run.tenant, name).await.is_none().then_some(())
+        })
+        .await?;
+    }
+    let held = stop_policy(client, run).await;
+    println!("after deleting the first two Jobs: stopPolicy {held:?} (the window still holds their use)");
+    wait_for("the deleted Jobs' use to leave the window and the hold to lift (no stopPolicy)", LEFT_WINDOW, || async {
+        (stop_policy(client, run).await? == "None").then_some(())
+    })
+    .await?;
+    wait_for("Kueue to admit the third Job once the window has room", SCHEDULED, || admitted_at(client, run, "third"))
+        .await?;
+    let after = usage(client, run).await.ok_or("status.usage is gone")?;
+    // This period's and the last (should the month have turned meanwhile) keep what left the window.
+    let period = |side: &str| after["tiers"][&tier][side][GPU].as_str().and_then(parse_resource_seconds).unwrap_or(0);
+    let period_seconds = period("current") + period("previous");
+    ensure(period_seconds >= in_window, || {
+        format!("the period's count lost the use that left the window ({in_window} counted before): {after}")
     })?;
     Ok(())
 }

@@ -25,13 +25,13 @@ mod tests {
 
     use super::*;
     use crate::inputs::load_policy;
-    use crate::policy::{Budget, TierPolicyStatus, UsageStatus, UsageTotals};
+    use crate::policy::{Budget, TierPolicyStatus, UsageBucket, UsageStatus, UsageTotals, WindowUsage};
 
     fn policy_with(limit: &str, used_seconds: &str) -> TierPolicy {
         let mut policy = load_policy(None).unwrap();
         let tier = policy.spec.tiers[0].name.clone();
         policy.spec.tiers[0].budget =
-            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), limit.to_owned())]) });
+            Some(Budget { limits: BTreeMap::from([("nvidia.com/gpu".to_owned(), limit.to_owned())]), window: None });
         let totals = UsageTotals {
             current: BTreeMap::from([("nvidia.com/gpu".to_owned(), used_seconds.to_owned())]),
             previous: BTreeMap::new(),
@@ -46,6 +46,7 @@ mod tests {
                 previous_period_start: "2026-11-01T00:00:00Z".into(),
                 tiers: BTreeMap::from([(tier, totals)]),
                 namespaces: BTreeMap::new(),
+                windows: BTreeMap::new(),
             }),
             ..TierPolicyStatus::default()
         });
@@ -80,5 +81,35 @@ mod tests {
         policy.spec.accounting =
             Some(crate::policy::Accounting { period: Some(crate::policy::AccountingPeriod::Day), time_zone: None });
         assert!(stop_policies(&policy).iter().all(|(_, stop)| stop.is_none()));
+    }
+
+    /// `policy_with`'s policy, its budget over a 2 h window whose buckets hold 5400 GPU-seconds long ago and
+    /// `recent` in the last bucket.
+    fn windowed(recent: &str) -> TierPolicy {
+        let mut policy = policy_with("2h", "9000");
+        let tier = policy.spec.tiers[0].name.clone();
+        if let Some(budget) = policy.spec.tiers[0].budget.as_mut() {
+            budget.window = Some("2h".into());
+        }
+        let bucket = |start: &str, used: &str| UsageBucket {
+            start: start.into(),
+            used: BTreeMap::from([("nvidia.com/gpu".to_owned(), used.to_owned())]),
+        };
+        let buckets = vec![bucket("2026-12-02T05:00:00Z", "5400"), bucket("2026-12-02T07:57:30Z", recent)];
+        if let Some(usage) = policy.status.as_mut().and_then(|status| status.usage.as_mut()) {
+            usage.windows = BTreeMap::from([(tier, WindowUsage { window: "2h".into(), bucket_seconds: 150, buckets })]);
+        }
+        policy
+    }
+
+    #[test]
+    fn a_windowed_budget_holds_by_the_use_in_its_window_not_the_periods() {
+        // 9000 GPU-seconds this period, but only the last bucket's use is in the window ending at 08:00.
+        assert!(stop_policies(&windowed("3600")).iter().all(|(_, stop)| stop.is_none()), "3600 of 7200");
+        let policy = windowed("7200");
+        let first = cluster_queue_name(&policy.spec.tiers[0].name);
+        let held: Vec<String> =
+            stop_policies(&policy).into_iter().filter(|(_, stop)| stop.is_some()).map(|(name, _)| name).collect();
+        assert_eq!(held, [first]);
     }
 }

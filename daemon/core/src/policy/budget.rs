@@ -1,16 +1,21 @@
 //! GPU-hour accounting and tier budgets in the TierPolicy: the accounting period (`spec.accounting`), a tier's
 //! budget (`tiers[].budget`), the counts checkpointed in `status.usage`, and which budgets those counts have spent;
-//! pure, no I/O.
+//! pure, no I/O. A budget's rolling window (`tiers[].budget.window`) is in [`window`].
 //!
 //! A count is in *resource-seconds*: one GPU for an hour is 3600 `nvidia.com/gpu`-seconds. A budget limit is
 //! written as the time one unit of the resource may run (`2000h` of `nvidia.com/gpu` is 2000 GPU-hours), read by
 //! jiff like `maxRunTime`. The status holds counts as decimal strings of resource-seconds (`"7200"`,
 //! `"5400.5"`), exact to the milli-unit, so a count never overflows or rounds.
 
+pub mod window;
+
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use self::window::{UsageBucket, WindowCounts, WindowUsage, window_seconds};
+use crate::syntax::{format_instant, parse_instant};
 
 /// The time zone of the accounting period when `spec.accounting.timeZone` is unset.
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
@@ -68,15 +73,21 @@ impl Accounting {
     }
 }
 
-/// What a tier may use per accounting period. When any limit is used up, the tier's ClusterQueue is held
-/// (Kueue's `stopPolicy: Hold`): admitted workloads run on, new ones wait until the period turns or the limit is
-/// raised.
+/// What a tier may use per accounting period, or in any rolling window of a given length. When any limit is used
+/// up, the tier's ClusterQueue is held (Kueue's `stopPolicy: Hold`): admitted workloads run on, new ones wait until
+/// the period turns (or enough use leaves the window) or the limit is raised.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Budget {
-    /// Per resource, how long one unit of it may run in a period: `nvidia.com/gpu: 2000h` is 2000 GPU-hours (a
-    /// number and a unit: `h`, `m`, `s`, e.g. `500h`, `90m`, `1h30m`).
+    /// Per resource, how long one unit of it may run in a period (or in the window): `nvidia.com/gpu: 2000h` is
+    /// 2000 GPU-hours (a number and a unit: `h`, `m`, `s`, e.g. `500h`, `90m`, `1h30m`).
     pub limits: BTreeMap<String, String>,
+    /// A rolling window the limits apply to instead of the accounting period: `720h` limits the use of any 720
+    /// hours (30 days), counted in time buckets of a 48th of the window (the use may be over-counted by at most one
+    /// bucket, never under-counted). From `1m` to `2160h` (90 days); a number and a unit (`h`, `m`, `s`). Absent:
+    /// the limits run over the accounting period. See docs/guides/gpu-budgets.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
 }
 
 /// Why a budget or accounting setting cannot be used.
@@ -94,6 +105,18 @@ pub enum BudgetError {
         /// The text.
         text: String,
     },
+    /// A budget window shorter than a minute.
+    #[error("{text:?} is shorter than the shortest window, 1m")]
+    WindowTooShort {
+        /// The text.
+        text: String,
+    },
+    /// A budget window longer than 90 days.
+    #[error("{text:?} is longer than the longest window, 2160h (90 days)")]
+    WindowTooLong {
+        /// The text.
+        text: String,
+    },
     /// A time zone the bundled database does not know.
     #[error("{name:?} is not a time zone tiergate knows")]
     UnknownTimeZone {
@@ -108,6 +131,8 @@ impl BudgetError {
         match self {
             Self::NotADuration { .. } => "budget_not_a_duration",
             Self::NotPositive { .. } => "budget_not_positive",
+            Self::WindowTooShort { .. } => "budget_window_too_short",
+            Self::WindowTooLong { .. } => "budget_window_too_long",
             Self::UnknownTimeZone { .. } => "unknown_time_zone",
         }
     }
@@ -131,6 +156,11 @@ impl Budget {
             .iter()
             .filter_map(|(resource, text)| limit_millis(text).ok().map(|millis| (resource.as_str(), millis)))
             .collect()
+    }
+
+    /// The window in seconds, when the budget has one that reads (validation refuses the others).
+    pub fn window_seconds(&self) -> Option<i64> {
+        self.window.as_deref().and_then(|text| window_seconds(text).ok())
     }
 }
 
@@ -157,6 +187,9 @@ pub struct UsageStatus {
     /// Per tenant namespace: resource-seconds this period and the previous one, in whichever tier they ran.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub namespaces: BTreeMap<String, UsageTotals>,
+    /// Per tier whose budget has a rolling window: its use in time buckets over that window.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub windows: BTreeMap<String, WindowUsage>,
 }
 
 /// Resource-seconds of one tier or namespace, per resource, as decimal strings (`"7200"`, `"0.5"`).
@@ -209,19 +242,22 @@ pub fn format_unit_hours(millis: i128) -> String {
     }
 }
 
-/// A tier budget used up in the period the status describes.
+/// A tier budget used up in the period (or the window) the status describes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpentBudget {
     /// The tier.
     pub tier: String,
     /// The resource whose limit is used up (the first, by name, when several are).
     pub resource: String,
-    /// Used this period, milli-resource-seconds.
+    /// Used this period (or in the window), milli-resource-seconds.
     pub used: i128,
     /// The limit, milli-resource-seconds.
     pub limit: i128,
-    /// When the period ends and the budget is renewed (RFC 3339).
+    /// When the budget has room again with no further use (RFC 3339): the period's end, or when enough use leaves
+    /// the window.
     pub resets_at: String,
+    /// The budget's rolling window as the policy writes it (`720h`), when it has one.
+    pub window: Option<String>,
 }
 
 impl UsageStatus {
@@ -235,26 +271,96 @@ impl UsageStatus {
     }
 }
 
-/// The budgets of `spec`'s tiers that `usage` shows used up. Counts of another period or time zone than the
-/// policy's (the accounting setting was just edited) spend nothing until the next checkpoint recounts them.
+/// What one tier's budget is measured against in a `status.usage`: this period's counts, or the window's buckets
+/// at the checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BudgetCounts<'a> {
+    /// The calendar period's counts of the tier.
+    Period {
+        /// The tier.
+        tier: &'a str,
+        /// The counts.
+        usage: &'a UsageStatus,
+    },
+    /// The rolling window's buckets.
+    Window {
+        /// The window as the policy writes it.
+        window: &'a str,
+        /// The buckets.
+        counts: WindowCounts,
+        /// The checkpoint instant (Unix second): the window ends there.
+        now: i64,
+    },
+}
+
+impl BudgetCounts<'_> {
+    /// The use of `resource` the budget's limit applies to, milli-resource-seconds.
+    pub fn used(&self, resource: &str) -> i128 {
+        match self {
+            Self::Period { tier, usage } => usage.tier_used(tier, resource),
+            Self::Window { counts, now, .. } => counts.used(resource, *now),
+        }
+    }
+
+    /// When a limit of `limit` on `resource` has room again with no further use (RFC 3339).
+    pub fn resets_at(&self, resource: &str, limit: i128) -> String {
+        match self {
+            Self::Period { usage, .. } => usage.period_end.clone(),
+            Self::Window { counts, now, .. } => {
+                counts.falls_below_at(resource, limit, *now).map(format_instant).unwrap_or_default()
+            }
+        }
+    }
+
+    /// The window as the policy writes it, for a windowed budget.
+    pub fn window(&self) -> Option<&str> {
+        match self {
+            Self::Period { .. } => None,
+            Self::Window { window, .. } => Some(window),
+        }
+    }
+}
+
+/// What `tier`'s budget is measured against in `usage`, when the counts are of the policy's setting: for a budget
+/// with a window, the buckets of that window; otherwise this period's counts, when they are of the policy's period
+/// and time zone. `None` when the tier has no budget, or the counts are of another setting (it was just edited):
+/// those spend nothing until the next checkpoint recounts them.
+pub fn budget_counts<'a>(
+    spec: &crate::policy::TierPolicySpec,
+    tier: &'a crate::policy::Tier,
+    usage: &'a UsageStatus,
+) -> Option<BudgetCounts<'a>> {
+    let budget = tier.budget.as_ref()?;
+    if let Some(text) = budget.window.as_deref() {
+        let seconds = budget.window_seconds()?;
+        let counts = WindowCounts::read(usage.windows.get(&tier.name)?, seconds)?;
+        let now = parse_instant(&usage.checkpoint_time)?;
+        return Some(BudgetCounts::Window { window: text.trim(), counts, now });
+    }
+    let accounting = spec.accounting.clone().unwrap_or_default();
+    (usage.period == accounting.period() && usage.time_zone == accounting.time_zone_name())
+        .then_some(BudgetCounts::Period { tier: &tier.name, usage })
+}
+
+/// The budgets of `spec`'s tiers that `usage` shows used up: in this period, or in the window at the checkpoint for
+/// a budget with a window. Counts of another setting than the policy's (the period, time zone or window was just
+/// edited) spend nothing until the next checkpoint recounts them.
 pub fn spent_budgets(spec: &crate::policy::TierPolicySpec, usage: Option<&UsageStatus>) -> Vec<SpentBudget> {
     let Some(usage) = usage else { return Vec::new() };
-    let accounting = spec.accounting.clone().unwrap_or_default();
-    if usage.period != accounting.period() || usage.time_zone != accounting.time_zone_name() {
-        return Vec::new();
-    }
     spec.tiers
         .iter()
         .filter_map(|tier| {
+            let counts = budget_counts(spec, tier, usage)?;
             let budget = tier.budget.as_ref()?;
             budget.limits_millis().into_iter().find_map(|(resource, limit)| {
-                let used = usage.tier_used(&tier.name, resource);
+                let used = counts.used(resource);
                 (used >= limit).then(|| SpentBudget {
                     tier: tier.name.clone(),
                     resource: resource.to_owned(),
                     used,
                     limit,
-                    resets_at: usage.period_end.clone(),
+                    resets_at: counts.resets_at(resource, limit),
+                    window: counts.window().map(str::to_owned),
                 })
             })
         })

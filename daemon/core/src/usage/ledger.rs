@@ -7,7 +7,8 @@
 //! `lastTransitionTime` to its `Finished` one (or the moment it stopped being admitted, or was deleted, or `now`
 //! while it runs), so a replica that starts from a checkpoint recounts `(T, now]` from the Workloads that exist.
 //! Usage is attributed by the ClusterQueue Kueue admitted the workload in (`status.admission.clusterQueue`, which
-//! only Kueue writes) and by the workload's namespace, never by a label a tenant sets.
+//! only Kueue writes) and by the workload's namespace, never by a label a tenant sets. The same step adds the
+//! overlap to the time buckets of the tiers whose budget has a rolling window (`ledger::window`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,6 +16,8 @@ use super::period::{PeriodBounds, format_instant, parse_instant, period_bounds};
 use crate::plan::names::cluster_queue_name;
 use crate::policy::budget::{BudgetError, DEFAULT_TIME_ZONE, format_resource_seconds, parse_resource_seconds};
 use crate::policy::{Accounting, AccountingPeriod, TierPolicySpec, UsageStatus, UsageTotals};
+
+mod window;
 
 /// Milli-resource-seconds per resource name.
 pub type ResourceMillis = BTreeMap<String, i128>;
@@ -252,8 +255,9 @@ impl<'a> CheckpointFrame<'a> {
 
 /// The counts at `now`: `last` (the latest checkpoint) plus what `ledger` shows was admitted since, split at the
 /// period boundary, and what this step added. Without a usable checkpoint (none yet, or one of another period or
-/// time zone) the count starts at the previous period's start, from the Workloads the ledger holds. A `now` not
-/// after the checkpoint returns it unchanged.
+/// time zone) the count starts at the previous period's start, from the Workloads the ledger holds. The rolling
+/// windows' buckets advance likewise, independently of the period. A `now` not after the checkpoint
+/// returns it unchanged.
 pub fn advance_usage(
     last: Option<&UsageStatus>,
     ledger: &WorkloadLedger,
@@ -323,6 +327,7 @@ pub fn advance_usage(
         previous_period_start: format_instant(bounds.previous_start),
         tiers: write_counts(&tiers_now, &tiers_before),
         namespaces: write_counts(&spaces_now, &spaces_before),
+        windows: window::advance_windows(last, ledger, frame.spec, now),
     };
     (usage, added)
 }

@@ -5,6 +5,7 @@ use jiff::tz::TimeZone;
 use jiff::{Span, Timestamp, civil::Date};
 
 use crate::policy::AccountingPeriod;
+pub use crate::syntax::{format_instant, parse_instant};
 
 /// The period an instant falls in, and the one before it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,16 +52,6 @@ pub fn period_bounds(period: AccountingPeriod, zone: &TimeZone, at: i64) -> Opti
         start: midnight(first, zone)?,
         end: midnight(next, zone)?,
     })
-}
-
-/// A Unix second as RFC 3339 (`2026-12-01T00:00:00Z`).
-pub fn format_instant(second: i64) -> String {
-    Timestamp::from_second(second).map(|instant| instant.to_string()).unwrap_or_default()
-}
-
-/// An RFC 3339 instant as a Unix second.
-pub fn parse_instant(text: &str) -> Option<i64> {
-    text.parse::<Timestamp>().ok().map(|instant| instant.as_second())
 }
 
 #[cfg(test)]

@@ -1,25 +1,26 @@
-//! Tests of the usage ledger: overlaps, checkpoints, deletions, readmissions, recounts and period turns.
+//! Tests of the usage ledger: overlaps, checkpoints, deletions, readmissions, recounts and period turns (their
+//! builders serve the rolling windows' tests too).
 
 use super::*;
 use crate::inputs::load_policy;
 use crate::usage::period::parse_instant;
 
-const GPU: &str = "nvidia.com/gpu";
-const HOUR: i64 = 3600;
+pub(super) const GPU: &str = "nvidia.com/gpu";
+pub(super) const HOUR: i64 = 3600;
 
-fn at(text: &str) -> i64 {
+pub(super) fn at(text: &str) -> i64 {
     parse_instant(text).unwrap()
 }
 
-fn spec() -> TierPolicySpec {
+pub(super) fn spec() -> TierPolicySpec {
     load_policy(None).unwrap().spec
 }
 
-fn queue(spec: &TierPolicySpec, tier: usize) -> String {
+pub(super) fn queue(spec: &TierPolicySpec, tier: usize) -> String {
     cluster_queue_name(&spec.tiers[tier].name)
 }
 
-fn admitted(
+pub(super) fn admitted(
     uid: &str,
     namespace: &str,
     queue: &str,
@@ -40,14 +41,19 @@ fn admitted(
     }
 }
 
-fn listed() -> WorkloadLedger {
+pub(super) fn listed() -> WorkloadLedger {
     let mut ledger = WorkloadLedger::default();
     ledger.begin_list();
     ledger.end_list(0);
     ledger
 }
 
-fn step(spec: &TierPolicySpec, last: Option<&UsageStatus>, ledger: &WorkloadLedger, now: i64) -> UsageStatus {
+pub(super) fn step(
+    spec: &TierPolicySpec,
+    last: Option<&UsageStatus>,
+    ledger: &WorkloadLedger,
+    now: i64,
+) -> UsageStatus {
     let frame = CheckpointFrame::at(spec, now).unwrap();
     advance_usage(last, ledger, &frame, now).0
 }
