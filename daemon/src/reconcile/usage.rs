@@ -1,6 +1,7 @@
-//! The usage checkpoint: every interval, the leading replica adds what the Workload ledger shows was admitted
-//! since the last checkpoint to the served policy's `status.usage`, writes it by server-side apply with a field
-//! manager of its own, exports the counters and marks budget holds and releases with Events; does I/O.
+//! The usage checkpoint: every interval (and at the instant a spent budget has room again), the leading replica
+//! adds what the Workload ledger shows was admitted since the last checkpoint to the served policy's
+//! `status.usage`, writes it by server-side apply with a field manager of its own, exports the counters and marks
+//! budget holds and releases with Events; does I/O.
 //!
 //! Standby replicas keep their ledger too (their Workload watch runs), pruned at every checkpoint they see in the
 //! policy, so a new leader counts from the last checkpoint with the workloads deleted meanwhile. The reconcile's
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::lease::WriteGate;
 use crate::cache::workloads::{SharedLedger, now_second};
 use crate::metrics::{Metrics, NamespaceResourceLabels, ReasonLabels, TierResourceLabels};
-use crate::policy::budget::{SpentBudget, budget_counts, format_unit_hours, spent_budgets};
+use crate::policy::budget::{SpentBudget, budget_counts, format_unit_hours, next_release, spent_budgets};
 use crate::policy::{TierPolicy, UsageStatus};
 use crate::usage::{CheckpointFrame, UsageAdded, advance_usage, checkpoint_second};
 use crate::view::SharedSnapshot;
@@ -114,10 +115,12 @@ pub async fn run_usage_checkpoints(loop_: UsageCheckpoints, shutdown: Cancellati
     let mut ticks = tokio::time::interval(loop_.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let release = until_release(&loop_, written.as_ref());
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
+            () = sleep_for(release) => {}
         }
         match checkpoint(&loop_, &recorder, written.as_ref()).await {
             Ok(Some(usage)) => written = Some(usage),
@@ -127,6 +130,26 @@ pub async fn run_usage_checkpoints(loop_: UsageCheckpoints, shutdown: Cancellati
                 tracing::warn!(%error, reason = error.reason(), "usage checkpoint failed; the next one counts from the last");
             }
         }
+    }
+}
+
+/// How long until the earliest spent budget has room again (the period's turn, or enough use leaving a window),
+/// plus a second, so the checkpoint that lifts the hold is taken then and not up to an interval later; `None` when
+/// no budget is spent or that instant has passed (the regular checkpoints go on).
+fn until_release(loop_: &UsageCheckpoints, written: Option<&UsageStatus>) -> Option<Duration> {
+    let snapshot = loop_.snapshot.load();
+    let policy = snapshot.policy.as_ref().filter(|policy| policy.name_any() == loop_.policy_name)?;
+    let persisted = policy.status.as_ref().and_then(|status| status.usage.as_ref());
+    let release = next_release(&policy.spec, newer(persisted, written)?)?;
+    let seconds = u64::try_from(release - now_second()).ok()?;
+    Some(Duration::from_secs(seconds + 1))
+}
+
+/// Sleeps for `delay`, or forever without one.
+async fn sleep_for(delay: Option<Duration>) {
+    match delay {
+        Some(delay) => tokio::time::sleep(delay).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -279,7 +302,59 @@ async fn publish_budget_events(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+    use crate::inputs::load_policy;
+    use crate::policy::{Budget, TierPolicyStatus, UsageTotals};
+    use crate::usage::format_instant;
+
+    /// A checkpoint loop serving the sample policy, whose first tier has used 3600 GPU-seconds of a `limit` budget
+    /// in a period that ends `ends_in` seconds from now.
+    fn loop_with(limit: &str, ends_in: i64) -> UsageCheckpoints {
+        let (service, _handle) =
+            tower_test::mock::pair::<http::Request<kube::client::Body>, http::Response<kube::client::Body>>();
+        let mut policy = load_policy(None).unwrap();
+        let tier = policy.spec.tiers[0].name.clone();
+        let limits = BTreeMap::from([("nvidia.com/gpu".to_owned(), limit.to_owned())]);
+        policy.spec.tiers[0].budget = Some(Budget { limits, window: None });
+        let now = now_second();
+        let totals = UsageTotals {
+            current: BTreeMap::from([("nvidia.com/gpu".to_owned(), "3600".to_owned())]),
+            previous: BTreeMap::new(),
+        };
+        let usage = UsageStatus {
+            checkpoint_time: format_instant(now),
+            period: Default::default(),
+            time_zone: "UTC".into(),
+            period_start: format_instant(now - 3600),
+            period_end: format_instant(now + ends_in),
+            previous_period_start: format_instant(now - 7200),
+            tiers: BTreeMap::from([(tier, totals)]),
+            ..UsageStatus::default()
+        };
+        policy.status = Some(TierPolicyStatus { usage: Some(usage), ..TierPolicyStatus::default() });
+        let snapshot = crate::view::Snapshot { policy: Some(Arc::new(policy)), synced: true, ..Default::default() };
+        UsageCheckpoints {
+            client: Client::new(service, "default"),
+            policy_name: "default".to_owned(),
+            identity: "test".to_owned(),
+            interval: DEFAULT_CHECKPOINT_INTERVAL,
+            snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snapshot)),
+            ledger: Arc::default(),
+            gate: super::super::lease::WriteGate::always_open(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_spent_budget_wakes_the_checkpoint_a_second_after_the_period_turns() {
+        let spent = loop_with("1h", 30);
+        let delay = until_release(&spent, None).expect("a wake-up for the turn");
+        assert!((Duration::from_secs(29)..=Duration::from_secs(32)).contains(&delay), "{delay:?}");
+        assert_eq!(until_release(&loop_with("2h", 30), None), None, "a budget with room left sets no timer");
+        assert_eq!(until_release(&loop_with("1h", -5), None), None, "a turn passed is the regular checkpoint's");
+    }
 
     #[test]
     fn the_usage_body_carries_status_usage_alone() {

@@ -103,6 +103,20 @@ mod tests {
     }
 
     #[test]
+    fn the_next_release_is_the_period_turn_or_when_enough_use_leaves_the_window() {
+        use crate::policy::budget::next_release;
+        use crate::syntax::parse_instant;
+        let usage = |policy: &TierPolicy| policy.status.clone().and_then(|status| status.usage).unwrap();
+        let spent = policy_with("2h", "7200");
+        assert_eq!(next_release(&spent.spec, &usage(&spent)), parse_instant("2027-01-01T00:00:00Z"));
+        let room = policy_with("3h", "7200");
+        assert_eq!(next_release(&room.spec, &usage(&room)), None, "nothing spent, nothing to wake for");
+        // The last bucket (07:57:30, 150 s) holds the whole limit; it leaves the 2 h window at 10:00.
+        let window = windowed("7200");
+        assert_eq!(next_release(&window.spec, &usage(&window)), parse_instant("2026-12-02T10:00:00Z"));
+    }
+
+    #[test]
     fn a_windowed_budget_holds_by_the_use_in_its_window_not_the_periods() {
         // 9000 GPU-seconds this period, but only the last bucket's use is in the window ending at 08:00.
         assert!(stop_policies(&windowed("3600")).iter().all(|(_, stop)| stop.is_none()), "3600 of 7200");

@@ -367,6 +367,13 @@ pub fn spent_budgets(spec: &crate::policy::TierPolicySpec, usage: Option<&UsageS
         .collect()
 }
 
+/// The earliest instant (Unix second) at which a budget `usage` shows spent has room again with no further use:
+/// the period's turn, or when enough use leaves a window. The checkpoint loop takes a checkpoint then, so a hold
+/// lifts at that instant rather than up to a checkpoint interval later. `None` when no budget is spent.
+pub fn next_release(spec: &crate::policy::TierPolicySpec, usage: &UsageStatus) -> Option<i64> {
+    spent_budgets(spec, Some(usage)).iter().filter_map(|spent| crate::syntax::parse_instant(&spent.resets_at)).min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
