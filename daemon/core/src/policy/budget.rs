@@ -117,6 +117,12 @@ pub enum BudgetError {
         /// The text.
         text: String,
     },
+    /// A budget window with a fraction of a second (its buckets are whole seconds).
+    #[error("{text:?} is not a whole number of seconds")]
+    WindowNotWholeSeconds {
+        /// The text.
+        text: String,
+    },
     /// A time zone the bundled database does not know.
     #[error("{name:?} is not a time zone tiergate knows")]
     UnknownTimeZone {
@@ -133,6 +139,7 @@ impl BudgetError {
             Self::NotPositive { .. } => "budget_not_positive",
             Self::WindowTooShort { .. } => "budget_window_too_short",
             Self::WindowTooLong { .. } => "budget_window_too_long",
+            Self::WindowNotWholeSeconds { .. } => "budget_window_not_whole_seconds",
             Self::UnknownTimeZone { .. } => "unknown_time_zone",
         }
     }

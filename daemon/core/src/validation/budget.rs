@@ -56,7 +56,9 @@ fn fix(error: &BudgetError) -> String {
             `2000h` is 2000 GPU-hours of nvidia.com/gpu (days are not a unit: write `48h`)"
             .to_owned(),
         BudgetError::NotPositive { .. } => "set a limit above zero, e.g. `100h`; or remove the budget".to_owned(),
-        BudgetError::WindowTooShort { .. } | BudgetError::WindowTooLong { .. } => window_fix(error),
+        BudgetError::WindowTooShort { .. }
+        | BudgetError::WindowTooLong { .. }
+        | BudgetError::WindowNotWholeSeconds { .. } => window_fix(error),
         BudgetError::UnknownTimeZone { .. } => {
             "use an IANA time zone name such as `UTC`, `Europe/Berlin` or `America/New_York`".to_owned()
         }
@@ -77,6 +79,9 @@ fn window_fix(error: &BudgetError) -> String {
         BudgetError::WindowTooLong { .. } => "set a window of at most `2160h` (90 days); for longer spans, remove \
             `window` and set `spec.accounting.period`"
             .to_owned(),
+        BudgetError::WindowNotWholeSeconds { .. } => {
+            format!("write the window in whole seconds, {example}: its buckets are whole seconds")
+        }
         BudgetError::UnknownTimeZone { .. } => fix(error),
     }
 }
@@ -162,6 +167,7 @@ mod tests {
             ("0h", "\"0h\" is not more than zero", "fix: set a window of at least `1m`"),
             ("-720h", "\"-720h\" is not more than zero", "fix: set a window of at least `1m`"),
             ("59s", "\"59s\" is shorter than the shortest window, 1m", "fix: set a window of at least `1m`"),
+            ("90.5s", "\"90.5s\" is not a whole number of seconds", "fix: write the window in whole seconds"),
             (
                 "2161h",
                 "\"2161h\" is longer than the longest window, 2160h (90 days)",

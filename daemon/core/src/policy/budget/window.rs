@@ -22,14 +22,17 @@ pub const MIN_WINDOW_SECONDS: i64 = 60;
 /// The longest window: 2160 hours (90 days), so its buckets stay few and the status small.
 pub const MAX_WINDOW_SECONDS: i64 = 2160 * 3600;
 
-/// A budget window's length in whole seconds (a fraction of a second is dropped): from `1m` to `2160h`, read by
-/// jiff like the limits.
+/// A budget window's length in seconds, whole (its buckets are): from `1m` to `2160h`, read by jiff like the
+/// limits.
 pub fn window_seconds(text: &str) -> Result<i64, BudgetError> {
     let owned = || text.to_owned();
     let duration: jiff::SignedDuration =
         text.trim().parse().map_err(|_| BudgetError::NotADuration { text: owned() })?;
     if duration.is_negative() || duration.is_zero() {
         return Err(BudgetError::NotPositive { text: owned() });
+    }
+    if duration.subsec_nanos() != 0 {
+        return Err(BudgetError::WindowNotWholeSeconds { text: owned() });
     }
     match duration.as_secs() {
         seconds if seconds < MIN_WINDOW_SECONDS => Err(BudgetError::WindowTooShort { text: owned() }),

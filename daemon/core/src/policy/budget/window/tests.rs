@@ -18,7 +18,7 @@ fn windows_read_like_limits_from_a_minute_to_ninety_days() {
     assert_eq!(window_seconds("1m"), Ok(60));
     assert_eq!(window_seconds("1h30m"), Ok(5400));
     assert_eq!(window_seconds("2160h"), Ok(2160 * HOUR));
-    assert_eq!(window_seconds("90.5s"), Ok(90), "whole seconds");
+    assert!(matches!(window_seconds("90.5s"), Err(BudgetError::WindowNotWholeSeconds { .. })), "never truncated");
     assert!(matches!(window_seconds("720"), Err(BudgetError::NotADuration { .. })));
     assert!(matches!(window_seconds("0s"), Err(BudgetError::NotPositive { .. })));
     assert!(matches!(window_seconds("-1h"), Err(BudgetError::NotPositive { .. })));
