@@ -606,6 +606,19 @@ pub fn is_admitted(workload: &serde_json::Value) -> bool {
     condition_status(workload, "Admitted") == Some("True")
 }
 
+/// When Job `job`'s Workload in `namespace` was admitted (its `Admitted=True` transition, Unix seconds).
+pub async fn job_admitted_at(client: &Client, namespace: &str, job: &str) -> Option<i64> {
+    let workload = job_workload(client, namespace, job).await?;
+    let admitted = status_condition(&workload, "Admitted")?;
+    (admitted["status"] == "True").then(|| tiergate::usage::parse_instant(admitted["lastTransitionTime"].as_str()?))?
+}
+
+/// The `status.usage` of TierPolicy `policy` as JSON, once a checkpoint wrote it.
+pub async fn policy_usage(client: &Client, policy: &str) -> Option<serde_json::Value> {
+    let policy = Api::<TierPolicy>::all(client.clone()).get_opt(policy).await.ok()??;
+    serde_json::to_value(policy.status?.usage?).ok()
+}
+
 /// A workload from `samples/workloads/` (e.g. `job-bronze.yaml`) moved into `namespace`.
 pub fn load_sample_workload<T: DeserializeOwned>(file: &str, namespace: &str) -> Result<T, HarnessError> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/workloads").join(file);

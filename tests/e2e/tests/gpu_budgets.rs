@@ -32,8 +32,8 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, is_admitted, job_workload, random_name,
-    start_tiergate, status_condition, wait_for, wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, is_admitted, job_admitted_at, job_workload,
+    policy_usage, random_name, start_tiergate, wait_for, wait_until_admitted_as,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -209,16 +209,12 @@ async fn create_job(client: &Client, run: &Run, name: &str) -> Result<(), Harnes
 
 /// The policy's `status.usage` as JSON, when written.
 async fn usage(client: &Client, run: &Run) -> Option<Value> {
-    let policies: Api<TierPolicy> = Api::all(client.clone());
-    let policy = policies.get_opt(&run.prefix).await.ok()??;
-    serde_json::to_value(policy.status?.usage?).ok()
+    policy_usage(client, &run.prefix).await
 }
 
 /// When Job `name`'s Workload was admitted (Unix seconds).
 async fn admitted_at(client: &Client, run: &Run, name: &str) -> Option<i64> {
-    let workload = job_workload(client, &run.tenant, name).await?;
-    let admitted = status_condition(&workload, "Admitted")?;
-    (admitted["status"] == "True").then(|| parse_instant(admitted["lastTransitionTime"].as_str()?)).flatten()
+    job_admitted_at(client, &run.tenant, name).await
 }
 
 /// Registers the webhook and runs two one-GPU Jobs until the spent budget holds the tier's ClusterQueue; returns

@@ -15,8 +15,6 @@
 //! webhook mutating (created and deleted in another namespace) never enter the count compared. Times are printed,
 //! never asserted. Skipped, saying why, where helm_install is.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -24,7 +22,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, PostParams};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
-use tiergate::policy::TierPolicy;
+use tiergate::cache::workloads::now_second;
 use tiergate::policy::budget::parse_resource_seconds;
 use tiergate::usage::parse_instant;
 use tiergate_e2e::control_plane::node::GPU_RESOURCE;
@@ -34,8 +32,8 @@ use tiergate_e2e::release::{
     prerequisites_or_skip, run_with_release, wait_until_mutated,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, create_namespace, ensure, job_workload, random_name, run_cluster_test,
-    status_condition, tenant_client, wait_for,
+    Cleanup, E2E_TIER_LABEL, HarnessError, create_namespace, ensure, job_admitted_at, job_workload, policy_usage,
+    random_name, run_cluster_test, tenant_client, wait_for,
 };
 
 const TEST: &str = "gpu_hour_counts_survive_a_leader_kill_and_match_the_jobs_admitted_time";
@@ -63,30 +61,12 @@ async fn gpu_hour_counts_survive_a_leader_kill_and_match_the_jobs_admitted_time(
     }
 }
 
-/// Now, in Unix seconds.
-fn now_second() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_secs() as i64)
-}
-
-/// The policy's `status.usage`, when written.
-async fn usage(client: &Client, release: &Release) -> Option<Value> {
-    let policy = Api::<TierPolicy>::all(client.clone()).get_opt(&release.policy).await.ok()??;
-    serde_json::to_value(policy.status?.usage?).ok()
-}
-
 /// A checkpoint's instant and the GPU-seconds (milli) it counts for `namespace` this period.
 fn read_count(usage: &Value, namespace: &str) -> Option<(i64, i128)> {
     let checkpoint = usage["checkpointTime"].as_str().and_then(parse_instant)?;
     let count =
         usage["namespaces"][namespace]["current"][GPU_RESOURCE].as_str().map_or(Some(0), parse_resource_seconds)?;
     Some((checkpoint, count))
-}
-
-/// When Job `name`'s Workload was admitted (Unix seconds).
-async fn admitted_at(client: &Client, namespace: &str, name: &str) -> Option<i64> {
-    let workload = job_workload(client, namespace, name).await?;
-    let admitted = status_condition(&workload, "Admitted")?;
-    (admitted["status"] == "True").then(|| parse_instant(admitted["lastTransitionTime"].as_str()?)).flatten()
 }
 
 /// The Lease's holder identity (empty when released).
@@ -116,12 +96,13 @@ async fn scenario(client: &Client, cleanup: &Cleanup, release: &Release) -> Resu
     let mut admitted = Vec::new();
     for name in [DELETED, RUNNING] {
         let what = format!("Kueue to admit Job {name}");
-        admitted.push(wait_for(&what, BOUND, || admitted_at(client, &measured, name)).await?);
+        admitted.push(wait_for(&what, BOUND, || job_admitted_at(client, &measured, name)).await?);
     }
     let (deleted_since, running_since) = (admitted[0], admitted[1]);
     let counted_both = running_since.max(deleted_since) + CHECKPOINT_SECONDS;
     let (before_checkpoint, before) = wait_for("a checkpoint counting both Jobs", BOUND, || async {
-        read_count(&usage(client, release).await?, &measured).filter(|(checkpoint, _)| *checkpoint > counted_both)
+        read_count(&policy_usage(client, &release.policy).await?, &measured)
+            .filter(|(checkpoint, _)| *checkpoint > counted_both)
     })
     .await?;
 
@@ -145,7 +126,7 @@ async fn scenario(client: &Client, cleanup: &Cleanup, release: &Release) -> Resu
     let took_over_at = now_second();
     let standby_led = holder_pod(&next) != Some(leader_pod.as_str());
     let (checkpoint, after, counted) = wait_for("the next leader's checkpoint after the deletion", BOUND, || async {
-        let counted = usage(client, release).await?;
+        let counted = policy_usage(client, &release.policy).await?;
         let (checkpoint, after) = read_count(&counted, &measured)?;
         (checkpoint >= gone_at.max(took_over_at) + CHECKPOINT_SECONDS).then_some((checkpoint, after, counted))
     })
