@@ -5,7 +5,9 @@
 use serde::Serialize;
 
 use super::table::render_table;
-use crate::policy::budget::{budget_counts, format_unit_hours, limit_millis, parse_resource_seconds, spent_budgets};
+use crate::policy::budget::{
+    budget_counts, describe_window_release, format_unit_hours, limit_millis, parse_resource_seconds, spent_budgets,
+};
 use crate::policy::{TierPolicy, UsageStatus, UsageTotals};
 
 /// The answer to `status --usage`.
@@ -223,9 +225,7 @@ impl UsageAnswer {
                     let state = match (&resource.budget_hours, resource.spent, &tier.window) {
                         (None, _, _) => String::new(),
                         (Some(_), true, Some(window)) => {
-                            format!(
-                                "spent: held until use leaves the {window} window, at {resets} if nothing more runs"
-                            )
+                            format!("spent: held until {}", describe_window_release(window, &resets))
                         }
                         (Some(_), true, None) => format!("spent: held until {resets}"),
                         (Some(_), false, _) => "within budget".to_owned(),

@@ -19,7 +19,7 @@ use super::status::{TenantStatus, build_tenant_rows, usage_text};
 use crate::admission::{DECISION_ANNOTATION, Decision, TIER_ANNOTATION, Verdict, build_static_snapshot};
 use crate::plan::names::{cluster_queue_name, node_pool_name};
 use crate::policy::TierPolicy;
-use crate::policy::budget::{format_unit_hours, spent_budgets};
+use crate::policy::budget::{describe_window_release, format_unit_hours, spent_budgets};
 use crate::reconcile::drain::DRAINING_TAINT;
 use crate::view::{ClusterView, NamespaceView, Snapshot};
 
@@ -857,7 +857,7 @@ fn build_summary(
                 Some(window) => (
                     format!("in any {window}"),
                     format!("{used} used in the last {window}"),
-                    format!("use leaves the {window} window, at {resets_at} if nothing more runs"),
+                    describe_window_release(window, resets_at),
                 ),
                 None => (
                     "per period".to_owned(),

@@ -20,7 +20,9 @@ use tokio_util::sync::CancellationToken;
 use super::lease::WriteGate;
 use crate::cache::workloads::{SharedLedger, now_second};
 use crate::metrics::{Metrics, NamespaceResourceLabels, ReasonLabels, TierResourceLabels};
-use crate::policy::budget::{SpentBudget, budget_counts, format_unit_hours, next_release, spent_budgets};
+use crate::policy::budget::{
+    SpentBudget, budget_counts, describe_window_release, format_unit_hours, next_release, spent_budgets,
+};
 use crate::policy::{TierPolicy, UsageStatus};
 use crate::usage::{CheckpointFrame, UsageAdded, advance_usage, checkpoint_second};
 use crate::view::SharedSnapshot;
@@ -250,8 +252,8 @@ pub fn describe_spent(budget: &SpentBudget) -> String {
     match &budget.window {
         Some(window) => format!(
             "tier {tier}'s budget of {limit} {resource} in any {window} is spent ({used} used in the last {window}); \
-             its ClusterQueue holds new workloads until use leaves the {window} window, at {resets_at} if nothing \
-             more runs, or until the budget is raised"
+             its ClusterQueue holds new workloads until {}, or until the budget is raised",
+            describe_window_release(window, resets_at)
         ),
         None => format!(
             "tier {tier}'s budget of {limit} {resource} per period is spent ({used} used); its ClusterQueue holds new \

@@ -249,6 +249,12 @@ pub fn format_unit_hours(millis: i128) -> String {
     }
 }
 
+/// When a spent budget over `window` has room again, for people: `use leaves the 720h window, at <resets_at> if
+/// nothing more runs` (the sentences of `why`, `status --usage` and the `BudgetSpent` Event end on it).
+pub fn describe_window_release(window: &str, resets_at: &str) -> String {
+    format!("use leaves the {window} window, at {resets_at} if nothing more runs")
+}
+
 /// A tier budget used up in the period (or the window) the status describes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpentBudget {
@@ -378,7 +384,7 @@ pub fn spent_budgets(spec: &crate::policy::TierPolicySpec, usage: Option<&UsageS
 /// the period's turn, or when enough use leaves a window. The checkpoint loop takes a checkpoint then, so a hold
 /// lifts at that instant rather than up to a checkpoint interval later. `None` when no budget is spent.
 pub fn next_release(spec: &crate::policy::TierPolicySpec, usage: &UsageStatus) -> Option<i64> {
-    spent_budgets(spec, Some(usage)).iter().filter_map(|spent| crate::syntax::parse_instant(&spent.resets_at)).min()
+    spent_budgets(spec, Some(usage)).iter().filter_map(|spent| parse_instant(&spent.resets_at)).min()
 }
 
 #[cfg(test)]
