@@ -14,13 +14,16 @@
 //! for more than the ceiling (and, where MutatingAdmissionPolicy is served, gives one asking for nothing the
 //! ceiling); through the webhook, a Job that never ends is admitted with the ceiling and deactivated by Kueue once
 //! it has run that long, and the Job waiting behind it, which asked for less, is admitted on the GPU it gave back
-//! with its own, shorter limit. The suite's scenarios run one at a time ([`SERIAL`]).
+//! with its own, shorter limit. A tenant's edits of the label on stored Jobs are held too: with the webhook down
+//! the gate refuses raising or removing it; through the webhook a waiting Job's raise is lowered to the ceiling and
+//! its removal gives the old value back, and a running Job's raise or removal is undone. The suite's scenarios run
+//! one at a time ([`SERIAL`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -554,10 +557,12 @@ async fn run_time_scenario(client: &Client, cleanup: &Cleanup, endpoint: &Webhoo
     .await?;
     let class = format!("{prefix}-l4");
     let names = RunTimeNames { namespace: &namespace, tier: &tier, queue: &local_queue, class: &class };
+    let tenant = tenant_client(client, cleanup, &[&namespace]).await?;
     serve_webhook_while(daemon, endpoint, cleanup, async |webhook: &InProcessWebhook| {
-        refused_with_the_webhook_down(client, cleanup, &names).await?;
+        refused_with_the_webhook_down(client, &tenant, &names).await?;
+        updates_refused_with_the_webhook_down(client, &tenant, &names).await?;
         register_webhook(client, cleanup, endpoint, &webhook.ca_pem, &prefix).await?;
-        stopped_at_the_ceiling(client, &names).await
+        stopped_at_the_ceiling(client, &tenant, &names).await
     })
     .await
 }
@@ -574,14 +579,13 @@ struct RunTimeNames<'a> {
 /// the label and where the ceiling is; where the mutating half is served, a Job asking for nothing gets the ceiling.
 async fn refused_with_the_webhook_down(
     client: &Client,
-    cleanup: &Cleanup,
+    tenant: &Client,
     names: &RunTimeNames<'_>,
 ) -> Result<(), HarnessError> {
-    let tenant = tenant_client(client, cleanup, &[names.namespace]).await?;
     let leaves = Some((names.queue, names.class));
     let greedy = run_time_job(names.namespace, "greedy", json!({MAX_EXEC_TIME_LABEL: "3600"}), leaves)?;
     let what = "the in-server gate to refuse a run-time label above the ceiling";
-    wait_until_refused(&tenant, what, ENFORCEMENT, &greedy, MAX_EXEC_TIME_LABEL).await?;
+    wait_until_refused(tenant, what, ENFORCEMENT, &greedy, MAX_EXEC_TIME_LABEL).await?;
     let jobs: Api<Job> = Api::namespaced(tenant.clone(), names.namespace);
     let message = match jobs.create(&PostParams::default(), &greedy).await {
         Ok(stored) => return Err(format!("a Job asking 3600s was stored with the webhook down: {stored:?}").into()),
@@ -595,7 +599,7 @@ async fn refused_with_the_webhook_down(
     if serves_mutating_policies(client).await? {
         let plain = run_time_job(names.namespace, "plain", json!({}), leaves)?;
         let what = "the mutating half to give a Job without a limit the ceiling (dry run)";
-        wait_until_admitted_as(&tenant, what, ENFORCEMENT, &plain, |stored| {
+        wait_until_admitted_as(tenant, what, ENFORCEMENT, &plain, |stored| {
             run_time_label(stored) == Some(CEILING_SECONDS)
         })
         .await?;
@@ -605,7 +609,11 @@ async fn refused_with_the_webhook_down(
 
 /// Through the webhook: a Job that never ends gets the ceiling, is admitted, and is deactivated by Kueue once the
 /// ceiling has passed; the Job behind it keeps its own, shorter limit and is admitted on the GPU given back.
-async fn stopped_at_the_ceiling(client: &Client, names: &RunTimeNames<'_>) -> Result<(), HarnessError> {
+async fn stopped_at_the_ceiling(
+    client: &Client,
+    tenant: &Client,
+    names: &RunTimeNames<'_>,
+) -> Result<(), HarnessError> {
     let probe = run_time_job(names.namespace, "probe", json!({}), None)?;
     let tier = names.tier.to_owned();
     let what = "the API server to call the webhook (a dry-run Job stored with its tier annotation)";
@@ -625,6 +633,7 @@ async fn stopped_at_the_ceiling(client: &Client, names: &RunTimeNames<'_>) -> Re
     ensure(workload["spec"]["maximumExecutionTimeSeconds"] == json!(40), || {
         format!("its Workload carries no 40s limit: {}", workload["spec"])
     })?;
+    running_job_edits_undone(client, tenant, names).await?;
 
     // Created once the endless Job holds the tier's only GPU, so it queues behind it.
     let modest = run_time_job(names.namespace, "modest", json!({MAX_EXEC_TIME_LABEL: ASKED_SECONDS}), None)?;
@@ -636,6 +645,7 @@ async fn stopped_at_the_ceiling(client: &Client, names: &RunTimeNames<'_>) -> Re
     ensure(!pending.as_ref().is_some_and(admitted), || {
         format!("the modest Job was admitted while the endless one held the GPU: {pending:?}")
     })?;
+    waiting_job_edits_held(client, tenant, names).await?;
 
     let deactivated = |workload: &Value| {
         let stopped = workload["status"]["conditions"].as_array().into_iter().flatten().any(|condition| {
@@ -657,4 +667,121 @@ async fn stopped_at_the_ceiling(client: &Client, names: &RunTimeNames<'_>) -> Re
     })?;
     println!("the endless Job was stopped at {RUN_TIME_CEILING}; the modest Job runs with its own {ASKED_SECONDS}s");
     Ok(())
+}
+
+/// `labels: {<run-time label>: value}` as a JSON merge patch; `null` removes the label.
+fn run_time_patch(value: Value) -> Patch<Value> {
+    Patch::Merge(json!({"metadata": {"labels": {MAX_EXEC_TIME_LABEL: value}}}))
+}
+
+/// The two edits a tenant tries on a stored Job's limit: raised far above the ceiling, and removed.
+fn run_time_edits() -> [(&'static str, Value); 2] {
+    [("raised to 3600", json!("3600")), ("removed", Value::Null)]
+}
+
+/// With no webhook registered, a tenant's stored Job within the ceiling can have its label neither raised above
+/// the ceiling nor removed: the gate refuses both UPDATEs, naming the label, and the stored value stays. The Job
+/// is deleted afterwards, so the tier's one GPU is free for the scenario's next step.
+async fn updates_refused_with_the_webhook_down(
+    client: &Client,
+    tenant: &Client,
+    names: &RunTimeNames<'_>,
+) -> Result<(), HarnessError> {
+    let within = run_time_job(
+        names.namespace,
+        "within",
+        json!({MAX_EXEC_TIME_LABEL: ASKED_SECONDS}),
+        Some((names.queue, names.class)),
+    )?;
+    let what = "the in-server gate to admit a Job within the ceiling (dry run)";
+    wait_until_admitted_as(tenant, what, ENFORCEMENT, &within, |stored| run_time_label(stored) == Some(ASKED_SECONDS))
+        .await?;
+    let jobs: Api<Job> = Api::namespaced(tenant.clone(), names.namespace);
+    jobs.create(&PostParams::default(), &within).await?;
+    for (edit, value) in run_time_edits() {
+        match jobs.patch("within", &PatchParams::default(), &run_time_patch(value)).await {
+            Ok(stored) => {
+                let label = run_time_label(&stored).map(str::to_owned);
+                return Err(format!("webhook down: the label {edit} on UPDATE was stored as {label:?}").into());
+            }
+            Err(error) => {
+                let message = error.to_string();
+                ensure(message.contains(MAX_EXEC_TIME_LABEL) && message.contains("maxRunTime"), || {
+                    format!("webhook down: the label {edit} on UPDATE was refused without naming the label: {message}")
+                })?;
+                println!("webhook down, UPDATE with the label {edit}: refused");
+            }
+        }
+    }
+    let stored = jobs.get("within").await?;
+    ensure(run_time_label(&stored) == Some(ASKED_SECONDS), || {
+        format!("after the refused UPDATEs the Job carries {:?}, not its own {ASKED_SECONDS}", run_time_label(&stored))
+    })?;
+    let admin_jobs: Api<Job> = Api::namespaced(client.clone(), names.namespace);
+    admin_jobs.delete("within", &DeleteParams::background()).await?;
+    wait_for("the Job within the ceiling and its Workload to be gone", SCHEDULED, || async {
+        let job_gone = admin_jobs.get_opt("within").await.ok()?.is_none();
+        let workload_gone = job_workload(client, names.namespace, "within").await.is_none();
+        (job_gone && workload_gone).then_some(())
+    })
+    .await
+}
+
+/// Through the webhook, on a Job waiting behind the tier's only GPU (created after the modest Job, so it stays
+/// suspended): removing its label gives the old value back, and raising it far above stores the ceiling.
+async fn waiting_job_edits_held(
+    client: &Client,
+    tenant: &Client,
+    names: &RunTimeNames<'_>,
+) -> Result<(), HarnessError> {
+    const OWN: &str = "10";
+    let jobs: Api<Job> = Api::namespaced(tenant.clone(), names.namespace);
+    let waiting = run_time_job(names.namespace, "waiting", json!({MAX_EXEC_TIME_LABEL: OWN}), None)?;
+    jobs.create(&PostParams::default(), &waiting).await?;
+    let edits = run_time_edits();
+    for ((edit, value), expected) in edits.into_iter().rev().zip([OWN, CEILING_SECONDS]) {
+        let stored = jobs.patch("waiting", &PatchParams::default(), &run_time_patch(value)).await?;
+        ensure(stored.spec.as_ref().and_then(|spec| spec.suspend) == Some(true), || {
+            "the waiting Job was unsuspended: the tier's only GPU is held by the endless Job".to_owned()
+        })?;
+        ensure(run_time_label(&stored) == Some(expected), || {
+            format!("webhook up, waiting Job, label {edit}: stored {:?}, not {expected}", run_time_label(&stored))
+        })?;
+        println!("webhook up, waiting Job, UPDATE with the label {edit}: stored {expected}");
+    }
+    let pending = job_workload(client, names.namespace, "waiting").await;
+    ensure(!pending.as_ref().is_some_and(admitted), || format!("the waiting Job was admitted: {pending:?}"))
+}
+
+/// Through the webhook, on the endless Job Kueue has just admitted and unsuspended (its ceiling leaves some 40 s
+/// for this): raising or removing its label is undone, since Kueue refuses any change to a running Job's limit,
+/// and its Workload keeps the ceiling.
+async fn running_job_edits_undone(
+    client: &Client,
+    tenant: &Client,
+    names: &RunTimeNames<'_>,
+) -> Result<(), HarnessError> {
+    let jobs: Api<Job> = Api::namespaced(tenant.clone(), names.namespace);
+    wait_for("Kueue to unsuspend the endless Job", CONVERGE, || async {
+        let job = jobs.get("endless").await.ok()?;
+        (job.spec.as_ref().and_then(|spec| spec.suspend) == Some(false)).then_some(())
+    })
+    .await?;
+    for (edit, value) in run_time_edits() {
+        let stored = jobs.patch("endless", &PatchParams::default(), &run_time_patch(value)).await?;
+        ensure(stored.spec.as_ref().and_then(|spec| spec.suspend) == Some(false), || {
+            format!("the endless Job was suspended again before the label {edit} could be tried on it running")
+        })?;
+        ensure(run_time_label(&stored) == Some(CEILING_SECONDS), || {
+            format!(
+                "webhook up, running Job, label {edit}: stored {:?}, not {CEILING_SECONDS}",
+                run_time_label(&stored)
+            )
+        })?;
+        println!("webhook up, running Job, UPDATE with the label {edit}: undone");
+    }
+    let workload = job_workload(client, names.namespace, "endless").await.unwrap_or_default();
+    ensure(workload["spec"]["maximumExecutionTimeSeconds"] == json!(40), || {
+        format!("after the undone edits the endless Job's Workload does not keep the 40s ceiling: {workload}")
+    })
 }
