@@ -119,6 +119,8 @@ pub struct Metrics {
     pub budget_limit_seconds: Family<TierResourceLabels, SecondsGauge>,
     /// When the last usage checkpoint was written (Unix seconds; 0 before the first).
     pub usage_checkpoint_timestamp_seconds: Gauge,
+    /// Usage checkpoints written to the policy status (each one of `api_writes`, kind TierPolicy).
+    pub usage_checkpoints: Counter,
     /// Usage checkpoints that failed, by reason.
     pub usage_checkpoint_errors: Family<ReasonLabels, Counter>,
 }
@@ -161,6 +163,7 @@ impl Metrics {
             budget_used_seconds: Family::default(),
             budget_limit_seconds: Family::default(),
             usage_checkpoint_timestamp_seconds: Gauge::default(),
+            usage_checkpoints: Counter::default(),
             usage_checkpoint_errors: Family::default(),
             registry: Registry::default(),
         };
@@ -258,6 +261,11 @@ impl Metrics {
             "usage_checkpoint_timestamp_seconds",
             "When the last usage checkpoint was written (Unix seconds)",
             metrics.usage_checkpoint_timestamp_seconds.clone(),
+        );
+        registry.register(
+            "usage_checkpoints",
+            "Usage checkpoints written to the policy status (also counted in api_writes)",
+            metrics.usage_checkpoints.clone(),
         );
         registry.register(
             "usage_checkpoint_errors",

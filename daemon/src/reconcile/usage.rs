@@ -207,6 +207,7 @@ async fn write_usage(loop_: &UsageCheckpoints, usage: &UsageStatus) -> Result<()
     let api: Api<TierPolicy> = Api::all(loop_.client.clone());
     let body = build_usage_body(&loop_.policy_name, usage);
     loop_.metrics.api_writes.get_or_create(&crate::metrics::KindLabels { kind: "TierPolicy" }).inc();
+    loop_.metrics.usage_checkpoints.inc();
     api.patch_status(&loop_.policy_name, &PatchParams::apply(USAGE_FIELD_MANAGER).force(), &Patch::Apply(body))
         .await
         .map(|_| ())

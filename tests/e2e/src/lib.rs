@@ -730,6 +730,12 @@ impl InProcessDaemon {
     pub fn metric_sum(&self, family: &str) -> f64 {
         metric_sum(&self.metrics, family)
     }
+
+    /// Its API writes other than the usage checkpoints, which the leader writes every interval whatever changed:
+    /// what a restart that finds everything in place must leave at zero.
+    pub fn writes_besides_checkpoints(&self) -> f64 {
+        self.metric_sum("tiergate_api_writes_total") - self.metric_sum("tiergate_usage_checkpoints_total")
+    }
 }
 
 /// Sum of every series of `family` in the metrics' text exposition.
@@ -762,5 +768,14 @@ mod tests {
         metrics.reconciles.inc();
         assert_eq!(metric_sum(&metrics, "tiergate_api_writes_total"), 3.0);
         assert_eq!(metric_sum(&metrics, "tiergate_reconciles_total"), 1.0);
+    }
+
+    #[test]
+    fn usage_checkpoints_are_their_own_family_beside_the_api_writes() {
+        let metrics = Metrics::new();
+        metrics.api_writes.get_or_create(&tiergate::metrics::KindLabels { kind: "TierPolicy" }).inc_by(3);
+        metrics.usage_checkpoints.inc_by(2);
+        assert_eq!(metric_sum(&metrics, "tiergate_api_writes_total"), 3.0);
+        assert_eq!(metric_sum(&metrics, "tiergate_usage_checkpoints_total"), 2.0);
     }
 }
