@@ -117,9 +117,14 @@ pub fn format_instant(second: i64) -> String {
     jiff::Timestamp::from_second(second).map(|instant| instant.to_string()).unwrap_or_default()
 }
 
-/// An RFC 3339 instant as a Unix second.
+/// An RFC 3339 instant (with an offset or `Z`; surrounding blanks ignored).
+pub fn parse_timestamp(text: &str) -> Option<jiff::Timestamp> {
+    text.trim().parse().ok()
+}
+
+/// An RFC 3339 instant as a Unix second (a fraction of a second dropped).
 pub fn parse_instant(text: &str) -> Option<i64> {
-    text.parse::<jiff::Timestamp>().ok().map(|instant| instant.as_second())
+    parse_timestamp(text).map(|instant| instant.as_second())
 }
 
 #[cfg(test)]

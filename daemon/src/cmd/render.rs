@@ -20,11 +20,12 @@ use crate::live::{KubectlConnection, LiveError, connect};
 use crate::plan::dra::{kueue_configuration_fragment, kueue_device_class_mappings};
 use crate::plan::fleet::build_fleet;
 use crate::plan::gate::{GateMode, build_gate, gate_summary};
-use crate::plan::quota_windows::{build_windows_in_force, parse_instant};
+use crate::plan::quota_windows::build_windows_in_force;
 use crate::plan::tenants::{kueue_admission_fair_sharing, kueue_usage_truncation_warning};
 use crate::policy::TierPolicy;
 use crate::trust::find_installed_operators;
 use crate::view::ClusterView;
+use tiergate_core::syntax::parse_timestamp;
 
 /// Says on stderr which operators a policy that names no `trustedControllers` trusts in the cluster file (the plan
 /// trusts the same, `trust`).
@@ -60,7 +61,7 @@ fn build_policy_at(policy: TierPolicy, at: Option<&str>) -> Result<TierPolicy, C
     let instant = if at == "now" {
         Timestamp::now()
     } else {
-        parse_instant(at).ok_or_else(|| {
+        parse_timestamp(at).ok_or_else(|| {
             format!("failed to read --at {at:?}: not `now` or an RFC 3339 instant such as 2026-12-24T20:00:00+01:00")
         })?
     };

@@ -17,7 +17,7 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp, ToSpan};
 
 use crate::policy::{QuotaWindow, RecurringWindow, Tier, TierPolicySpec, TierQuotaWindowStatus, Weekday};
-use crate::syntax::find_time_zone;
+use crate::syntax::{find_time_zone, parse_timestamp};
 
 /// How far ahead the next change is looked for: two weeks covers every weekly pattern (a recurring window comes
 /// back within seven days), with room for a one-off window that hides some of them.
@@ -188,11 +188,6 @@ pub fn parse_clock(text: &str) -> Option<Time> {
     Time::new(hours.parse().ok()?, minutes.parse().ok()?, 0, 0).ok()
 }
 
-/// A one-off window's RFC 3339 instant (with an offset or `Z`).
-pub fn parse_instant(text: &str) -> Option<Timestamp> {
-    text.trim().parse().ok()
-}
-
 /// Whether `window` is open at `at` (it opens at its begin and is closed at its end).
 fn is_open(window: &QuotaWindow, at: Timestamp) -> bool {
     intervals_around(window, at, at).into_iter().any(|(begin, end)| begin <= at && at < end)
@@ -212,7 +207,7 @@ fn edges(window: &QuotaWindow, after: Timestamp, until: Timestamp) -> Vec<Timest
 /// The intervals of `window` that can touch `[from, until]`.
 fn intervals_around(window: &QuotaWindow, from: Timestamp, until: Timestamp) -> Vec<(Timestamp, Timestamp)> {
     if let Some(once) = &window.once {
-        return match (parse_instant(&once.begin), parse_instant(&once.end)) {
+        return match (parse_timestamp(&once.begin), parse_timestamp(&once.end)) {
             (Some(begin), Some(end)) if begin < end => vec![(begin, end)],
             _ => Vec::new(),
         };

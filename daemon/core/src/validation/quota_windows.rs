@@ -10,9 +10,10 @@ use std::collections::BTreeSet;
 
 use super::names::{DNS_LABEL_RULE, is_dns_label};
 use super::{PolicyError, Problems};
-use crate::plan::quota_windows::{apply_window, parse_clock, parse_instant};
+use crate::plan::quota_windows::{apply_window, parse_clock};
 use crate::policy::{QuotaWindow, RecurringWindow, Tier, TierPolicySpec};
 use crate::syntax::find_time_zone;
+use crate::syntax::parse_timestamp;
 
 /// Every tier's `quotaWindows`.
 pub(super) fn check_quota_windows(spec: &TierPolicySpec, problems: &mut Problems) {
@@ -140,7 +141,7 @@ fn check_recurring(path: &str, recurring: &RecurringWindow, problems: &mut Probl
 }
 
 fn check_instant(path: &str, text: &str, problems: &mut Problems) -> Option<jiff::Timestamp> {
-    let instant = parse_instant(text);
+    let instant = parse_timestamp(text);
     if instant.is_none() {
         problems.push(
             path,
