@@ -10,8 +10,10 @@
 //! window, and Kueue admits the third. Skipped (and passing) without a reachable cluster, without Kueue's v1beta2
 //! CRDs or without `TIERGATE_E2E_WEBHOOK_HOST`.
 //!
-//! The pods of these Jobs never need a node: Kueue admits by quota alone, so the Jobs stay admitted (their pods
-//! Pending) and keep counting, which is what spends the budget.
+//! Kueue counts by admission, so the Jobs spend the budget whether their pods run or not. With the throwaway
+//! plane's real node (`TIERGATE_E2E_NODE`), the tier's class is that node: the Jobs' busybox pods run there, and the
+//! first scenario checks the first two run while the third is held and that the third runs once the budget is
+//! raised. Elsewhere the class is a label no node carries, and the admitted Jobs' pods stay Pending.
 
 use std::time::Duration;
 
@@ -28,6 +30,8 @@ use tiergate::policy::budget::{WindowCounts, parse_resource_seconds, window_seco
 use tiergate::policy::{TierPolicy, UsageStatus};
 use tiergate::reconcile::kinds::KueueKind;
 use tiergate::usage::parse_instant;
+use tiergate_e2e::control_plane::node::{NODE_ENV, REAL_NODE_LABEL, REAL_NODE_TAINT};
+use tiergate_e2e::real_node::{busybox_pod_spec, job_pods};
 use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
@@ -61,22 +65,30 @@ const CLASS_LABEL: &str = "e2e.tiergate.io/gpu-class";
 /// The scenarios share the webhook's port: they run one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The Jobs' busybox script on the real node: it runs until stopped and exits at once on SIGTERM, so a deleted
+/// Job's pod gives its fake GPU back without waiting out the grace period.
+const RUN_UNTIL_STOPPED: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
 struct Run {
     prefix: String,
     system: String,
     tenant: String,
     policy: TierPolicy,
+    /// The plane's real node, where the tier's class puts the Jobs' pods; `None` on other clusters.
+    node: Option<String>,
 }
 
 impl Run {
     /// A run whose tier's budget is [`BUDGET`] per period, or over `window` when given.
     fn new(window: Option<&str>) -> Result<Self, HarnessError> {
         let prefix = random_name("e2e");
+        let node = std::env::var(NODE_ENV).ok().filter(|name| !name.is_empty());
         Ok(Self {
             system: format!("{prefix}-system"),
             tenant: format!("{prefix}-metered"),
-            policy: build_policy(&prefix, window)?,
+            policy: build_policy(&prefix, window, node.is_some())?,
             prefix,
+            node,
         })
     }
 
@@ -90,8 +102,8 @@ impl Run {
 }
 
 /// One tier of 4 GPUs (room for three Jobs: only the budget can hold the third) and a budget of [`BUDGET`], per
-/// period or over `window`.
-fn build_policy(prefix: &str, window: Option<&str>) -> Result<TierPolicy, HarnessError> {
+/// period or over `window`; its class is the real node (its label and taint) `on_node`, else a label no node has.
+fn build_policy(prefix: &str, window: Option<&str>, on_node: bool) -> Result<TierPolicy, HarnessError> {
     let mut policy = json!({
         "apiVersion": "tiergate.io/v1alpha1",
         "kind": "TierPolicy",
@@ -112,25 +124,31 @@ fn build_policy(prefix: &str, window: Option<&str>) -> Result<TierPolicy, Harnes
     if let Some(window) = window {
         policy["spec"]["tiers"][0]["budget"]["window"] = window.into();
     }
+    if on_node {
+        policy["spec"]["gpuClasses"][0]["nodeLabels"] = json!({REAL_NODE_LABEL: "true"});
+        policy["spec"]["gpuClasses"][0]["nodeTaints"] =
+            json!([{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}]);
+    }
     Ok(serde_json::from_value(policy)?)
 }
 
 fn build_job(run: &Run, name: &str) -> Result<Job, HarnessError> {
+    let pod = match run.node {
+        Some(_) => busybox_pod_spec(RUN_UNTIL_STOPPED, Some("1")),
+        None => json!({
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi", GPU: "1"}, "limits": {GPU: "1"}},
+            }],
+        }),
+    };
     let job = json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": run.tenant},
-        "spec": {
-            "parallelism": 1, "completions": 1, "backoffLimit": 0,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi", GPU: "1"}, "limits": {GPU: "1"}},
-                }],
-            }},
-        },
+        "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {"spec": pod}},
     });
     Ok(serde_json::from_value(job)?)
 }
@@ -305,7 +323,10 @@ async fn spend_and_raise(
         format!("the tenant's count differs from its tier's: {counted}")
     })?;
 
-    // The third Job waits while the first two run on.
+    // The third Job waits while the first two run on (on the real node, their pods are running there).
+    for name in ["first", "second"] {
+        runs_on_the_node(client, run, name).await?;
+    }
     let summary = hold_third(client, run).await?;
     let names_budget = summary.contains("budget of 1m of nvidia.com/gpu")
         || (summary.contains("budget") && summary.contains("is spent"));
@@ -323,6 +344,7 @@ async fn spend_and_raise(
     .await?;
     wait_for("Kueue to admit the third Job once the budget is raised", SCHEDULED, || admitted_at(client, run, "third"))
         .await?;
+    runs_on_the_node(client, run, "third").await?;
 
     // The edit's status write (field manager `tiergate`) and the checkpoints (`tiergate-usage`) keep each other's
     // fields: the status shows the edit's generation and a count no older than the one read above.
@@ -339,6 +361,29 @@ async fn spend_and_raise(
     ensure(recounted.is_some_and(|count| count >= gpu_seconds), || {
         format!("the count went back after the status write: {gpu_seconds} then {recounted:?}")
     })?;
+    Ok(())
+}
+
+/// With the real node, waits until Job `name`'s pod runs there; without it, nothing to check.
+async fn runs_on_the_node(client: &Client, run: &Run, name: &str) -> Result<(), HarnessError> {
+    let Some(node) = &run.node else { return Ok(()) };
+    let what = format!("Job {name}'s pod to run on node {node}");
+    let running = wait_for(&what, SCHEDULED, || async {
+        let pods = job_pods(client, &run.tenant, name).await;
+        pods.iter()
+            .any(|(pod, _)| {
+                let on_node = pod.spec.as_ref().and_then(|spec| spec.node_name.as_ref()) == Some(node);
+                let phase = pod.status.as_ref().and_then(|status| status.phase.as_deref());
+                on_node && phase == Some("Running")
+            })
+            .then_some(())
+    })
+    .await;
+    if let Err(error) = running {
+        let pods: Vec<String> = job_pods(client, &run.tenant, name).await.into_iter().map(|(_, why)| why).collect();
+        return Err(format!("{error}; its pods: {pods:?}").into());
+    }
+    println!("Job {name}'s pod runs on node {node}");
     Ok(())
 }
 
