@@ -1,6 +1,7 @@
 //! The name and label syntax Kubernetes accepts (apimachinery's `IsDNS1123Label`, `IsDNS1123Subdomain`,
-//! `IsQualifiedName`, `IsValidLabelValue`), Go's duration syntax (Kueue's Configuration), as predicates, the IANA
-//! time zone names the policy's times are written in, and the RFC 3339 instants its status writes; pure.
+//! `IsQualifiedName`, `IsValidLabelValue`), Go's duration syntax (Kueue's Configuration), as predicates, the
+//! policy's own durations (read by jiff, more than zero), the IANA time zone names the policy's times are written in,
+//! and the RFC 3339 instants its status writes; pure.
 
 /// What a DNS-1123 label looks like, for error messages.
 pub const DNS_LABEL_RULE: &str =
@@ -103,6 +104,24 @@ pub fn go_duration_nanos(text: &str) -> Option<u128> {
     total.is_finite().then_some(total as u128)
 }
 
+/// Why a policy duration does not read as one more than zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DurationProblem {
+    /// Not a duration jiff reads (`4h`, `90m`, `1h30m`, `PT4H`).
+    NotADuration,
+    /// Zero or negative.
+    NotPositive,
+}
+
+/// A policy duration (`4h`, `2000h`, `720h`; surrounding blanks ignored), read by jiff, that is more than zero.
+pub fn parse_positive_duration(text: &str) -> Result<jiff::SignedDuration, DurationProblem> {
+    let duration: jiff::SignedDuration = text.trim().parse().map_err(|_| DurationProblem::NotADuration)?;
+    if duration.is_negative() || duration.is_zero() {
+        return Err(DurationProblem::NotPositive);
+    }
+    Ok(duration)
+}
+
 /// The IANA time zone `name` (from the system's tz database, or the copy compiled in); `None` for an empty or
 /// unknown name.
 pub fn find_time_zone(name: &str) -> Option<jiff::tz::TimeZone> {
@@ -130,6 +149,15 @@ pub fn parse_instant(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policy_duration_must_read_and_be_more_than_zero() {
+        assert_eq!(parse_positive_duration(" 4h "), Ok(jiff::SignedDuration::from_hours(4)));
+        assert_eq!(parse_positive_duration("1.5s"), Ok(jiff::SignedDuration::from_millis(1500)));
+        assert_eq!(parse_positive_duration("four hours"), Err(DurationProblem::NotADuration));
+        assert_eq!(parse_positive_duration("0s"), Err(DurationProblem::NotPositive));
+        assert_eq!(parse_positive_duration("-1h"), Err(DurationProblem::NotPositive));
+    }
 
     #[test]
     fn dns_labels_follow_kubernetes() {

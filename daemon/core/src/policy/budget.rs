@@ -15,7 +15,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use self::window::{UsageBucket, WindowCounts, WindowUsage, window_seconds};
-use crate::syntax::{format_instant, parse_instant};
+use crate::syntax::{DurationProblem, format_instant, parse_instant, parse_positive_duration};
 
 /// The time zone of the accounting period when `spec.accounting.timeZone` is unset.
 pub const DEFAULT_TIME_ZONE: &str = "UTC";
@@ -145,15 +145,17 @@ impl BudgetError {
     }
 }
 
+/// A budget's duration (a limit or a window) that is more than zero.
+fn positive_duration(text: &str) -> Result<jiff::SignedDuration, BudgetError> {
+    parse_positive_duration(text).map_err(|problem| match problem {
+        DurationProblem::NotADuration => BudgetError::NotADuration { text: text.to_owned() },
+        DurationProblem::NotPositive => BudgetError::NotPositive { text: text.to_owned() },
+    })
+}
+
 /// A budget limit in milli-resource-seconds: `2000h` -> 2000 · 3600 · 1000.
 pub fn limit_millis(text: &str) -> Result<i128, BudgetError> {
-    let owned = || text.to_owned();
-    let duration: jiff::SignedDuration =
-        text.trim().parse().map_err(|_| BudgetError::NotADuration { text: owned() })?;
-    if duration.is_negative() || duration.is_zero() {
-        return Err(BudgetError::NotPositive { text: owned() });
-    }
-    Ok(duration.as_millis())
+    Ok(positive_duration(text)?.as_millis())
 }
 
 impl Budget {

@@ -9,6 +9,8 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::syntax::{DurationProblem, parse_positive_duration};
+
 /// The largest limit Kueue keeps: a label above it is not an int32, and Kueue then enforces no limit at all.
 pub const MAX_RUN_TIME_SECONDS: u32 = i32::MAX as u32;
 
@@ -71,11 +73,10 @@ impl RunTimeError {
 /// The seconds of the duration `text` (`4h` -> 14400), from 1 to [`MAX_RUN_TIME_SECONDS`].
 pub fn run_time_seconds(text: &str) -> Result<u32, RunTimeError> {
     let owned = || text.to_owned();
-    let duration: jiff::SignedDuration =
-        text.trim().parse().map_err(|_| RunTimeError::NotADuration { text: owned() })?;
-    if duration.is_negative() || duration.is_zero() {
-        return Err(RunTimeError::NotPositive { text: owned() });
-    }
+    let duration = parse_positive_duration(text).map_err(|problem| match problem {
+        DurationProblem::NotADuration => RunTimeError::NotADuration { text: owned() },
+        DurationProblem::NotPositive => RunTimeError::NotPositive { text: owned() },
+    })?;
     if duration.subsec_nanos() != 0 {
         return Err(RunTimeError::NotWholeSeconds { text: owned() });
     }

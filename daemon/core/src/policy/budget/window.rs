@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{BudgetError, format_resource_seconds, parse_resource_seconds};
+use super::{BudgetError, format_resource_seconds, parse_resource_seconds, positive_duration};
 use crate::syntax::{format_instant, parse_instant};
 
 /// How many buckets a window is cut into: the over-count is at most one of them.
@@ -26,11 +26,7 @@ pub const MAX_WINDOW_SECONDS: i64 = 2160 * 3600;
 /// limits.
 pub fn window_seconds(text: &str) -> Result<i64, BudgetError> {
     let owned = || text.to_owned();
-    let duration: jiff::SignedDuration =
-        text.trim().parse().map_err(|_| BudgetError::NotADuration { text: owned() })?;
-    if duration.is_negative() || duration.is_zero() {
-        return Err(BudgetError::NotPositive { text: owned() });
-    }
+    let duration = positive_duration(text)?;
     if duration.subsec_nanos() != 0 {
         return Err(BudgetError::WindowNotWholeSeconds { text: owned() });
     }
