@@ -591,6 +591,24 @@ pub async fn job_workload(client: &Client, namespace: &str, job: &str) -> Option
     serde_json::to_value(workload).ok()
 }
 
+/// Deletes Job `job` (background propagation) and waits until it and its Workload are gone, so what the Workload
+/// held of its queue's quota is free again.
+pub async fn delete_job_and_wait(
+    client: &Client,
+    namespace: &str,
+    job: &str,
+    timeout: Duration,
+) -> Result<(), HarnessError> {
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client.clone(), namespace);
+    jobs.delete(job, &DeleteParams::background()).await?;
+    wait_for(&format!("Job {job} and its Workload to be gone"), timeout, || async {
+        let job_gone = jobs.get_opt(job).await.ok()?.is_none();
+        let workload_gone = job_workload(client, namespace, job).await.is_none();
+        (job_gone && workload_gone).then_some(())
+    })
+    .await
+}
+
 /// The status condition of type `type_` of an object as JSON.
 pub fn status_condition<'a>(object: &'a serde_json::Value, type_: &str) -> Option<&'a serde_json::Value> {
     object["status"]["conditions"].as_array()?.iter().find(|condition| condition["type"] == type_)

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::DynamicObject;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -36,8 +36,8 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, ensure, is_admitted, job_admitted_at, job_workload,
-    policy_usage, random_name, start_tiergate, wait_for, wait_until_admitted_as,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, delete_job_and_wait, ensure, is_admitted, job_admitted_at,
+    job_workload, policy_usage, random_name, start_tiergate, wait_for, wait_until_admitted_as,
 };
 use tiergate_workloads::QUEUE_NAME_LABEL;
 
@@ -423,15 +423,8 @@ async fn spend_and_wait_out(
 
     // Deleting the first two Jobs ends their use but keeps what they used in the window: the hold stays until that
     // use leaves the window, then lifts without any edit, and Kueue admits the third Job.
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &run.tenant);
     for name in ["first", "second"] {
-        jobs.delete(name, &DeleteParams::background()).await?;
-    }
-    for name in ["first", "second"] {
-        wait_for(&format!("Job {name}'s Workload to be deleted"), SCHEDULED, || async {
-            job_workload(client, &run.tenant, name).await.is_none().then_some(())
-        })
-        .await?;
+        delete_job_and_wait(client, &run.tenant, name, SCHEDULED).await?;
     }
     let held = stop_policy(client, run).await;
     println!("after deleting the first two Jobs: stopPolicy {held:?} (the window still holds their use)");

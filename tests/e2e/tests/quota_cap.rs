@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -35,9 +35,9 @@ use tiergate_e2e::webhook::{
     InProcessWebhook, RUN_LABEL, WebhookEndpoint, register_webhook, run_webhook_test, serve_webhook_while,
 };
 use tiergate_e2e::{
-    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, condition_status as object_condition_status, ensure,
-    job_workload, random_name, serves_mutating_policies, start_tiergate, tenant_client, wait_for,
-    wait_until_admitted_as, wait_until_refused,
+    Cleanup, E2E_TIER_LABEL, HarnessError, InProcessDaemon, condition_status as object_condition_status,
+    delete_job_and_wait, ensure, job_workload, random_name, serves_mutating_policies, start_tiergate, tenant_client,
+    wait_for, wait_until_admitted_as, wait_until_refused,
 };
 use tiergate_workloads::{MAX_EXEC_TIME_LABEL, QUEUE_NAME_LABEL};
 
@@ -717,14 +717,7 @@ async fn updates_refused_with_the_webhook_down(
     ensure(run_time_label(&stored) == Some(ASKED_SECONDS), || {
         format!("after the refused UPDATEs the Job carries {:?}, not its own {ASKED_SECONDS}", run_time_label(&stored))
     })?;
-    let admin_jobs: Api<Job> = Api::namespaced(client.clone(), names.namespace);
-    admin_jobs.delete("within", &DeleteParams::background()).await?;
-    wait_for("the Job within the ceiling and its Workload to be gone", SCHEDULED, || async {
-        let job_gone = admin_jobs.get_opt("within").await.ok()?.is_none();
-        let workload_gone = job_workload(client, names.namespace, "within").await.is_none();
-        (job_gone && workload_gone).then_some(())
-    })
-    .await
+    delete_job_and_wait(client, names.namespace, "within", SCHEDULED).await
 }
 
 /// Through the webhook, on a Job waiting behind the tier's only GPU (created after the modest Job, so it stays
